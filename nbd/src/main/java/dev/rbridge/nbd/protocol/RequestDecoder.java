@@ -1,0 +1,129 @@
+package dev.rbridge.nbd.protocol;
+
+import java.nio.ByteBuffer;
+
+/**
+ * Decodes transmission-phase requests (compact 28-byte headers; extended headers would add a second header
+ * length and a 64-bit length field in {@link #decodeHeader}, nothing else changes). A pure state machine: input may be
+ * split anywhere, and only the returned request's bytes are consumed.
+ *
+ * <p>WRITE payloads are gathered into a buffer from the {@link PayloadAllocator}. To spare a copy of large payloads,
+ * a caller may fill {@link #payloadSink()} straight from its source and then call {@link #next} again.
+ */
+public final class RequestDecoder {
+    private enum State { HEADER, PAYLOAD, DISCARD }
+
+    private final PayloadAllocator allocator;
+    private final int maxPayload;
+    private final ByteBuffer header = ByteBuffer.allocate(Nbd.REQUEST_HEADER_LENGTH);
+    private State state = State.HEADER;
+    private int flags;
+    private int type;
+    private long handle;
+    private long offset;
+    private long length;
+    private ByteBuffer payload;
+    private long discardRemaining;
+
+    /**
+     * @param maxPayload the largest WRITE payload that is buffered; larger ones are discarded as they arrive and the
+     *                   request is returned with {@link Request#payloadDiscarded()} set
+     */
+    public RequestDecoder(PayloadAllocator allocator, int maxPayload) {
+        this.allocator = allocator;
+        this.maxPayload = maxPayload;
+    }
+
+    /**
+     * The next request, or null if {@code in} ran dry first.
+     *
+     * @throws NbdProtocolException on a bad request magic: the stream can no longer be framed
+     */
+    public Request next(ByteBuffer in) throws NbdProtocolException {
+        while (true) {
+            switch (state) {
+                case HEADER -> {
+                    if (!in.hasRemaining()) {
+                        return null;
+                    }
+                    int n = Math.min(in.remaining(), header.remaining());
+                    header.put(header.position(), in, in.position(), n);
+                    header.position(header.position() + n);
+                    in.position(in.position() + n);
+                    if (header.hasRemaining()) {
+                        return null;
+                    }
+                    Request r = decodeHeader();
+                    if (r != null) {
+                        return r;
+                    }
+                }
+                case PAYLOAD -> {
+                    int n = Math.min(in.remaining(), payload.remaining());
+                    if (n > 0) {
+                        payload.put(payload.position(), in, in.position(), n);
+                        payload.position(payload.position() + n);
+                        in.position(in.position() + n);
+                    }
+                    if (payload.hasRemaining()) {
+                        return null;
+                    }
+                    ByteBuffer p = payload.flip();
+                    payload = null;
+                    state = State.HEADER;
+                    return new Request(flags, type, handle, offset, length, p, false);
+                }
+                case DISCARD -> {
+                    int n = (int) Math.min(in.remaining(), discardRemaining);
+                    in.position(in.position() + n);
+                    discardRemaining -= n;
+                    if (discardRemaining > 0) {
+                        return null;
+                    }
+                    state = State.HEADER;
+                    return new Request(flags, type, handle, offset, length, null, true);
+                }
+            }
+        }
+    }
+
+    /**
+     * While a WRITE payload is being gathered, the buffer it goes into (its position is how much has arrived);
+     * otherwise null. Bytes put into it directly count as consumed input.
+     */
+    public ByteBuffer payloadSink() {
+        return state == State.PAYLOAD ? payload : null;
+    }
+
+    /** True when no request is partly decoded, i.e. the stream is at a message boundary. */
+    public boolean atBoundary() {
+        return state == State.HEADER && header.position() == 0;
+    }
+
+    private Request decodeHeader() throws NbdProtocolException {
+        header.flip();
+        int magic = header.getInt();
+        if (magic != Nbd.REQUEST_MAGIC) {
+            throw new NbdProtocolException("request magic 0x" + Integer.toHexString(magic) + " is not 0x"
+                    + Integer.toHexString(Nbd.REQUEST_MAGIC));
+        }
+        flags = Short.toUnsignedInt(header.getShort());
+        type = Short.toUnsignedInt(header.getShort());
+        handle = header.getLong();
+        offset = header.getLong();
+        length = Integer.toUnsignedLong(header.getInt());
+        header.clear();
+        if (type != Nbd.CMD_WRITE || length == 0) {
+            return new Request(flags, type, handle, offset, length, type == Nbd.CMD_WRITE ? ByteBuffer.allocate(0) : null,
+                    false);
+        }
+        if (length > maxPayload) {
+            discardRemaining = length;
+            state = State.DISCARD;
+        } else {
+            payload = allocator.allocate((int) length);
+            state = State.PAYLOAD;
+        }
+        return null;
+    }
+}
