@@ -62,13 +62,14 @@ final class Outbox {
         return broken;
     }
 
+    /** Nothing left to write: all replies are out, or the connection broke and they never will be. */
     boolean idle() {
-        return queue.isEmpty() && !writing.get();
+        return broken || (queue.isEmpty() && !writing.get());
     }
 
     private void drain() {
         // Re-checking after releasing the flag closes the race with a sender that queued while we were writing.
-        while (!queue.isEmpty() && writing.compareAndSet(false, true)) {
+        while (!broken && !queue.isEmpty() && writing.compareAndSet(false, true)) {
             try {
                 writeBatch();
             } finally {
@@ -81,9 +82,6 @@ final class Outbox {
     }
 
     private void writeBatch() {
-        if (broken) {
-            return;
-        }
         headers.clear();
         int replies = 0;
         int buffers = 0;
