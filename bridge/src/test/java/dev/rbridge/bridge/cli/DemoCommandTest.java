@@ -1,0 +1,125 @@
+package dev.rbridge.bridge.cli;
+
+import dev.rbridge.nbd.interop.PeerTool;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** {@code rbridge demo} as a real process: it serves real clients and stops gracefully on SIGTERM. */
+@Timeout(120)
+class DemoCommandTest {
+    private static final Pattern SERVING = Pattern.compile("rbridge demo: serving (\\S+)");
+
+    private static Process rbridge(Path log, String... args) throws IOException {
+        List<String> cmd = new ArrayList<>(List.of(
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED",
+                "-cp", System.getProperty("java.class.path"),
+                Main.class.getName()));
+        cmd.addAll(List.of(args));
+        return new ProcessBuilder(cmd).redirectError(log.toFile()).start();
+    }
+
+    @Test
+    void servesRealClientsOnTcpAndUnixThenStopsOnSigterm() throws Exception {
+        Path dir = Files.createTempDirectory("demo");
+        Path log = dir.resolve("demo.log");
+        Path sock = dir.resolve("rb.sock");
+        Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--unix", sock.toString(),
+                "--export", "disk", "--export", "iso,size=64M,ro,description=install image", "--size", "256M");
+        try {
+            BufferedReader out = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
+            List<String> uris = new ArrayList<>();
+            for (int i = 0; i < 2; i++) {
+                String line = out.readLine();
+                assertTrue(line != null, "demo printed nothing; log:\n" + Files.readString(log));
+                Matcher m = SERVING.matcher(line);
+                assertTrue(m.find(), line);
+                uris.add(m.group(1));
+            }
+            assertTrue(uris.get(0).startsWith("nbd://127.0.0.1:"), uris.toString());
+            assertTrue(uris.get(1).startsWith("nbd+unix:///disk?socket="), uris.toString());
+
+            String size = PeerTool.check(60, "nbdinfo", "--size", uris.get(0));
+            assertEquals(String.valueOf(256 << 20), size.trim());
+            String list = PeerTool.check(60, "nbdinfo", "--list", uris.get(1));
+            assertTrue(list.contains("export=\"iso\"") && list.contains("install image")
+                    && list.contains("is_read_only: true"), list);
+            PeerTool.check(60, "nbdsh", "-u", uris.get(0), "-c",
+                    "h.pwrite(b'rbridge' * 1000, 4096); assert h.pread(7000, 4096) == b'rbridge' * 1000");
+
+            p.destroy(); // SIGTERM
+            assertTrue(p.waitFor(30, TimeUnit.SECONDS), "demo did not stop on SIGTERM");
+            String text = Files.readString(log);
+            assertTrue(text.contains("shutting down") && text.contains("shut down"), text);
+            assertTrue(!Files.exists(sock), "the Unix socket is removed on shutdown");
+        } finally {
+            p.destroyForcibly();
+        }
+    }
+
+    @Test
+    void badArgumentsGetOneClearSentenceAndExitCode2() throws Exception {
+        Path log = Files.createTempFile("demo", ".log");
+        Process p = rbridge(log, "demo", "--size", "banana");
+        assertTrue(p.waitFor(30, TimeUnit.SECONDS));
+        assertEquals(2, p.exitValue());
+        assertTrue(Files.readString(log).contains("'banana' is not a size"), Files.readString(log));
+
+        Process q = rbridge(log, "demo", "--export", "disk,colour=blue");
+        assertTrue(q.waitFor(30, TimeUnit.SECONDS));
+        assertEquals(2, q.exitValue());
+        assertTrue(Files.readString(log).contains("unknown export attribute 'colour'"), Files.readString(log));
+    }
+
+    @Test
+    void aPortInUseIsReportedNotIgnored() throws Exception {
+        try (var blocker = new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+            Path log = Files.createTempFile("demo", ".log");
+            Process p = rbridge(log, "demo", "--listen", "127.0.0.1:" + blocker.getLocalPort());
+            assertTrue(p.waitFor(30, TimeUnit.SECONDS));
+            assertEquals(1, p.exitValue());
+            assertTrue(Files.readString(log).contains("cannot listen on 127.0.0.1:" + blocker.getLocalPort()),
+                    Files.readString(log));
+        }
+    }
+
+    @Test
+    void helpExplainsEveryOption() {
+        java.io.StringWriter sw = new java.io.StringWriter();
+        picocli.CommandLine cl = Main.commandLine();
+        cl.setOut(new java.io.PrintWriter(sw));
+        assertEquals(0, cl.execute("demo", "--help"));
+        String help = sw.toString();
+        for (String option : new String[]{"--listen", "--unix", "--export", "--size", "--max-payload",
+                "--handshake-timeout", "--drain-timeout", "--log-level"}) {
+            assertTrue(help.contains(option), option + " missing from help:\n" + help);
+        }
+    }
+
+    @Test
+    void sizesParseBinaryUnits() {
+        assertEquals(1L << 30, Sizes.parse("1G"));
+        assertEquals(1L << 30, Sizes.parse("1GiB"));
+        assertEquals(512L << 20, Sizes.parse("512m"));
+        assertEquals(4096, Sizes.parse("4096"));
+        assertEquals(64L << 10, Sizes.parse("64K"));
+        assertEquals("1GiB", Sizes.format(1L << 30));
+        org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class, () -> Sizes.parse("-1G"));
+        org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class, () -> Sizes.parse("99999999T"));
+    }
+}
