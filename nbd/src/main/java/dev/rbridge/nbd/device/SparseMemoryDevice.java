@@ -118,7 +118,7 @@ public final class SparseMemoryDevice implements BlockDevice {
         long from = firstWhole << BLOCK_SHIFT;
         long to = Math.min(endWhole << BLOCK_SHIFT, data.byteSize());
         if (punch) {
-            // Clear the map before releasing so a concurrent BLOCK_STATUS never calls released memory data.
+            // Clear the map first: a concurrent BLOCK_STATUS may call a block a hole early, never data that is gone.
             clearRange(allocated, firstWhole, endWhole);
             clearRange(zero, firstWhole, endWhole);
             memory.release(from, to - from);
@@ -129,14 +129,16 @@ public final class SparseMemoryDevice implements BlockDevice {
         }
     }
 
+    /** Zeroes [from, to), which holds no whole block, one block at a time: a hole already reads as zeroes. */
     private void zeroPartial(long from, long to) {
-        if (from >= to) {
-            return;
+        for (long pos = from; pos < to; ) {
+            long blockEnd = Math.min(to, ((pos >>> BLOCK_SHIFT) + 1) << BLOCK_SHIFT);
+            if (isSet(allocated, pos >>> BLOCK_SHIFT)) {
+                // A data block with a zeroed part is still data; only whole blocks become known-zero.
+                data.asSlice(pos, blockEnd - pos).fill((byte) 0);
+            }
+            pos = blockEnd;
         }
-        if (isSet(allocated, from >>> BLOCK_SHIFT)) {
-            data.asSlice(from, to - from).fill((byte) 0);
-        }
-        // A hole already reads as zeroes; a zeroed tail of a data block is still data, not a known-zero block.
     }
 
     @Override
