@@ -34,12 +34,21 @@ public final class PeerTool {
         throw new IllegalStateException("interop scripts not found from " + Path.of("").toAbsolutePath());
     }
 
-    /** Fails the test unless {@code tool} is on PATH, naming the Debian package that provides it. */
-    public static void require(String tool, String debianPackage) {
+    /** The tool's path, searching the system folders first; null if it is not installed. */
+    static Path which(String tool) {
         for (String dir : (SYSTEM_PATH + ":" + System.getenv().getOrDefault("PATH", "")).split(":")) {
-            if (Files.isExecutable(Path.of(dir, tool))) {
-                return;
+            Path p = Path.of(dir, tool);
+            if (!dir.isEmpty() && Files.isExecutable(p)) {
+                return p;
             }
+        }
+        return null;
+    }
+
+    /** Fails the test unless {@code tool} is installed, naming the Debian package that provides it. */
+    public static void require(String tool, String debianPackage) {
+        if (which(tool) != null) {
+            return;
         }
         fail(tool + " is not installed; the interop tests drive it as a real NBD peer. Install it with: "
                 + "apt-get install " + debianPackage + " (./test does this when run as root)");
@@ -47,7 +56,12 @@ public final class PeerTool {
 
     /** Runs a command; returns its exit code and merged output. */
     public static Result run(long timeoutSeconds, List<String> command) {
-        ProcessBuilder pb = new ProcessBuilder(command).redirectErrorStream(true);
+        List<String> argv = new ArrayList<>(command);
+        Path exe = argv.get(0).contains("/") ? null : which(argv.get(0));
+        if (exe != null) {
+            argv.set(0, exe.toString()); // ProcessBuilder looks programs up on the parent's PATH, not the child's
+        }
+        ProcessBuilder pb = new ProcessBuilder(argv).redirectErrorStream(true);
         // Debian's python3 carries python3-libnbd; a python earlier on PATH (pyenv, venv) would not.
         pb.environment().put("PATH", SYSTEM_PATH + ":" + System.getenv().getOrDefault("PATH", ""));
         Path log;
