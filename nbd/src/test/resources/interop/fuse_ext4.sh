@@ -86,6 +86,9 @@ attach() { # start nbdfuse + loop device; sets FUSE_PID and LOOP
         sleep 0.1
     done
     [[ -f $FUSE_DIR/disk ]] || fail "nbdfuse file did not appear within 30 s"
+    local fsz
+    fsz=$(stat -c %s "$FUSE_DIR/disk")
+    [[ $fsz == "$EXPORT_SIZE" ]] || fail "nbdfuse file is $fsz bytes, export is $EXPORT_SIZE"
     LOOP=$(losetup -f --show "$FUSE_DIR/disk" 2>"$WORK/losetup.err") ||
         fail "losetup on nbdfuse file failed: $(tail -n1 "$WORK/losetup.err")"
 }

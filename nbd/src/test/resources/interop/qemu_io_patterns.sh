@@ -17,6 +17,8 @@
 #    read -P / readv -P / aio_read -P, including zero gaps around data.
 #    qemu-io exits 0 even when an aio_read pattern check fails, so the
 #    output is also scanned for "failed"/"error".
+#    qemu-img map (block status as qemu sees it) must not report any
+#    written range as zero.
 # 4. qemu-img compare export vs file -> must say identical (exit 0).
 # 5. One byte changed on the export in a zero area -> qemu-img compare must
 #    exit 1 and report the sector of that byte; restore -> identical again;
@@ -128,6 +130,26 @@ qio "$WORK/model.img" "${WRITES[@]}"
 qio "$URI" "${READS[@]}"
 R_OPS=$NOPS
 qio "$WORK/model.img" "${READS[@]}"
+
+# 3b: qemu's view of block status: no written range may be reported as zero.
+timeout "$TMO" qemu-img map -f raw --output=json "$URI" >"$WORK/map.json" 2>"$WORK/map.err" ||
+    fail "qemu-img map failed: $(tail -n1 "$WORK/map.err")"
+BAD=$(python3 - "$WORK/map.json" \
+    0 69632   $((M + 512)) 3000   $((SIZE - 4196)) 4196   $((100 * M)) $M \
+    $((200 * M + 7)) 12345   $((300 * M)) 13824   $((400 * M)) 131072 \
+    $((401 * M)) 1   $((401 * M + 4097)) 131071   $((500 * M)) 524288 \
+    $((501 * M + 262144)) 786432   $((600 * M)) $((2 * M))   $((700 * M)) 98304 <<'EOF2'
+import json, sys
+m = json.load(open(sys.argv[1]))
+r = list(map(int, sys.argv[2:]))
+for off, ln in zip(r[0::2], r[1::2]):
+    for e in m:
+        if e["start"] < off + ln and e["start"] + e["length"] > off and e.get("zero"):
+            print("written range [%d,+%d) reported as zero by block status: %s" % (off, ln, e))
+            sys.exit(0)
+EOF2
+) || fail "cannot parse qemu-img map output"
+[[ -z $BAD ]] || fail "$BAD"
 
 # 4: whole-image compare.
 cmpimg() { # cmpimg <expected-rc> <label> [expected-offset]

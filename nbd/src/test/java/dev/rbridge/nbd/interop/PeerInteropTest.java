@@ -82,7 +82,7 @@ class PeerInteropTest {
     @Test
     @Order(5)
     void trimAndWriteZeroesReadBackZeroesAndShowInBlockStatus() {
-        PeerTool.script(120, "trim_zero_status.py", ts.uri("disk"));
+        PeerTool.script(120, "trim_zero_status.py", ts.uri("disk"), "--exact");
     }
 
     @Test
