@@ -30,7 +30,7 @@ class PeerInteropTest {
         PeerTool.require("nbdcopy", "libnbd-bin");
         PeerTool.require("qemu-io", "qemu-utils");
         PeerTool.require("fio", "fio");
-        PeerTool.require("nbdfuse", "nbdfuse");
+        PeerTool.require("nbdfuse", "libnbd-bin");
         PeerTool.check(30, "python3", "-c", "import nbd");
         ts = TestServer.start();
     }
