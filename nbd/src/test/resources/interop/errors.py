@@ -35,50 +35,19 @@ otherwise.  Bounded by a watchdog (NBD_INTEROP_TIMEOUT, default 120 s).
 import os
 import sys
 
-try:
-    import nbd
-except ImportError:  # python3 on PATH may be a pyenv/venv without the bindings
-    _sys_py = "/usr/bin/python3"
-    if (os.path.exists(_sys_py) and not os.environ.get("NBD_INTEROP_REEXEC")
-            and os.path.realpath(sys.executable) != os.path.realpath(_sys_py)):
-        os.environ["NBD_INTEROP_REEXEC"] = "1"
-        os.execv(_sys_py, [_sys_py] + sys.argv)
-    sys.stderr.write("%s: FAIL: python module 'nbd' not found "
-                     "(install python3-libnbd)\n" % os.path.basename(sys.argv[0]))
-    sys.exit(2)
+# nbdcheck (this folder) re-execs under /usr/bin/python3 if 'nbd' is missing.
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import nbdcheck  # noqa: E402  (must come before `import nbd`)
+import nbd  # noqa: E402
 
-import errno as errno_mod
-import faulthandler
-import threading
 import time
+
+from nbdcheck import Fail, errname  # noqa: E402
 
 NAME = "errors"
 MiB = 1024 * 1024
 U64 = 1 << 64
-
-
-class Fail(Exception):
-    pass
-
-
-def start_watchdog():
-    secs = float(os.environ.get("NBD_INTEROP_TIMEOUT", "120"))
-
-    def fire():
-        sys.stderr.write("%s: FAIL: timed out after %.0f s\n" % (NAME, secs))
-        sys.stderr.flush()
-        os._exit(3)
-    t = threading.Timer(secs, fire)
-    t.daemon = True
-    t.start()
-    faulthandler.dump_traceback_later(secs + 15, exit=True)
-
-
-def errname(e):
-    v = e.errno
-    if isinstance(v, int):
-        return errno_mod.errorcode.get(v, str(v))
-    return str(v) if v else "no errno"
 
 
 class Checker:
@@ -235,16 +204,4 @@ def main():
 
 
 if __name__ == "__main__":
-    start_watchdog()
-    try:
-        main()
-    except Fail as e:
-        sys.stderr.write("%s: FAIL: %s\n" % (NAME, e))
-        sys.exit(1)
-    except nbd.Error as e:
-        sys.stderr.write("%s: FAIL: libnbd error: %s (%s)\n" % (NAME, e.string, errname(e)))
-        sys.exit(1)
-    except Exception as e:  # a bug here or an unexpected reply: still one line
-        sys.stderr.write("%s: FAIL: unexpected %s: %s\n" % (NAME, type(e).__name__, e))
-        sys.exit(1)
-    sys.exit(0)
+    nbdcheck.run(NAME, main)

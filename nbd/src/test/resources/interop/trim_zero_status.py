@@ -53,24 +53,17 @@ otherwise.  Bounded by a watchdog (NBD_INTEROP_TIMEOUT, default 120 s).
 import os
 import sys
 
-try:
-    import nbd
-except ImportError:  # python3 on PATH may be a pyenv/venv without the bindings
-    _sys_py = "/usr/bin/python3"
-    if (os.path.exists(_sys_py) and not os.environ.get("NBD_INTEROP_REEXEC")
-            and os.path.realpath(sys.executable) != os.path.realpath(_sys_py)):
-        os.environ["NBD_INTEROP_REEXEC"] = "1"
-        os.execv(_sys_py, [_sys_py] + sys.argv)
-    sys.stderr.write("%s: FAIL: python module 'nbd' not found "
-                     "(install python3-libnbd)\n" % os.path.basename(sys.argv[0]))
-    sys.exit(2)
+# nbdcheck (this folder) re-execs under /usr/bin/python3 if 'nbd' is missing.
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import nbdcheck  # noqa: E402  (must come before `import nbd`)
+import nbd  # noqa: E402
 
 import argparse
-import errno as errno_mod
-import faulthandler
 import random
-import threading
 import time
+
+from nbdcheck import Fail, first_diff, pread_all, pwrite_all  # noqa: E402
 
 NAME = "trim_zero_status"
 KiB = 1024
@@ -82,28 +75,9 @@ ZERO = nbd.STATE_ZERO
 CTX = nbd.CONTEXT_BASE_ALLOCATION
 
 
-class Fail(Exception):
-    pass
-
-
-def start_watchdog():
-    secs = float(os.environ.get("NBD_INTEROP_TIMEOUT", "120"))
-
-    def fire():
-        sys.stderr.write("%s: FAIL: timed out after %.0f s\n" % (NAME, secs))
-        sys.stderr.flush()
-        os._exit(3)
-    t = threading.Timer(secs, fire)
-    t.daemon = True
-    t.start()
-    faulthandler.dump_traceback_later(secs + 15, exit=True)
-
-
 def errname(e):
-    v = e.errno
-    if isinstance(v, int):
-        return errno_mod.errorcode.get(v, str(v))
-    return str(v)
+    # An error without an errno shows as "None" here (the other scripts say "no errno").
+    return nbdcheck.errname(e, missing=None)
 
 
 def flagstr(f):
@@ -111,38 +85,6 @@ def flagstr(f):
     if f & ~(HOLE | ZERO):
         s.append("0x%x" % (f & ~(HOLE | ZERO)))
     return "|".join(s) if s else "DATA(0)"
-
-
-def io_chunk(h):
-    """Largest read/write payload to use: the server's advertised maximum
-    block size if it has one (capped at 4 MiB), else 4 MiB."""
-    m = h.get_block_size(nbd.SIZE_MAXIMUM)
-    return 4 * 1024 * 1024 if m <= 0 else min(4 * 1024 * 1024, m)
-
-
-def pread_all(h, count, off):
-    step = io_chunk(h)
-    out = bytearray()
-    while len(out) < count:
-        out += h.pread(min(step, count - len(out)), off + len(out))
-    return out
-
-
-def pwrite_all(h, data, off):
-    step = io_chunk(h)
-    for i in range(0, len(data), step):
-        h.pwrite(data[i:i + step], off + i)
-
-
-def first_diff(a, b):
-    n = min(len(a), len(b))
-    step = 4096
-    for i in range(0, n, step):
-        if a[i:i + step] != b[i:i + step]:
-            for j in range(i, min(i + step, n)):
-                if a[j] != b[j]:
-                    return j
-    return n if len(a) != len(b) else -1
 
 
 def block_status_once(h, count, off, flags=0):
@@ -376,16 +318,4 @@ def main():
 
 
 if __name__ == "__main__":
-    start_watchdog()
-    try:
-        main()
-    except Fail as e:
-        sys.stderr.write("%s: FAIL: %s\n" % (NAME, e))
-        sys.exit(1)
-    except nbd.Error as e:
-        sys.stderr.write("%s: FAIL: libnbd error: %s (%s)\n" % (NAME, e.string, errname(e)))
-        sys.exit(1)
-    except Exception as e:  # a bug here or an unexpected reply: still one line
-        sys.stderr.write("%s: FAIL: unexpected %s: %s\n" % (NAME, type(e).__name__, e))
-        sys.exit(1)
-    sys.exit(0)
+    nbdcheck.run(NAME, main, errname)

@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.device;
 
+import dev.rbridge.memory.AnonymousMemory;
 import dev.rbridge.nbd.protocol.Nbd;
 
 import java.lang.foreign.MemorySegment;

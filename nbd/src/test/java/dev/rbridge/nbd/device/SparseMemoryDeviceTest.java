@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.device;
 
+import dev.rbridge.memory.AnonymousMemory;
 import static org.junit.jupiter.api.Assertions.assertAll;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;

@@ -1,4 +1,4 @@
-package dev.rbridge.nbd.device;
+package dev.rbridge.memory;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
