@@ -1,0 +1,54 @@
+package dev.rbridge.memserver;
+
+import dev.rbridge.memory.AnonymousMemory;
+import dev.rbridge.rdma.RegionDescriptor;
+
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * One granted region: lazily backed memory plus its descriptor. Data operations pin it; the memory is unmapped only
+ * when it has been released (or revoked) and the last pin is gone, so a release racing a transfer never frees memory
+ * under the transfer.
+ */
+final class Region {
+    final RegionDescriptor descriptor;
+    final AnonymousMemory memory;
+    final String owner;
+    /** One reference for being alive plus one per pin; zero means unmapped. */
+    private final AtomicInteger references = new AtomicInteger(1);
+    private boolean released;
+
+    Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner) {
+        this.descriptor = descriptor;
+        this.memory = memory;
+        this.owner = owner;
+    }
+
+    boolean pin() {
+        while (true) {
+            int n = references.get();
+            if (n == 0) {
+                return false;
+            }
+            if (references.compareAndSet(n, n + 1)) {
+                return true;
+            }
+        }
+    }
+
+    void unpin() {
+        if (references.decrementAndGet() == 0) {
+            memory.close();
+        }
+    }
+
+    /** Drops the alive reference; true the first time. */
+    synchronized boolean release() {
+        if (released) {
+            return false;
+        }
+        released = true;
+        unpin();
+        return true;
+    }
+}

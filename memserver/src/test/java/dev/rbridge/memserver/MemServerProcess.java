@@ -1,0 +1,64 @@
+package dev.rbridge.memserver;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+
+/** A memserver JVM started by a test, with the signals a test needs: SIGKILL, SIGSTOP, SIGCONT. */
+final class MemServerProcess implements AutoCloseable {
+    final Process process;
+    final InetSocketAddress address;
+    final Path log;
+
+    private MemServerProcess(Process process, InetSocketAddress address, Path log) {
+        this.process = process;
+        this.address = address;
+        this.log = log;
+    }
+
+    static MemServerProcess start(long capacity, String token) throws IOException, InterruptedException {
+        Path dir = Files.createTempDirectory("memserver");
+        Path portFile = dir.resolve("port");
+        Path log = dir.resolve("memserver.log");
+        Process p = new ProcessBuilder(List.of(
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED", "-Xmx256m",
+                "-cp", System.getProperty("java.class.path"),
+                StandaloneMemServer.class.getName(), portFile.toString(), String.valueOf(capacity), token))
+                .redirectErrorStream(true).redirectOutput(log.toFile()).start();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!Files.exists(portFile)) {
+            if (!p.isAlive() || System.nanoTime() > deadline) {
+                p.destroyForcibly();
+                throw new IOException("memserver did not start; log:\n" + Files.readString(log));
+            }
+            Thread.sleep(20);
+        }
+        int port = Integer.parseInt(Files.readString(portFile).trim());
+        return new MemServerProcess(p, new InetSocketAddress("127.0.0.1", port), log);
+    }
+
+    void kill() throws InterruptedException {
+        process.destroyForcibly(); // SIGKILL
+        process.waitFor(10, TimeUnit.SECONDS);
+    }
+
+    void signal(String name) throws IOException, InterruptedException {
+        new ProcessBuilder("kill", "-" + name, String.valueOf(process.pid())).inheritIO().start().waitFor();
+    }
+
+    String logText() throws IOException {
+        return Files.readString(log);
+    }
+
+    @Override
+    public void close() throws Exception {
+        if (process.isAlive()) {
+            signal("CONT");
+            kill();
+        }
+    }
+}

@@ -1,0 +1,70 @@
+package dev.rbridge.rdma;
+
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.Objects;
+
+/** How to reach a memserver. Fluent, JUCX style: {@code new ConnectParams().address(a).token(t)}. */
+public final class ConnectParams {
+    private InetSocketAddress address;
+    private String token = "";
+    private String clientName = "rbridge";
+    private Duration connectTimeout = Duration.ofSeconds(5);
+    private Duration operationTimeout = Duration.ofSeconds(5);
+
+    public ConnectParams address(InetSocketAddress address) {
+        this.address = Objects.requireNonNull(address);
+        return this;
+    }
+
+    public ConnectParams token(String token) {
+        this.token = token == null ? "" : token;
+        return this;
+    }
+
+    public ConnectParams clientName(String clientName) {
+        this.clientName = Objects.requireNonNull(clientName);
+        return this;
+    }
+
+    public ConnectParams connectTimeout(Duration d) {
+        this.connectTimeout = positive(d);
+        return this;
+    }
+
+    /** Longest time any operation may stay unanswered before the peer is declared dead. */
+    public ConnectParams operationTimeout(Duration d) {
+        this.operationTimeout = positive(d);
+        return this;
+    }
+
+    public InetSocketAddress address() {
+        if (address == null) {
+            throw new IllegalStateException("no memserver address given");
+        }
+        return address;
+    }
+
+    public String token() {
+        return token;
+    }
+
+    public String clientName() {
+        return clientName;
+    }
+
+    public Duration connectTimeout() {
+        return connectTimeout;
+    }
+
+    public Duration operationTimeout() {
+        return operationTimeout;
+    }
+
+    private static Duration positive(Duration d) {
+        if (d == null || d.isNegative() || d.isZero()) {
+            throw new IllegalArgumentException("timeouts must be positive");
+        }
+        return d;
+    }
+}

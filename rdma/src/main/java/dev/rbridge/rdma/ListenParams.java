@@ -1,0 +1,30 @@
+package dev.rbridge.rdma;
+
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.Objects;
+
+/** Where and how a provider listens. */
+public final class ListenParams {
+    private InetSocketAddress address = new InetSocketAddress("127.0.0.1", 7471);
+    private Duration helloTimeout = Duration.ofSeconds(10);
+
+    public ListenParams address(InetSocketAddress address) {
+        this.address = Objects.requireNonNull(address);
+        return this;
+    }
+
+    /** A client that has not said hello by then is disconnected. */
+    public ListenParams helloTimeout(Duration d) {
+        this.helloTimeout = Objects.requireNonNull(d);
+        return this;
+    }
+
+    public InetSocketAddress address() {
+        return address;
+    }
+
+    public Duration helloTimeout() {
+        return helloTimeout;
+    }
+}

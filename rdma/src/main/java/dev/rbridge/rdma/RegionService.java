@@ -1,0 +1,55 @@
+package dev.rbridge.rdma;
+
+import java.lang.foreign.MemorySegment;
+import java.net.SocketAddress;
+import java.util.List;
+
+/**
+ * The target side of a provider: what the memserver gives a listener so that the transport can serve one-sided
+ * operations straight from region memory (as an RDMA NIC would) and pass control messages up.
+ */
+public interface RegionService {
+
+    /**
+     * Admits a client or refuses it ({@code AUTH_FAILED}, {@code SHUTTING_DOWN}); refusals are logged and counted by
+     * the service.
+     */
+    Session open(String token, String clientName, SocketAddress peer) throws RemoteMemoryException;
+
+    /** One admitted client. Methods may be called from the connection's thread only. */
+    interface Session {
+        ServerInfo serverInfo();
+
+        RegionDescriptor allocate(RegionTag tag, long length) throws RemoteMemoryException;
+
+        RegionDescriptor open(long regionId) throws RemoteMemoryException;
+
+        List<RegionInfo> list();
+
+        void release(long regionId, long key) throws RemoteMemoryException;
+
+        /**
+         * Pins {@code [offset, offset + length)} of a region for one data operation after checking the key and the
+         * range. The memory stays mapped until the returned pin is closed, even if the region is released or
+         * revoked meanwhile.
+         */
+        Pin pin(long regionId, long key, long offset, long length) throws RemoteMemoryException;
+
+        /** Zeroes a range, giving whole pages back to the system. */
+        void zero(long regionId, long key, long offset, long length) throws RemoteMemoryException;
+
+        /** The transport's counters for this client, for admin and metrics. */
+        void attachStats(ConnectionStats stats);
+
+        /** The connection ended (either side). */
+        void closed();
+    }
+
+    /** Region memory held for one operation. */
+    interface Pin extends AutoCloseable {
+        MemorySegment memory();
+
+        @Override
+        void close();
+    }
+}

@@ -1,0 +1,478 @@
+package dev.rbridge.rdma.tcp;
+
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.ServerInfo;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.net.StandardSocketOptions;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * The client end of a tcp-provider connection. Requests are written under a lock by the calling thread (header and
+ * data in one gathering write); one reader thread matches replies to requests by id, reading READ data straight into
+ * the caller's buffer. A watchdog declares the peer dead when any request waits longer than the operation timeout,
+ * failing everything pending at once.
+ */
+final class TcpConnection implements RemoteConnection {
+    private static final Logger log = LoggerFactory.getLogger(TcpConnection.class);
+
+    private final SocketChannel channel;
+    private final String peer;
+    private final long timeoutNanos;
+    private final ServerInfo server;
+    private final ConnectionStats stats = new ConnectionStats();
+    private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
+    private final AtomicLong ids = new AtomicLong(1);
+    private final ReentrantLock writeLock = new ReentrantLock();
+    private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+    private final ByteBuffer[] vector = new ByteBuffer[2];
+    private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
+    private final ScheduledFuture<?> watchdog;
+    private final Thread reader;
+
+    /** A request waiting for its reply. */
+    private static final class Pending {
+        final int opcode;
+        final long deadline;
+        final CompletableFuture<Object> future = new CompletableFuture<>();
+        final MemorySegment dst;
+        final ReplyParser parser;
+
+        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser) {
+            this.opcode = opcode;
+            this.deadline = deadline;
+            this.dst = dst;
+            this.parser = parser;
+        }
+    }
+
+    private interface ReplyParser {
+        Object parse(ByteBuffer body) throws Wire.MalformedMessageException;
+    }
+
+    private interface BodyWriter {
+        void write(ByteBuffer dst);
+    }
+
+    private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server) {
+        this.channel = channel;
+        this.peer = peer;
+        this.timeoutNanos = timeoutNanos;
+        this.server = server;
+        long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
+        this.watchdog = TcpProvider.TIMER.scheduleWithFixedDelay(this::checkDeadlines, period, period,
+                TimeUnit.MILLISECONDS);
+        this.reader = new Thread(this::readLoop, "rdma-tcp-reader-" + peer);
+        reader.setDaemon(true);
+        reader.start();
+    }
+
+    static TcpConnection connect(ConnectParams params) throws RemoteMemoryException {
+        String peer = params.address().getHostString() + ":" + params.address().getPort();
+        SocketChannel ch;
+        try {
+            ch = SocketChannel.open();
+        } catch (IOException e) {
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot open a socket: " + e.getMessage(), e);
+        }
+        // One guard covers connect and hello: a peer that accepts but never answers is cut off, not waited on.
+        ScheduledFuture<?> guard = TcpProvider.TIMER.schedule(() -> closeQuietly(ch),
+                params.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
+        try {
+            ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
+            ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+            ServerInfo info = hello(ch, params, peer);
+            if (!guard.cancel(false)) {
+                throw new IOException("timed out");
+            }
+            return new TcpConnection(ch, peer, params.operationTimeout().toNanos(), info);
+        } catch (IOException e) {
+            guard.cancel(false);
+            closeQuietly(ch);
+            String why = ch.isOpen() ? e.getMessage() : "no answer within " + params.connectTimeout().toMillis() + " ms";
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot reach memserver " + peer + ": " + why, e);
+        } catch (RemoteMemoryException e) {
+            guard.cancel(false);
+            closeQuietly(ch);
+            throw e;
+        }
+    }
+
+    private static ServerInfo hello(SocketChannel ch, ConnectParams params, String peer)
+            throws IOException, RemoteMemoryException {
+        int bodyLength = Wire.stringLength(params.token()) + Wire.stringLength(params.clientName());
+        ByteBuffer req = Wire.allocate(Wire.HEADER + bodyLength);
+        Wire.header(req, Wire.HELLO, 0, 0, bodyLength);
+        Wire.putString(req, params.token());
+        Wire.putString(req, params.clientName());
+        writeFully(ch, req.flip());
+        ByteBuffer h = Wire.allocate(Wire.HEADER);
+        readFully(ch, h);
+        h.flip();
+        if (h.getInt() != Wire.MAGIC) {
+            throw new IOException(peer + " is not a memserver (bad magic in its reply)");
+        }
+        int version = Short.toUnsignedInt(h.getShort());
+        h.getShort();
+        h.getLong();
+        int status = h.getInt();
+        int length = h.getInt();
+        if (length < 0 || length > 64 << 10) {
+            throw new IOException(peer + " sent a hello reply of " + Integer.toUnsignedString(length) + " bytes");
+        }
+        ByteBuffer body = Wire.allocate(length);
+        readFully(ch, body);
+        body.flip();
+        try {
+            if (status != 0) {
+                throw new RemoteMemoryException(Status.of(status), "memserver " + peer + " refused the connection: "
+                        + Wire.getString(body));
+            }
+            if (version != Wire.VERSION) {
+                throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver " + peer + " speaks protocol v"
+                        + version + ", this client v" + Wire.VERSION);
+            }
+            ByteBuffer b = body;
+            return Wire.parse("HELLO reply", () -> new ServerInfo(Wire.getString(b), version, b.getLong(), b.getLong()));
+        } catch (Wire.MalformedMessageException e) {
+            throw new IOException(peer + " sent a malformed hello reply: " + e.getMessage());
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------ the API
+
+    @Override
+    public ServerInfo server() {
+        return server;
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> allocate(RegionTag tag, long length) {
+        return send(Wire.ALLOCATE, 8 + Wire.tagLength(tag), b -> {
+            b.putLong(length);
+            Wire.putTag(b, tag);
+        }, null, body -> Wire.parse("ALLOCATE reply", () -> Wire.getDescriptor(body)));
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> open(long regionId) {
+        return send(Wire.OPEN, 8, b -> b.putLong(regionId), null,
+                body -> Wire.parse("OPEN reply", () -> Wire.getDescriptor(body)));
+    }
+
+    @Override
+    public CompletableFuture<List<RegionInfo>> list() {
+        return send(Wire.LIST, 0, b -> {
+        }, null, body -> Wire.parse("LIST reply", () -> {
+            int n = body.getInt();
+            if (n < 0 || n > body.remaining()) {
+                throw new Wire.MalformedMessageException("LIST reply claims " + n + " regions");
+            }
+            List<RegionInfo> regions = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                regions.add(new RegionInfo(Wire.getDescriptor(body), Wire.getString(body)));
+            }
+            return regions;
+        }));
+    }
+
+    @Override
+    public CompletableFuture<Void> release(RegionDescriptor region) {
+        return send(Wire.RELEASE, 16, b -> b.putLong(region.id()).putLong(region.key()), null, body -> null);
+    }
+
+    @Override
+    public CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst) {
+        if (!dst.isAccessibleBy(reader)) {
+            return CompletableFuture.failedFuture(new IllegalArgumentException("a read buffer must be shared memory "
+                    + "(Arena.ofShared, ofAuto or global): the provider's I/O thread fills it"));
+        }
+        return split(dst.byteSize(), (off, len) -> {
+            MemorySegment part = dst.asSlice(off, len);
+            stats.readOps.increment();
+            stats.readBytes.add(len);
+            return send(Wire.READ, Wire.DATA_ADDRESS + 4,
+                    b -> b.putLong(region.id()).putLong(region.key()).putLong(offset + off).putInt((int) len),
+                    null, part, body -> null);
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> write(RegionDescriptor region, long offset, MemorySegment src) {
+        return split(src.byteSize(), (off, len) -> {
+            MemorySegment part = src.asSlice(off, len);
+            stats.writeOps.increment();
+            stats.writeBytes.add(len);
+            return send(Wire.WRITE, Wire.DATA_ADDRESS + (int) len,
+                    b -> b.putLong(region.id()).putLong(region.key()).putLong(offset + off), part, null, body -> null);
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> zero(RegionDescriptor region, long offset, long length) {
+        return send(Wire.ZERO, Wire.DATA_ADDRESS + 8,
+                b -> b.putLong(region.id()).putLong(region.key()).putLong(offset).putLong(length), null, body -> null);
+    }
+
+    @Override
+    public CompletableFuture<Void> flush() {
+        // The memserver executes a connection's requests in order and answers a write only once its bytes are in
+        // memory, so a FLUSH answered means everything before it is done.
+        return send(Wire.FLUSH, 0, b -> {
+        }, null, body -> null);
+    }
+
+    @Override
+    public ConnectionStats stats() {
+        return stats;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return closed.get() == null;
+    }
+
+    @Override
+    public void close() {
+        closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "connection to memserver " + peer
+                + " was closed by this client"));
+    }
+
+    @Override
+    public String toString() {
+        return "tcp connection to " + peer;
+    }
+
+    // ---------------------------------------------------------------------------------------------- internals
+
+    private interface PartOp {
+        CompletableFuture<Void> run(long offset, long length);
+    }
+
+    /** Operations above the wire's data limit go as several, completing together. */
+    private static CompletableFuture<Void> split(long size, PartOp op) {
+        if (size <= Wire.MAX_DATA) {
+            return op.run(0, size);
+        }
+        List<CompletableFuture<Void>> parts = new ArrayList<>();
+        for (long off = 0; off < size; off += Wire.MAX_DATA) {
+            parts.add(op.run(off, Math.min(Wire.MAX_DATA, size - off)));
+        }
+        return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
+    }
+
+    private <T> CompletableFuture<T> send(int opcode, int bodyLength, BodyWriter body, MemorySegment data,
+                                          ReplyParser parser) {
+        return send(opcode, bodyLength, body, data, null, parser);
+    }
+
+    @SuppressWarnings("unchecked")
+    private <T> CompletableFuture<T> send(int opcode, int bodyLength, BodyWriter body, MemorySegment data,
+                                          MemorySegment dst, ReplyParser parser) {
+        RemoteMemoryException dead = closed.get();
+        if (dead != null) {
+            return CompletableFuture.failedFuture(dead);
+        }
+        long id = ids.getAndIncrement();
+        Pending p = new Pending(opcode, System.nanoTime() + timeoutNanos, dst, parser);
+        pending.put(id, p);
+        if (closed.get() != null && pending.remove(id) != null) {
+            p.future.completeExceptionally(closed.get()); // closed between the check and the put
+            return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
+        }
+        int inline = data == null ? bodyLength : bodyLength - (int) data.byteSize();
+        writeLock.lock();
+        try {
+            out.clear();
+            Wire.header(out, opcode, id, 0, bodyLength);
+            body.write(out);
+            if (out.position() != Wire.HEADER + inline) {
+                throw new IllegalStateException(Wire.opName(opcode) + " body is " + (out.position() - Wire.HEADER)
+                        + " bytes, declared " + inline);
+            }
+            out.flip();
+            vector[0] = out;
+            vector[1] = data == null ? null : data.asByteBuffer();
+            int n = data == null ? 1 : 2;
+            long total = Wire.HEADER + (long) bodyLength;
+            long written = 0;
+            while (written < total) {
+                written += channel.write(vector, 0, n);
+            }
+            stats.sendMessages.increment();
+            stats.sendBytes.add(total);
+        } catch (IOException e) {
+            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + " while sending "
+                    + Wire.opName(opcode) + ": " + e.getMessage(), e));
+        } finally {
+            vector[1] = null;
+            writeLock.unlock();
+        }
+        return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
+    }
+
+    private void readLoop() {
+        ByteBuffer h = ByteBuffer.allocateDirect(Wire.HEADER).order(ByteOrder.LITTLE_ENDIAN);
+        Pending p = null; // the request whose reply is being read: no longer in the map, so failed here if need be
+        try {
+            while (true) {
+                p = null;
+                h.clear();
+                readFully(channel, h);
+                h.flip();
+                if (h.getInt() != Wire.MAGIC) {
+                    throw new Wire.MalformedMessageException("bad magic");
+                }
+                h.getShort();
+                int opcode = Short.toUnsignedInt(h.getShort());
+                long id = h.getLong();
+                int status = h.getInt();
+                int length = h.getInt();
+                if (length < 0 || length > Wire.MAX_BODY) {
+                    throw new Wire.MalformedMessageException("reply body of " + Integer.toUnsignedString(length)
+                            + " bytes");
+                }
+                p = pending.remove(id);
+                if (p == null) {
+                    throw new Wire.MalformedMessageException("reply to unknown request " + id);
+                }
+                stats.recvMessages.increment();
+                stats.recvBytes.add(Wire.HEADER + (long) length);
+                if (status != 0) {
+                    ByteBuffer body = readBody(length);
+                    String message = length >= 2 ? Wire.parse("error", () -> Wire.getString(body)) : "";
+                    p.future.completeExceptionally(new RemoteMemoryException(Status.of(status),
+                            Wire.opName(opcode) + " on memserver " + peer + " failed: " + message));
+                } else if (p.dst != null) {
+                    if (length != p.dst.byteSize()) {
+                        throw new Wire.MalformedMessageException("READ reply of " + length + " bytes for "
+                                + p.dst.byteSize() + " requested");
+                    }
+                    readFully(channel, p.dst.asByteBuffer());
+                    p.future.complete(null);
+                } else {
+                    ByteBuffer body = readBody(length);
+                    completeWith(p, body);
+                }
+            }
+        } catch (Wire.MalformedMessageException e) {
+            fail(p, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer
+                    + " sent a malformed reply (" + e.getMessage() + "); connection closed")));
+            return;
+        } catch (EOFException e) {
+            fail(p, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer
+                    + " closed the connection")));
+        } catch (IOException e) {
+            fail(p, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + ": "
+                    + e.getMessage(), e)));
+        } catch (RuntimeException e) {
+            log.error("tcp reader for {} failed", peer, e);
+            fail(p, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "internal error reading from " + peer,
+                    e)));
+        }
+    }
+
+    private static void fail(Pending p, RemoteMemoryException cause) {
+        if (p != null) {
+            p.future.completeExceptionally(cause);
+        }
+    }
+
+    private static void completeWith(Pending p, ByteBuffer body) {
+        try {
+            p.future.complete(p.parser.parse(body));
+        } catch (Wire.MalformedMessageException | RuntimeException e) {
+            p.future.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "malformed "
+                    + Wire.opName(p.opcode) + " reply: " + e.getMessage()));
+        }
+    }
+
+    private ByteBuffer readBody(int length) throws IOException {
+        ByteBuffer body = Wire.allocate(length);
+        readFully(channel, body);
+        return body.flip();
+    }
+
+    private void checkDeadlines() {
+        if (closed.get() != null) {
+            return;
+        }
+        long now = System.nanoTime();
+        for (Pending p : pending.values()) {
+            if (now - p.deadline > 0) {
+                closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not answer "
+                        + Wire.opName(p.opcode) + " within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
+                        + " ms; connection declared dead"));
+                return;
+            }
+        }
+    }
+
+    /** Closes once, failing everything pending; returns the cause in force (the first one). */
+    private RemoteMemoryException closeWith(RemoteMemoryException cause) {
+        if (!closed.compareAndSet(null, cause)) {
+            return closed.get();
+        }
+        watchdog.cancel(false);
+        closeQuietly(channel);
+        int failed = 0;
+        for (Long id : List.copyOf(pending.keySet())) {
+            Pending p = pending.remove(id);
+            if (p != null) {
+                p.future.completeExceptionally(cause);
+                failed++;
+            }
+        }
+        if (cause.status() != Status.CONNECTION_LOST || failed > 0) {
+            log.warn("{} ({} pending operation(s) failed)", cause.getMessage(), failed);
+        } else {
+            log.debug("{}", cause.getMessage());
+        }
+        return cause;
+    }
+
+    static void readFully(SocketChannel ch, ByteBuffer b) throws IOException {
+        while (b.hasRemaining()) {
+            if (ch.read(b) < 0) {
+                throw new EOFException();
+            }
+        }
+    }
+
+    static void writeFully(SocketChannel ch, ByteBuffer b) throws IOException {
+        while (b.hasRemaining()) {
+            ch.write(b);
+        }
+    }
+
+    static void closeQuietly(SocketChannel ch) {
+        try {
+            ch.close();
+        } catch (IOException e) {
+            log.debug("close failed", e);
+        }
+    }
+}

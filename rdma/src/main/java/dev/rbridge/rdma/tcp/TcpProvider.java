@@ -1,0 +1,42 @@
+package dev.rbridge.rdma.tcp;
+
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.RegionService;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteListener;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryProvider;
+
+import java.io.IOException;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+
+/**
+ * Remote memory over plain TCP, in pure Java: the default transport, needing nothing but a socket. The memserver side
+ * plays the part of an RDMA NIC: it moves WRITE data from the socket straight into region memory and sends READ data
+ * straight from it.
+ */
+public final class TcpProvider implements RemoteMemoryProvider {
+    /** Deadlines and hello guards of every tcp connection in this JVM: one thread, little work. */
+    static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
+        Thread t = new Thread(r, "rdma-tcp-timer");
+        t.setDaemon(true);
+        return t;
+    });
+
+    @Override
+    public String name() {
+        return "tcp";
+    }
+
+    @Override
+    public RemoteConnection connect(ConnectParams params) throws RemoteMemoryException {
+        return TcpConnection.connect(params);
+    }
+
+    @Override
+    public RemoteListener listen(ListenParams params, RegionService service) throws IOException {
+        return TcpListener.start(params, service);
+    }
+}
