@@ -68,8 +68,8 @@ public final class MemServer implements RegionService, AutoCloseable {
         if (config.token() == null) {
             log.warn("no token configured: any client that can reach {} may use this memory", server.address());
         }
-        log.info("memserver {} lending up to {} bytes over {} at {}", server.serverId, config.capacityBytes(),
-                provider.name(), server.address());
+        log.info("memserver {} lending up to {} bytes over {} at {}:{}", server.serverId, config.capacityBytes(),
+                provider.name(), server.address().getHostString(), server.address().getPort());
         return server;
     }
 

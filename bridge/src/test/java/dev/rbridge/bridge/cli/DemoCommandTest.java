@@ -25,13 +25,7 @@ class DemoCommandTest {
     private static final Pattern SERVING = Pattern.compile("rbridge demo: serving (\\S+)");
 
     private static Process rbridge(Path log, String... args) throws IOException {
-        List<String> cmd = new ArrayList<>(List.of(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED",
-                "-cp", System.getProperty("java.class.path"),
-                Main.class.getName()));
-        cmd.addAll(List.of(args));
-        return new ProcessBuilder(cmd).redirectError(log.toFile()).start();
+        return CliProcess.start(log, args);
     }
 
     @Test

@@ -110,9 +110,10 @@ final class TcpConnection implements RemoteConnection {
             }
             return new TcpConnection(ch, peer, params.operationTimeout().toNanos(), info);
         } catch (IOException e) {
-            guard.cancel(false);
+            boolean timedOut = !guard.cancel(false); // the guard already ran: it closed the socket
             closeQuietly(ch);
-            String why = ch.isOpen() ? e.getMessage() : "no answer within " + params.connectTimeout().toMillis() + " ms";
+            String why = timedOut ? "no answer within " + params.connectTimeout().toMillis() + " ms"
+                    : e.getMessage() == null ? e.toString() : e.getMessage();
             throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot reach memserver " + peer + ": " + why, e);
         } catch (RemoteMemoryException e) {
             guard.cancel(false);

@@ -1,0 +1,73 @@
+package dev.rbridge.bridge.cli;
+
+import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.MemServerConfig;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.nio.file.Path;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+
+/** {@code rbridge memserver}: lend this machine's RAM to bridges. */
+@Command(name = "memserver",
+        mixinStandardHelpOptions = true,
+        description = {
+                "Lend RAM to bridges as regions over a remote-memory transport.",
+                "Memory is reserved per region but touched only when written; grants never exceed --capacity.",
+                "Clients must present the token; refused attempts are logged."},
+        footer = {"", "Example:", "  rbridge memserver --listen 0.0.0.0:7471 --capacity 64G --token-file /etc/rbridge/token"})
+final class MemServerCommand implements Callable<Integer> {
+    @Option(names = "--listen", paramLabel = "HOST:PORT", defaultValue = "127.0.0.1:7471",
+            description = "Address to serve on. Default ${DEFAULT-VALUE}.")
+    String listen;
+
+    @Option(names = "--capacity", paramLabel = "SIZE", required = true,
+            description = "Most memory granted at once (K, M, G, T are binary), e.g. 64G.")
+    String capacity;
+
+    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret clients must present.")
+    String token;
+
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
+    Path tokenFile;
+
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
+            description = "Remote-memory transport: tcp. Default ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
+            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
+    String logLevel;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    @Override
+    public Integer call() throws Exception {
+        MemServerConfig config;
+        try {
+            config = new MemServerConfig(Endpoints.parse(listen, MemServerConfig.DEFAULT_PORT), Sizes.parse(capacity),
+                    Endpoints.token(token, tokenFile), transport);
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        MemServer server;
+        try {
+            server = MemServer.start(config);
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        CountDownLatch stopped = new CountDownLatch(1);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            server.close();
+            stopped.countDown();
+        }, "shutdown"));
+        System.out.println("rbridge memserver: lending " + Sizes.format(config.capacityBytes()) + " at "
+                + server.address().getHostString() + ":" + server.address().getPort());
+        System.out.flush();
+        stopped.await();
+        return 0;
+    }
+}

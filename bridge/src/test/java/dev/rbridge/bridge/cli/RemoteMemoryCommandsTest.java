@@ -1,0 +1,73 @@
+package dev.rbridge.bridge.cli;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** {@code rbridge memserver} and {@code rbridge ping} as separate processes, as an operator runs them. */
+@Timeout(120)
+class RemoteMemoryCommandsTest {
+    private static final Pattern LENDING = Pattern.compile("lending \\S+ at (\\S+)");
+
+    @Test
+    void pingValidatesAgainstAMemserverProcessAndAWrongTokenIsRefused() throws Exception {
+        Path dir = Files.createTempDirectory("memserver");
+        Path tokenFile = Files.writeString(dir.resolve("token"), "t0ken\n");
+        Path log = dir.resolve("memserver.log");
+        Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--capacity", "256M",
+                "--token-file", tokenFile.toString());
+        try {
+            String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8))
+                    .readLine();
+            assertTrue(line != null, "memserver printed nothing; log:\n" + Files.readString(log));
+            Matcher matcher = LENDING.matcher(line);
+            assertTrue(matcher.find(), line);
+            String address = matcher.group(1);
+
+            Path pingLog = dir.resolve("ping.log");
+            Process ok = CliProcess.start(pingLog, "ping", "--server", address, "--token", "t0ken", "--count", "50",
+                    "--size", "64K", "--validate");
+            String out = new String(ok.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(ok.waitFor(60, TimeUnit.SECONDS));
+            assertEquals(0, ok.exitValue(), out + Files.readString(pingLog));
+            assertTrue(out.contains("50 rounds of 65536 bytes, all validated"), out);
+
+            Process bad = CliProcess.start(pingLog, "ping", "--server", address, "--token", "guess");
+            assertTrue(bad.waitFor(60, TimeUnit.SECONDS));
+            assertEquals(1, bad.exitValue());
+            assertTrue(Files.readString(pingLog).contains("wrong token"), Files.readString(pingLog));
+            assertTrue(Files.readString(log).contains("refused client 'rbridge-ping'"), Files.readString(log));
+
+            m.destroy();
+            assertTrue(m.waitFor(30, TimeUnit.SECONDS), "memserver did not stop on SIGTERM");
+            assertTrue(Files.readString(log).contains("stopped"), Files.readString(log));
+        } finally {
+            m.destroyForcibly();
+        }
+    }
+
+    @Test
+    void memserverRefusesBadSettingsWithOneSentence() throws Exception {
+        Path log = Files.createTempFile("memserver", ".log");
+        Process p = CliProcess.start(log, "memserver", "--capacity", "lots");
+        assertTrue(p.waitFor(30, TimeUnit.SECONDS));
+        assertEquals(2, p.exitValue());
+        assertTrue(Files.readString(log).contains("'lots' is not a size"), Files.readString(log));
+        Process q = CliProcess.start(log, "memserver", "--capacity", "1G", "--transport", "carrier-pigeon");
+        assertTrue(q.waitFor(30, TimeUnit.SECONDS));
+        assertEquals(2, q.exitValue());
+        assertTrue(Files.readString(log).contains("unknown transport 'carrier-pigeon' (available: tcp)"),
+                Files.readString(log));
+    }
+}
