@@ -38,6 +38,7 @@ import java.util.concurrent.locks.ReentrantLock;
  */
 final class TcpConnection implements RemoteConnection {
     private static final Logger log = LoggerFactory.getLogger(TcpConnection.class);
+    private static final long FLUSH_AT_BYTES = 1 << 20;
 
     private final SocketChannel channel;
     private final String peer;
@@ -47,8 +48,12 @@ final class TcpConnection implements RemoteConnection {
     private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
     private final AtomicLong ids = new AtomicLong(1);
     private final ReentrantLock writeLock = new ReentrantLock();
-    private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
-    private final ByteBuffer[] vector = new ByteBuffer[2];
+    /** Encoded headers and inline bodies of requests not yet written; guarded by writeLock. */
+    private final ByteBuffer out = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN);
+    /** What the next gathering write sends, in order: slices of {@code out} and caller data; guarded by writeLock. */
+    private final List<ByteBuffer> queued = new ArrayList<>();
+    private long queuedBytes;
+    private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
     private final Thread reader;
@@ -307,43 +312,95 @@ final class TcpConnection implements RemoteConnection {
         int inline = data == null ? bodyLength : bodyLength - (int) data.byteSize();
         writeLock.lock();
         try {
-            out.clear();
+            if (out.remaining() < Wire.HEADER + inline) {
+                writeQueued();
+            }
+            int start = out.position();
             Wire.header(out, opcode, id, 0, bodyLength);
             body.write(out);
-            if (out.position() != Wire.HEADER + inline) {
-                throw new IllegalStateException(Wire.opName(opcode) + " body is " + (out.position() - Wire.HEADER)
-                        + " bytes, declared " + inline);
+            if (out.position() - start != Wire.HEADER + inline) {
+                throw new IllegalStateException(Wire.opName(opcode) + " body is " + (out.position() - start
+                        - Wire.HEADER) + " bytes, declared " + inline);
             }
-            out.flip();
-            vector[0] = out;
-            vector[1] = data == null ? null : data.asByteBuffer();
-            int n = data == null ? 1 : 2;
-            long total = Wire.HEADER + (long) bodyLength;
-            long written = 0;
-            while (written < total) {
-                written += channel.write(vector, 0, n);
+            queued.add(out.slice(start, Wire.HEADER + inline));
+            if (data != null) {
+                queued.add(data.asByteBuffer());
             }
+            queuedBytes += Wire.HEADER + (long) bodyLength;
             stats.sendMessages.increment();
-            stats.sendBytes.add(total);
+            stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
+            // Requests issued from completion callbacks on the reader thread wait until the reader has handled every
+            // reply it has buffered: one write for the whole burst. Everyone else writes at once.
+            if (Thread.currentThread() != reader || queuedBytes >= FLUSH_AT_BYTES) {
+                writeQueued();
+            }
         } catch (IOException e) {
             closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + " while sending "
                     + Wire.opName(opcode) + ": " + e.getMessage(), e));
         } finally {
-            vector[1] = null;
             writeLock.unlock();
         }
         return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
     }
 
+    /** Writes everything queued, in order, with gathering writes. Caller holds writeLock. */
+    private void writeQueued() throws IOException {
+        if (queued.isEmpty()) {
+            return;
+        }
+        try {
+            ByteBuffer[] vector = queued.toArray(ByteBuffer[]::new);
+            int first = 0;
+            while (first < vector.length) {
+                channel.write(vector, first, vector.length - first);
+                while (first < vector.length && !vector[first].hasRemaining()) {
+                    first++;
+                }
+            }
+        } finally {
+            queued.clear();
+            out.clear();
+            queuedBytes = 0;
+        }
+    }
+
+    /** The reader sends what its completion callbacks queued before it blocks for more input. */
+    private void writeQueuedFromReader() {
+        writeLock.lock();
+        try {
+            writeQueued();
+        } catch (IOException e) {
+            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: "
+                    + e.getMessage(), e));
+        } finally {
+            writeLock.unlock();
+        }
+    }
+
+    /** Makes {@code n} bytes readable in {@code in}, sending queued requests before blocking. */
+    private void ensure(int n) throws IOException {
+        while (in.remaining() < n) {
+            writeQueuedFromReader();
+            in.compact();
+            int r;
+            try {
+                r = channel.read(in);
+            } finally {
+                in.flip();
+            }
+            if (r < 0) {
+                throw new EOFException();
+            }
+        }
+    }
+
     private void readLoop() {
-        ByteBuffer h = ByteBuffer.allocateDirect(Wire.HEADER).order(ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer h = in;
         Pending p = null; // the request whose reply is being read: no longer in the map, so failed here if need be
         try {
             while (true) {
                 p = null;
-                h.clear();
-                readFully(channel, h);
-                h.flip();
+                ensure(Wire.HEADER);
                 if (h.getInt() != Wire.MAGIC) {
                     throw new Wire.MalformedMessageException("bad magic");
                 }
@@ -372,7 +429,11 @@ final class TcpConnection implements RemoteConnection {
                         throw new Wire.MalformedMessageException("READ reply of " + length + " bytes for "
                                 + p.dst.byteSize() + " requested");
                     }
-                    readFully(channel, p.dst.asByteBuffer());
+                    ByteBuffer dst = p.dst.asByteBuffer();
+                    int buffered = Math.min(in.remaining(), length);
+                    dst.put(in.slice(in.position(), buffered));
+                    in.position(in.position() + buffered);
+                    readFully(channel, dst); // the rest, if any, straight from the socket
                     p.future.complete(null);
                 } else {
                     ByteBuffer body = readBody(length);
@@ -413,6 +474,9 @@ final class TcpConnection implements RemoteConnection {
 
     private ByteBuffer readBody(int length) throws IOException {
         ByteBuffer body = Wire.allocate(length);
+        int buffered = Math.min(in.remaining(), length);
+        body.put(in.slice(in.position(), buffered));
+        in.position(in.position() + buffered);
         readFully(channel, body);
         return body.flip();
     }

@@ -1,0 +1,263 @@
+package dev.rbridge.bridge.cli;
+
+import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.tcp.TcpProvider;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.PrintWriter;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.management.ManagementFactory;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.Locale;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+
+/**
+ * {@code rbridge bench}: perftest for this project. Latency tests run one operation at a time and print the
+ * ib_*_lat columns; bandwidth tests keep {@code --tx-depth} operations in flight and print the ib_*_bw columns, plus
+ * this process's CPU seconds per GB moved.
+ */
+@Command(name = "bench",
+        mixinStandardHelpOptions = true,
+        description = {"Measure remote-memory latency or bandwidth against a memserver, perftest style.",
+                "read-lat/write-lat: one operation at a time, microseconds per operation.",
+                "read-bw/write-bw: --tx-depth operations in flight; --duplex mixes reads and writes."},
+        footer = {"", "Examples:",
+                "  rbridge bench --server 10.0.0.5:7471 --token T --test read-lat --size 4K --iters 20000",
+                "  rbridge bench --server 10.0.0.5:7471 --token T --test write-bw --size 1M --tx-depth 8 --time 10"})
+final class BenchCommand implements Callable<Integer> {
+    enum Test { READ_LAT, WRITE_LAT, READ_BW, WRITE_BW }
+
+    @Option(names = "--server", paramLabel = "HOST:PORT", required = true, description = "The memserver.")
+    String server;
+
+    @Option(names = "--test", required = true, converter = TestConverter.class,
+            description = "read-lat, write-lat, read-bw or write-bw.")
+    Test test;
+
+    @Option(names = "--size", paramLabel = "SIZE", defaultValue = "4K", description = "Bytes per operation. Default ${DEFAULT-VALUE}.")
+    String size;
+
+    @Option(names = "--tx-depth", paramLabel = "N", defaultValue = "32",
+            description = "Operations in flight in bandwidth tests. Default ${DEFAULT-VALUE}.")
+    int txDepth;
+
+    @Option(names = "--iters", paramLabel = "N", defaultValue = "10000",
+            description = "Operations to time (after a warm-up of a tenth as many), unless --time. Default ${DEFAULT-VALUE}.")
+    int iters;
+
+    @Option(names = "--time", paramLabel = "SECONDS", description = "Run for this long instead of --iters.")
+    Integer time;
+
+    @Option(names = "--duplex", description = "Bandwidth tests: half the operations read, half write.")
+    boolean duplex;
+
+    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret of the memserver.")
+    String token;
+
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
+    Path tokenFile;
+
+    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
+            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
+    String logLevel;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    static final class TestConverter implements CommandLine.ITypeConverter<Test> {
+        public Test convert(String value) {
+            try {
+                return Test.valueOf(value.toUpperCase(Locale.ROOT).replace('-', '_'));
+            } catch (IllegalArgumentException e) {
+                throw new CommandLine.TypeConversionException("'" + value
+                        + "' is not a test (read-lat, write-lat, read-bw, write-bw)");
+            }
+        }
+    }
+
+    private interface Op {
+        CompletableFuture<Void> run(int slot, boolean read);
+    }
+
+    @Override
+    public Integer call() throws Exception {
+        int bytes;
+        ConnectParams params;
+        try {
+            bytes = Math.toIntExact(Sizes.parse(size));
+            if (bytes <= 0 || txDepth <= 0 || iters <= 0 || (time != null && time <= 0)) {
+                throw new IllegalArgumentException("--size, --tx-depth, --iters and --time must be positive");
+            }
+            params = new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
+                    .token(Endpoints.token(token, tokenFile)).clientName("rbridge-bench")
+                    .operationTimeout(Duration.ofSeconds(10));
+        } catch (IllegalArgumentException | ArithmeticException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        PrintWriter out = spec.commandLine().getOut();
+        boolean latency = test == Test.READ_LAT || test == Test.WRITE_LAT;
+        int slots = latency ? 1 : txDepth;
+        try (RemoteConnection c = new TcpProvider().connect(params); Arena arena = Arena.ofShared()) {
+            RegionDescriptor region = c.allocate(RegionTag.scratch("bench"), (long) bytes * slots).get();
+            try {
+                MemorySegment[] buffers = new MemorySegment[slots];
+                for (int i = 0; i < slots; i++) {
+                    buffers[i] = arena.allocate(bytes, 4096).fill((byte) i);
+                    c.write(region, (long) i * bytes, buffers[i]).get(); // reads then hit written memory
+                }
+                Op op = (slot, read) -> read ? c.read(region, (long) slot * bytes, buffers[slot])
+                        : c.write(region, (long) slot * bytes, buffers[slot]);
+                out.println("Transport: " + c + " (tcp provider), memserver " + c.server().serverId());
+                if (latency) {
+                    latency(out, op, test == Test.READ_LAT, bytes);
+                } else {
+                    bandwidth(out, op, test == Test.READ_BW, bytes);
+                }
+            } finally {
+                if (c.isOpen()) {
+                    c.release(region).get(10, TimeUnit.SECONDS);
+                }
+            }
+            return 0;
+        } catch (RemoteMemoryException e) {
+            spec.commandLine().getErr().println("bench: " + e.getMessage());
+            return 1;
+        } catch (ExecutionException e) {
+            spec.commandLine().getErr().println("bench: " + (e.getCause() == null ? e : e.getCause().getMessage()));
+            return 1;
+        }
+    }
+
+    private void latency(PrintWriter out, Op op, boolean read, int bytes) throws Exception {
+        for (int i = 0; i < Math.max(100, iters / 10); i++) {
+            op.run(0, read).get();
+        }
+        long limit = time == null ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.SECONDS.toNanos(time);
+        long[] samples = new long[time == null ? iters : 1 << 20];
+        int n = 0;
+        while (n < samples.length && (time == null ? n < iters : System.nanoTime() < limit)) {
+            long start = System.nanoTime();
+            op.run(0, read).get();
+            samples[n++] = System.nanoTime() - start;
+        }
+        long[] s = Arrays.copyOf(samples, n);
+        Arrays.sort(s);
+        double avg = Arrays.stream(s).average().orElse(0);
+        double var = Arrays.stream(s).mapToDouble(x -> (x - avg) * (x - avg)).sum() / Math.max(1, n - 1);
+        String line = "-".repeat(119);
+        out.println(line);
+        out.printf(" %-8s %-12s %-12s %-12s %-16s %-12s %-14s %-22s %-22s%n", "#bytes", "#iterations", "t_min[usec]",
+                "t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]",
+                "99.9% percentile[usec]");
+        out.printf(" %-8d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-22.2f %-22.2f%n", bytes, n, s[0] / 1e3,
+                s[n - 1] / 1e3, s[n / 2] / 1e3, avg / 1e3, Math.sqrt(var) / 1e3, percentile(s, 0.99) / 1e3,
+                percentile(s, 0.999) / 1e3);
+        out.println(line);
+    }
+
+    private void bandwidth(PrintWriter out, Op op, boolean read, int bytes) throws Exception {
+        // Like perftest, the next operation is posted from the completion of the last one: txDepth chains, each
+        // with its own buffer, so the issuing thread never sleeps between operations.
+        AtomicLong done = new AtomicLong();
+        AtomicLong issued = new AtomicLong();
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        java.util.concurrent.CountDownLatch chains = new java.util.concurrent.CountDownLatch(txDepth);
+        long cpuStart = cpuNanos();
+        long start = System.nanoTime();
+        long end = time == null ? Long.MAX_VALUE : start + TimeUnit.SECONDS.toNanos(time);
+        for (int chain = 0; chain < txDepth; chain++) {
+            new Chain(op, chain, read, done, issued, failure, chains, end).next();
+        }
+        long windowStart = start;
+        long windowDone = 0;
+        double peak = 0;
+        while (!chains.await(100, TimeUnit.MILLISECONDS)) {
+            long now = System.nanoTime();
+            long d = done.get();
+            peak = Math.max(peak, (d - windowDone) * (double) bytes / ((now - windowStart) / 1e9) / 1e6);
+            windowStart = now;
+            windowDone = d;
+        }
+        long elapsed = System.nanoTime() - start;
+        double cpu = (cpuNanos() - cpuStart) / 1e9;
+        if (failure.get() != null) {
+            throw new ExecutionException(failure.get());
+        }
+        long ops = done.get();
+        double average = ops * (double) bytes / (elapsed / 1e9) / 1e6;
+        double gb = ops * (double) bytes / 1e9;
+        String line = "-".repeat(100);
+        out.println(line);
+        out.printf(" %-10s %-14s %-18s %-21s %-14s %-18s%n", "#bytes", "#iterations", "BW peak[MB/sec]",
+                "BW average[MB/sec]", "MsgRate[Mpps]", "CPU[s/GB, client]");
+        out.printf(" %-10d %-14d %-18.2f %-21.2f %-14.6f %-18.3f%n", bytes, ops, Math.max(peak, average), average,
+                ops / (elapsed / 1e9) / 1e6, gb > 0 ? cpu / gb : 0);
+        out.println(line);
+    }
+
+    /** One operation in flight at a time, re-posted from its own completion until the run ends. */
+    private final class Chain {
+        private final Op op;
+        private final int slot;
+        private final boolean read;
+        private final AtomicLong done;
+        private final AtomicLong issued;
+        private final AtomicReference<Throwable> failure;
+        private final java.util.concurrent.CountDownLatch finished;
+        private final long end;
+        private long count;
+
+        Chain(Op op, int slot, boolean read, AtomicLong done, AtomicLong issued, AtomicReference<Throwable> failure,
+              java.util.concurrent.CountDownLatch finished, long end) {
+            this.op = op;
+            this.slot = slot;
+            this.read = read;
+            this.done = done;
+            this.issued = issued;
+            this.failure = failure;
+            this.finished = finished;
+            this.end = end;
+        }
+
+        void next() {
+            boolean more = failure.get() == null
+                    && (time == null ? issued.getAndIncrement() < iters : System.nanoTime() < end);
+            if (!more) {
+                finished.countDown();
+                return;
+            }
+            boolean r = duplex ? (count++ & 1) == (slot & 1) : read;
+            op.run(slot, r).whenComplete((v, t) -> {
+                if (t != null) {
+                    failure.compareAndSet(null, t);
+                }
+                done.incrementAndGet();
+                next();
+            });
+        }
+    }
+
+    private static long percentile(long[] sorted, double p) {
+        return sorted[Math.min(sorted.length - 1, (int) Math.ceil(sorted.length * p) - 1)];
+    }
+
+    private static long cpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+                .getProcessCpuTime();
+    }
+}
