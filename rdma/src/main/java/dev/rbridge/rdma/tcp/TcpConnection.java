@@ -15,7 +15,6 @@ import org.slf4j.LoggerFactory;
 import java.io.EOFException;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
@@ -107,8 +106,8 @@ final class TcpConnection implements RemoteConnection {
         ScheduledFuture<?> guard = TcpProvider.TIMER.schedule(() -> closeQuietly(ch),
                 params.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
         try {
+            Wire.tune(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
-            ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
             ServerInfo info = hello(ch, params, peer);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");

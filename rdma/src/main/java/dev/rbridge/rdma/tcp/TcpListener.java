@@ -56,7 +56,7 @@ final class TcpListener implements RemoteListener {
             SocketChannel ch;
             try {
                 ch = server.accept();
-                ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+                Wire.tune(ch);
             } catch (ClosedChannelException e) {
                 return;
             } catch (IOException e) {

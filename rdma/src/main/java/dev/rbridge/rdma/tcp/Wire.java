@@ -37,6 +37,15 @@ final class Wire {
     /** region id, key, offset: the fixed part of READ, WRITE and ZERO. */
     static final int DATA_ADDRESS = 24;
 
+    /** Socket buffer size on both ends: room for several large transfers in flight without stalls. */
+    static final int SOCKET_BUFFER = 4 << 20;
+
+    static void tune(java.nio.channels.SocketChannel ch) throws java.io.IOException {
+        ch.setOption(java.net.StandardSocketOptions.TCP_NODELAY, true);
+        ch.setOption(java.net.StandardSocketOptions.SO_SNDBUF, SOCKET_BUFFER);
+        ch.setOption(java.net.StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER);
+    }
+
     static ByteBuffer allocate(int capacity) {
         return ByteBuffer.allocate(capacity).order(ByteOrder.LITTLE_ENDIAN);
     }
