@@ -38,11 +38,11 @@ place() { # lat|bw: pin the memserver's threads and choose the client's CPU
   if [ "$1" = lat ]; then client_cpu="taskset -c 0"; else client_cpu="taskset -c 1"; fi
 }
 
-setsid "$root/rbridge" memserver --listen 127.0.0.1:0 --capacity 8G --token "$token" \
+setsid "$root/rbridge" memserver --listen 127.0.0.1:0 --admin none --capacity 8G --token "$token" \
   >"$work/ms.out" 2>"$work/ms.log" &
 ms_pid=$!
 for _ in $(seq 1 300); do grep -q lending "$work/ms.out" 2>/dev/null && break; sleep 0.1; done
-addr="$(sed -n 's/.* at \([^ ]*\)$/\1/p' "$work/ms.out")"
+addr="$(sed -n 's/.* at \([^ ]*\).*/\1/p' "$work/ms.out")"
 [ -n "$addr" ] || { echo "memserver did not start:" >&2; cat "$work/ms.log" >&2; exit 1; }
 java_pid="$(pgrep -P "$ms_pid" java || echo "$ms_pid")"
 

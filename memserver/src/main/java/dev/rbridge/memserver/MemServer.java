@@ -29,6 +29,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -50,6 +51,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     private final AtomicLong refusedAuth = new AtomicLong();
     private final SecureRandom random = new SecureRandom();
     private volatile boolean draining;
+    private final CompletableFuture<Void> drained = new CompletableFuture<>();
     private RemoteListener listener;
 
     private MemServer(MemServerConfig config) {
@@ -145,7 +147,7 @@ public final class MemServer implements RegionService, AutoCloseable {
             key = random.nextLong();
         } while (key == 0);
         RegionDescriptor d = new RegionDescriptor(nextRegionId.getAndIncrement(), length, key, tag);
-        regions.put(d.id(), new Region(d, memory, c.name));
+        regions.put(d.id(), new Region(d, memory, c.name, c.id));
         log.debug("client {}: granted {}", c.id, d);
         return d;
     }
@@ -238,6 +240,70 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
     }
 
+    // ------------------------------------------------------------------------------------------------- admin
+
+    /** A connected client as an operator sees it. */
+    public record ClientView(long id, String name, String address, String state, int regions, long bytes,
+                             ConnectionStats.Snapshot stats) {
+    }
+
+    public List<ClientView> clients() {
+        List<ClientView> out = new ArrayList<>();
+        for (Client c : clients) {
+            int n = 0;
+            long bytes = 0;
+            for (Region r : regions.values()) {
+                if (r.ownerId == c.id) {
+                    n++;
+                    bytes += r.descriptor.length();
+                }
+            }
+            ConnectionStats st = c.stats;
+            out.add(new ClientView(c.id, c.name, c.peer, draining ? "draining" : "connected", n, bytes,
+                    st == null ? new ConnectionStats().snapshot() : st.snapshot()));
+        }
+        out.sort(Comparator.comparingLong(ClientView::id));
+        return out;
+    }
+
+    public List<RegionInfo> regions() {
+        return listRegions();
+    }
+
+    /** Operator action: cuts a client's connection. Its regions stay (it may reconnect and reattach). */
+    public boolean disconnect(long clientId) {
+        for (Client c : clients) {
+            if (c.id == clientId && c.disconnect != null) {
+                log.info("disconnecting client {} '{}' at an operator's request", c.id, c.name);
+                c.disconnect.run();
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * Refuses new clients and new grants from now on; the returned future completes when the last client has left.
+     */
+    public CompletableFuture<Void> drain() {
+        if (!draining) {
+            draining = true;
+            log.info("draining: no new clients or regions; waiting for {} client(s) to leave", clients.size());
+        }
+        if (clients.isEmpty()) {
+            drained.complete(null);
+        }
+        return drained;
+    }
+
+    public boolean draining() {
+        return draining;
+    }
+
+    public long capacityBytes() {
+        return config.capacityBytes();
+    }
+
     // ---------------------------------------------------------------------------------------------- lifecycle
 
     @Override
@@ -256,6 +322,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         final String name;
         final String peer;
         volatile ConnectionStats stats;
+        volatile Runnable disconnect;
 
         Client(long id, String name, String peer) {
             this.id = id;
@@ -291,13 +358,17 @@ public final class MemServer implements RegionService, AutoCloseable {
             MemServer.this.zero(regionId, key, offset, length);
         }
 
-        public void attachStats(ConnectionStats stats) {
+        public void attach(ConnectionStats stats, Runnable disconnect) {
             this.stats = stats;
+            this.disconnect = disconnect;
         }
 
         public void closed() {
             clients.remove(this);
             log.info("client {} '{}' from {} disconnected", id, name, peer);
+            if (draining && clients.isEmpty()) {
+                drained.complete(null);
+            }
         }
     }
 }

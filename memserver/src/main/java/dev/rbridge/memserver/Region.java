@@ -14,14 +14,16 @@ final class Region {
     final RegionDescriptor descriptor;
     final AnonymousMemory memory;
     final String owner;
+    final long ownerId;
     /** One reference for being alive plus one per pin; zero means unmapped. */
     private final AtomicInteger references = new AtomicInteger(1);
     private boolean released;
 
-    Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner) {
+    Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner, long ownerId) {
         this.descriptor = descriptor;
         this.memory = memory;
         this.owner = owner;
+        this.ownerId = ownerId;
     }
 
     boolean pin() {

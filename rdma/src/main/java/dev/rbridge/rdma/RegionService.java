@@ -38,8 +38,11 @@ public interface RegionService {
         /** Zeroes a range, giving whole pages back to the system. */
         void zero(long regionId, long key, long offset, long length) throws RemoteMemoryException;
 
-        /** The transport's counters for this client, for admin and metrics. */
-        void attachStats(ConnectionStats stats);
+        /**
+         * Called once the client is admitted: the transport's counters for it (for admin and metrics), and how to cut
+         * its connection (an operator's disconnect).
+         */
+        void attach(ConnectionStats stats, Runnable disconnect);
 
         /** The connection ended (either side). */
         void closed();

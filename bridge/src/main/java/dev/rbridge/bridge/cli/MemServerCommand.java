@@ -1,11 +1,13 @@
 package dev.rbridge.bridge.cli;
 
+import dev.rbridge.memserver.AdminHttpServer;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
+import java.io.IOException;
 import java.nio.file.Path;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
@@ -33,6 +35,11 @@ final class MemServerCommand implements Callable<Integer> {
     @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
     Path tokenFile;
 
+    @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = "127.0.0.1:7472",
+            description = "Operator interface (JSON over HTTP, token-guarded) for rbridge admin; 'none' turns it off. "
+                    + "Default ${DEFAULT-VALUE}.")
+    String admin;
+
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
             description = "Remote-memory transport: tcp. Default ${DEFAULT-VALUE}.")
     String transport;
@@ -59,13 +66,30 @@ final class MemServerCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
+        AdminHttpServer adminServer = null;
+        if (!admin.equals("none")) {
+            try {
+                adminServer = new AdminHttpServer(Endpoints.parse(admin, 7472), server, config.token(),
+                        () -> System.exit(0));
+            } catch (IOException | IllegalArgumentException e) {
+                server.close();
+                spec.commandLine().getErr().println("memserver: " + e.getMessage() + " (use --admin HOST:PORT or none)");
+                return 1;
+            }
+        }
+        AdminHttpServer adminToClose = adminServer;
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            if (adminToClose != null) {
+                adminToClose.close();
+            }
             server.close();
             stopped.countDown();
         }, "shutdown"));
         System.out.println("rbridge memserver: lending " + Sizes.format(config.capacityBytes()) + " at "
-                + server.address().getHostString() + ":" + server.address().getPort());
+                + server.address().getHostString() + ":" + server.address().getPort()
+                + (adminServer == null ? "" : " admin " + adminServer.address().getHostString() + ":"
+                + adminServer.address().getPort()));
         System.out.flush();
         stopped.await();
         return 0;

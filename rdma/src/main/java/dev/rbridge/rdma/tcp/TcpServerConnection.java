@@ -129,7 +129,7 @@ final class TcpServerConnection implements Runnable {
             tryError(h.id, h.opcode, e.status(), e.getMessage());
             return false;
         }
-        s.attachStats(stats);
+        s.attach(stats, this::close);
         ServerInfo info = s.serverInfo();
         ByteBuffer reply = queueReply(Wire.HELLO, h.id, Wire.stringLength(info.serverId()) + 16);
         Wire.putString(reply, info.serverId());
