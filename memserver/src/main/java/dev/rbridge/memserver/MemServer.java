@@ -62,8 +62,9 @@ public final class MemServer implements RegionService, AutoCloseable {
     public static MemServer start(MemServerConfig config) throws IOException {
         RemoteMemoryProvider provider = switch (config.transport()) {
             case "tcp" -> new TcpProvider();
+            case "local" -> new dev.rbridge.rdma.local.LocalProvider();
             default -> throw new IllegalArgumentException("unknown transport '" + config.transport()
-                    + "' (available: tcp)");
+                    + "' (available: tcp, local)");
         };
         MemServer server = new MemServer(config);
         server.listener = provider.listen(new ListenParams().address(config.listen()), server);

@@ -1,0 +1,48 @@
+package dev.rbridge.memserver;
+
+import dev.rbridge.rdma.RemoteMemoryProvider;
+import dev.rbridge.rdma.local.LocalProvider;
+
+import java.net.InetSocketAddress;
+
+/**
+ * The provider contract over the in-process provider. "Killing" the memserver stops it inside this JVM, which is
+ * what the embedded mode can suffer; freezing and wire corruption do not apply and are skipped with that reason.
+ */
+class LocalProviderContractTest extends ProviderContractTest {
+    @Override
+    RemoteMemoryProvider provider() {
+        return new LocalProvider();
+    }
+
+    @Override
+    Target start(long capacity) throws Exception {
+        MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, TOKEN,
+                "local"));
+        return new Target() {
+            public InetSocketAddress address() {
+                return m.address();
+            }
+
+            public void kill() {
+                m.close();
+            }
+
+            public boolean hasWire() {
+                return false;
+            }
+
+            public void freeze() {
+                throw new UnsupportedOperationException();
+            }
+
+            public void thaw() {
+                throw new UnsupportedOperationException();
+            }
+
+            public void close() {
+                m.close();
+            }
+        };
+    }
+}

@@ -1,0 +1,154 @@
+package dev.rbridge.rdma.local;
+
+import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionService;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.ServerInfo;
+
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Consumer;
+
+/** A client connection to a memserver in this JVM: every operation runs on the caller's thread. */
+final class LocalConnection implements RemoteConnection {
+    /** Never started: only asked whether a buffer is confined to its creating thread. */
+    private static final Thread SOME_OTHER_THREAD = Thread.ofPlatform().unstarted(() -> {
+    });
+
+    private final RegionService.Session session;
+    private final String peer;
+    private final Consumer<LocalConnection> onClose;
+    private final ConnectionStats stats = new ConnectionStats();
+    private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
+
+    LocalConnection(RegionService.Session session, InetSocketAddress address, Consumer<LocalConnection> onClose) {
+        this.session = session;
+        this.peer = address.getHostString() + ":" + address.getPort();
+        this.onClose = onClose;
+        session.attach(stats, () -> lost("disconnected by the memserver's operator"));
+    }
+
+    private interface Body<T> {
+        T run() throws RemoteMemoryException;
+    }
+
+    private <T> CompletableFuture<T> call(Body<T> body) {
+        RemoteMemoryException dead = closed.get();
+        if (dead != null) {
+            return CompletableFuture.failedFuture(dead);
+        }
+        try {
+            stats.sendMessages.increment();
+            T result = body.run();
+            stats.recvMessages.increment();
+            return CompletableFuture.completedFuture(result);
+        } catch (RemoteMemoryException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
+    @Override
+    public ServerInfo server() {
+        return session.serverInfo();
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> allocate(RegionTag tag, long length) {
+        return call(() -> session.allocate(tag, length));
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> open(long regionId) {
+        return call(() -> session.open(regionId));
+    }
+
+    @Override
+    public CompletableFuture<List<RegionInfo>> list() {
+        return call(session::list);
+    }
+
+    @Override
+    public CompletableFuture<Void> release(RegionDescriptor region) {
+        return call(() -> {
+            session.release(region.id(), region.key());
+            return null;
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst) {
+        if (!dst.isAccessibleBy(SOME_OTHER_THREAD)) {
+            // Same rule as the network providers, so code that works here works there too.
+            return CompletableFuture.failedFuture(new IllegalArgumentException("a read buffer must be shared memory "
+                    + "(Arena.ofShared, ofAuto or global)"));
+        }
+        return call(() -> {
+            try (RegionService.Pin pin = session.pin(region.id(), region.key(), offset, dst.byteSize())) {
+                MemorySegment.copy(pin.memory(), 0, dst, 0, dst.byteSize());
+            }
+            stats.readOps.increment();
+            stats.readBytes.add(dst.byteSize());
+            return null;
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> write(RegionDescriptor region, long offset, MemorySegment src) {
+        return call(() -> {
+            try (RegionService.Pin pin = session.pin(region.id(), region.key(), offset, src.byteSize())) {
+                MemorySegment.copy(src, 0, pin.memory(), 0, src.byteSize());
+            }
+            stats.writeOps.increment();
+            stats.writeBytes.add(src.byteSize());
+            return null;
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> zero(RegionDescriptor region, long offset, long length) {
+        return call(() -> {
+            session.zero(region.id(), region.key(), offset, length);
+            return null;
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> flush() {
+        return call(() -> null); // every operation completed before it returned
+    }
+
+    @Override
+    public ConnectionStats stats() {
+        return stats;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return closed.get() == null;
+    }
+
+    void lost(String why) {
+        if (closed.compareAndSet(null, new RemoteMemoryException(Status.CONNECTION_LOST, why))) {
+            session.closed();
+            onClose.accept(this);
+        }
+    }
+
+    @Override
+    public void close() {
+        lost("connection to local memserver " + peer + " was closed by this client");
+    }
+
+    @Override
+    public String toString() {
+        return "local connection to " + peer;
+    }
+}
