@@ -24,6 +24,9 @@ public final class AnonymousMemory implements AutoCloseable {
     private static final int MAP_ANONYMOUS = 0x20;
     private static final int MAP_NORESERVE = 0x4000;
     private static final int MADV_DONTNEED = 4;
+    private static final int MAP_HUGETLB = 0x40000;
+    private static final int MLOCK_ONFAULT = 1;
+    public static final long HUGE_PAGE_SIZE = 2L << 20;
 
     private static final Linker LINKER = Linker.nativeLinker();
     private static final StructLayout CALL_STATE = Linker.Option.captureStateLayout();
@@ -36,11 +39,16 @@ public final class AnonymousMemory implements AutoCloseable {
     private static final MethodHandle MADVISE = downcall("madvise", FunctionDescriptor.of(ValueLayout.JAVA_INT,
             ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT));
 
+    private static final MethodHandle MLOCK2 = downcall("mlock2", FunctionDescriptor.of(ValueLayout.JAVA_INT,
+            ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT));
+
     private final MemorySegment segment;
+    private final long pageSize;
     private volatile boolean closed;
 
-    private AnonymousMemory(MemorySegment segment) {
+    private AnonymousMemory(MemorySegment segment, long pageSize) {
         this.segment = segment;
+        this.pageSize = pageSize;
     }
 
     private static MethodHandle downcall(String name, FunctionDescriptor descriptor) {
@@ -51,22 +59,54 @@ public final class AnonymousMemory implements AutoCloseable {
 
     /** Reserves {@code length} bytes (rounded up to whole pages) of zero-filled, lazily backed memory. */
     public static AnonymousMemory map(long length) {
-        long rounded = roundUp(length);
+        return map(length, false, false);
+    }
+
+    /**
+     * Like {@link #map(long)}, optionally from the kernel's huge page pool (2 MiB pages; the pool is sized by
+     * {@code vm.nr_hugepages}) and optionally locked so it is never swapped, page by page as it is first touched
+     * ({@code mlock2(MLOCK_ONFAULT)}: locking does not make the memory resident up front).
+     *
+     * @throws IllegalStateException with a sentence saying what the system refused and what to change
+     */
+    public static AnonymousMemory map(long length, boolean hugePages, boolean lock) {
+        long page = hugePages ? HUGE_PAGE_SIZE : PAGE_SIZE;
+        long rounded = (length + page - 1) & -page;
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(CALL_STATE);
+            // Huge pages are reserved from the pool at mmap time (no MAP_NORESERVE): an empty pool fails here, with a
+            // reason, instead of killing the process with SIGBUS at the first write.
+            int flags = MAP_PRIVATE | MAP_ANONYMOUS | (hugePages ? MAP_HUGETLB : MAP_NORESERVE);
             MemorySegment address = (MemorySegment) MMAP.invokeExact(state, MemorySegment.NULL, rounded,
-                    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0L);
+                    PROT_READ | PROT_WRITE, flags, -1, 0L);
             if (address.address() == -1L) {
                 int errno = (int) ERRNO.get(state, 0L);
-                throw new IllegalStateException("mmap of " + rounded + " bytes failed: errno " + errno
-                        + (errno == 12 ? " (ENOMEM: not enough address space or vm.overcommit_memory forbids it)" : ""));
+                throw new IllegalStateException("mmap of " + rounded + " bytes failed: errno " + errno + (errno != 12 ? ""
+                        : hugePages ? " (ENOMEM: not enough free huge pages; raise vm.nr_hugepages, see /proc/meminfo)"
+                        : " (ENOMEM: not enough address space or vm.overcommit_memory forbids it)"));
             }
-            return new AnonymousMemory(address.reinterpret(rounded));
+            AnonymousMemory memory = new AnonymousMemory(address.reinterpret(rounded), page);
+            if (lock) {
+                int rc = (int) MLOCK2.invokeExact(state, memory.segment, rounded, MLOCK_ONFAULT);
+                if (rc != 0) {
+                    int errno = (int) ERRNO.get(state, 0L);
+                    memory.close();
+                    throw new IllegalStateException("mlock of " + rounded + " bytes failed: errno " + errno
+                            + (errno == 12 || errno == 1 ? " (the memlock limit is too low: raise it with ulimit -l, "
+                            + "LimitMEMLOCK=infinity in systemd, or run without --mlock)" : ""));
+                }
+            }
+            return memory;
         } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
             throw new IllegalStateException("mmap failed", t);
         }
+    }
+
+    /** The granularity of {@link #release}: 4 KiB, or 2 MiB for huge pages. */
+    public long pageSize() {
+        return pageSize;
     }
 
     public MemorySegment segment() {
@@ -75,7 +115,7 @@ public final class AnonymousMemory implements AutoCloseable {
 
     /** Gives the pages of a page-aligned range back to the kernel; they read as zeroes afterwards. */
     public void release(long offset, long length) {
-        if ((offset | length) % PAGE_SIZE != 0) {
+        if ((offset | length) % pageSize != 0) {
             throw new IllegalArgumentException("release needs a page-aligned range: " + offset + "+" + length);
         }
         if (length == 0) {

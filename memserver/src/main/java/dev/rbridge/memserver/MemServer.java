@@ -126,7 +126,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         if (length <= 0) {
             throw new RemoteMemoryException(Status.BAD_REQUEST, "region length must be positive: " + length);
         }
-        long rounded = AnonymousMemory.roundUp(length);
+        long rounded = rounded(length);
         long before;
         do {
             before = granted.get();
@@ -137,11 +137,12 @@ public final class MemServer implements RegionService, AutoCloseable {
         } while (!granted.compareAndSet(before, before + rounded));
         AnonymousMemory memory;
         try {
-            memory = AnonymousMemory.map(length);
+            memory = AnonymousMemory.map(length, config.hugePages(), config.mlock());
         } catch (RuntimeException e) {
             granted.addAndGet(-rounded);
-            throw new RemoteMemoryException(Status.NO_CAPACITY, "the system refused " + rounded + " bytes: "
-                    + e.getMessage());
+            log.warn("could not grant {} bytes: {}", rounded, e.getMessage());
+            throw new RemoteMemoryException(Status.NO_CAPACITY, "the memserver's system refused " + rounded
+                    + " bytes: " + e.getMessage());
         }
         long key;
         do {
@@ -151,6 +152,12 @@ public final class MemServer implements RegionService, AutoCloseable {
         regions.put(d.id(), new Region(d, memory, c.name, c.id));
         log.debug("client {}: granted {}", c.id, d);
         return d;
+    }
+
+    /** What a region of this length costs against the capacity: whole pages of the kind configured. */
+    private long rounded(long length) {
+        long page = config.hugePages() ? AnonymousMemory.HUGE_PAGE_SIZE : AnonymousMemory.PAGE_SIZE;
+        return (length + page - 1) & -page;
     }
 
     private RegionDescriptor openRegion(long id) throws RemoteMemoryException {
@@ -173,7 +180,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     private void release(long id, long key) throws RemoteMemoryException {
         Region r = checked(id, key);
         if (regions.remove(id, r) && r.release()) {
-            granted.addAndGet(-AnonymousMemory.roundUp(r.descriptor.length()));
+            granted.addAndGet(-rounded(r.descriptor.length()));
             log.debug("released {}", r.descriptor);
         }
     }
@@ -182,7 +189,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     public boolean revoke(long id) {
         Region r = regions.remove(id);
         if (r != null && r.release()) {
-            granted.addAndGet(-AnonymousMemory.roundUp(r.descriptor.length()));
+            granted.addAndGet(-rounded(r.descriptor.length()));
             log.info("revoked {}", r.descriptor);
             return true;
         }
@@ -229,8 +236,9 @@ public final class MemServer implements RegionService, AutoCloseable {
     private void zero(long id, long key, long offset, long length) throws RemoteMemoryException {
         try (Pin p = pin(id, key, offset, length)) {
             Region r = regions.get(id);
-            long pageStart = AnonymousMemory.roundUp(offset);
-            long pageEnd = (offset + length) & -AnonymousMemory.PAGE_SIZE;
+            long page = r == null ? AnonymousMemory.PAGE_SIZE : r.memory.pageSize();
+            long pageStart = (offset + page - 1) & -page;
+            long pageEnd = (offset + length) & -page;
             if (r != null && pageStart < pageEnd) {
                 p.memory().asSlice(0, pageStart - offset).fill((byte) 0);
                 r.memory.release(pageStart, pageEnd - pageStart); // whole pages go back to the system

@@ -40,6 +40,16 @@ final class MemServerCommand implements Callable<Integer> {
                     + "Default ${DEFAULT-VALUE}.")
     String admin;
 
+    @Option(names = "--huge-pages",
+            description = "Back regions with 2 MiB huge pages from the kernel's pool (vm.nr_hugepages); grants that the "
+                    + "pool cannot cover are refused with that reason.")
+    boolean hugePages;
+
+    @Option(names = "--mlock",
+            description = "Lock region memory so it is never swapped (as pages are first touched); needs a memlock "
+                    + "limit that covers the capacity (ulimit -l, LimitMEMLOCK=infinity).")
+    boolean mlock;
+
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
             description = "Remote-memory transport: tcp. Default ${DEFAULT-VALUE}.")
     String transport;
@@ -56,7 +66,7 @@ final class MemServerCommand implements Callable<Integer> {
         MemServerConfig config;
         try {
             config = new MemServerConfig(Endpoints.parse(listen, MemServerConfig.DEFAULT_PORT), Sizes.parse(capacity),
-                    Endpoints.token(token, tokenFile), transport);
+                    Endpoints.token(token, tokenFile), transport, hugePages, mlock);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }

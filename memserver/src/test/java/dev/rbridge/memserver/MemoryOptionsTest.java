@@ -1,0 +1,84 @@
+package dev.rbridge.memserver;
+
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.local.LocalProvider;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.concurrent.ExecutionException;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** Huge pages and mlock: what the system grants works, what it refuses is refused with the reason. */
+class MemoryOptionsTest {
+    private static MemServer start(boolean hugePages, boolean mlock) throws Exception {
+        return MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 1L << 30, "t", "local",
+                hugePages, mlock));
+    }
+
+    private static RemoteConnection connect(MemServer m) throws RemoteMemoryException {
+        return new LocalProvider().connect(new ConnectParams().address(m.address()).token("t"));
+    }
+
+    private static long hugePagesFree() throws Exception {
+        for (String line : Files.readAllLines(Path.of("/proc/meminfo"))) {
+            if (line.startsWith("HugePages_Free:")) {
+                return Long.parseLong(line.replaceAll("\\D", ""));
+            }
+        }
+        return 0;
+    }
+
+    private static long statusKiB(String field) throws Exception {
+        for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+            if (line.startsWith(field + ":")) {
+                return Long.parseLong(line.replaceAll("\\D", ""));
+            }
+        }
+        throw new AssertionError("no " + field + " in /proc/self/status");
+    }
+
+    @Test
+    void hugePagesWithAnEmptyPoolAreRefusedWithTheReason() throws Exception {
+        Assumptions.assumeTrue(hugePagesFree() == 0, "this host has huge pages; the refusal cannot be provoked");
+        try (MemServer m = start(true, false); RemoteConnection c = connect(m)) {
+            ExecutionException e = assertThrows(ExecutionException.class,
+                    () -> c.allocate(RegionTag.scratch("huge"), 4 << 20).get());
+            RemoteMemoryException cause = (RemoteMemoryException) e.getCause();
+            assertEquals(RemoteMemoryException.Status.NO_CAPACITY, cause.status());
+            assertTrue(cause.getMessage().contains("vm.nr_hugepages"), cause.getMessage());
+            assertEquals(0, m.grantedBytes(), "a refused grant costs nothing");
+        }
+    }
+
+    @Test
+    void lockedRegionsWorkAndAreLockedAsTheyAreTouched() throws Exception {
+        try (MemServer m = start(false, true); RemoteConnection c = connect(m); Arena arena = Arena.ofShared()) {
+            long lockedBefore = statusKiB("VmLck");
+            long residentBefore = statusKiB("VmRSS");
+            RegionDescriptor r = c.allocate(RegionTag.scratch("locked"), 64L << 20).get();
+            assertTrue(statusKiB("VmLck") - lockedBefore >= 64 << 10, "the region is locked");
+            assertTrue(statusKiB("VmRSS") - residentBefore < 32 << 10,
+                    "locking on fault does not make the region resident up front");
+            MemorySegment src = arena.allocate(8 << 20).fill((byte) 9);
+            c.write(r, 0, src).get();
+            MemorySegment dst = arena.allocate(8 << 20);
+            c.read(r, 0, dst).get();
+            assertEquals(-1, src.mismatch(dst));
+        } catch (ExecutionException e) {
+            // Without CAP_IPC_LOCK and a small memlock limit the grant is refused; the reason must say so.
+            assertTrue(e.getCause().getMessage().contains("memlock limit"), e.getCause().getMessage());
+        }
+    }
+}
