@@ -1,6 +1,5 @@
 package dev.rbridge.bridge.cli;
 
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
@@ -16,7 +15,6 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.management.ManagementFactory;
 import java.nio.file.Path;
-import java.time.Duration;
 import java.util.Arrays;
 import java.util.Locale;
 import java.util.concurrent.Callable;
@@ -42,8 +40,6 @@ import java.util.concurrent.atomic.AtomicReference;
 final class BenchCommand implements Callable<Integer> {
     enum Test { READ_LAT, WRITE_LAT, READ_BW, WRITE_BW }
 
-    @Option(names = "--server", paramLabel = "HOST:PORT", required = true, description = "The memserver.")
-    String server;
 
     @Option(names = "--test", required = true, converter = TestConverter.class,
             description = "read-lat, write-lat, read-bw or write-bw.")
@@ -66,15 +62,11 @@ final class BenchCommand implements Callable<Integer> {
     @Option(names = "--duplex", description = "Bandwidth tests: half the operations read, half write.")
     boolean duplex;
 
-    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret of the memserver.")
-    String token;
 
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
-    Path tokenFile;
 
-    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
-            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
-    String logLevel;
+
+    @CommandLine.Mixin
+    MemServerClientOptions remote;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -103,9 +95,7 @@ final class BenchCommand implements Callable<Integer> {
             if (bytes <= 0 || txDepth <= 0 || iters <= 0 || (time != null && time <= 0)) {
                 throw new IllegalArgumentException("--size, --tx-depth, --iters and --time must be positive");
             }
-            params = new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
-                    .token(Endpoints.token(token, tokenFile)).clientName("rbridge-bench")
-                    .operationTimeout(Duration.ofSeconds(10));
+            params = remote.params("rbridge-bench");
         } catch (IllegalArgumentException | ArithmeticException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }

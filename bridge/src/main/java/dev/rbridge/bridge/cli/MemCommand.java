@@ -54,36 +54,6 @@ final class MemCommand {
     /** Bytes moved per operation; a multiple of 16 so hexdump lines never straddle two. */
     static final int CHUNK = 4 << 20;
 
-    /** How to reach the memserver, shared by every {@code mem} subcommand. */
-    static final class RemoteOptions {
-        @Option(names = "--server", paramLabel = "HOST:PORT", required = true, description = "The memserver.")
-        String server;
-
-        @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret of the memserver.")
-        String token;
-
-        @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
-        Path tokenFile;
-
-        @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "5",
-                description = "Declare the memserver dead after this long without an answer. Default ${DEFAULT-VALUE}.")
-        int timeout;
-
-        @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
-                description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
-        String logLevel;
-
-        /** The connect parameters, or IllegalArgumentException naming what is wrong with the options. */
-        ConnectParams params() {
-            if (timeout <= 0) {
-                throw new IllegalArgumentException("--timeout must be positive");
-            }
-            return new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
-                    .token(Endpoints.token(token, tokenFile)).clientName("rbridge-mem")
-                    .operationTimeout(Duration.ofSeconds(timeout));
-        }
-    }
-
     /** What a subcommand does once connected; returns the exit code. */
     private interface Action {
         int run(RemoteConnection c, Waiter w, PrintWriter out) throws RemoteMemoryException, IOException;
@@ -111,10 +81,10 @@ final class MemCommand {
     }
 
     /** Connects, runs the action, and turns every failure into one {@code mem: ...} line and exit code 1. */
-    private static int connected(CommandLine.Model.CommandSpec spec, RemoteOptions remote, Action action) {
+    private static int connected(CommandLine.Model.CommandSpec spec, MemServerClientOptions remote, Action action) {
         ConnectParams params;
         try {
-            params = remote.params();
+            params = remote.params("rbridge-mem");
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
@@ -181,7 +151,7 @@ final class MemCommand {
                     "      --length 16M --file region3.bin"})
     static final class Read implements Callable<Integer> {
         @Mixin
-        RemoteOptions remote;
+        MemServerClientOptions remote;
 
         @Option(names = "--region", paramLabel = "ID", required = true, description = "The region (see mem list).")
         long region;
@@ -341,7 +311,7 @@ final class MemCommand {
                     "  rbridge mem write --server mem1:7471 --token T --region 3 --file blob.bin"})
     static final class Write implements Callable<Integer> {
         @Mixin
-        RemoteOptions remote;
+        MemServerClientOptions remote;
 
         @Option(names = "--region", paramLabel = "ID", required = true, description = "The region (see mem list).")
         long region;
@@ -474,7 +444,7 @@ final class MemCommand {
             footer = {"", "Example:", "  rbridge mem list --server mem1:7471 --token-file /etc/rbridge/token"})
     static final class ListRegions implements Callable<Integer> {
         @Mixin
-        RemoteOptions remote;
+        MemServerClientOptions remote;
 
         @CommandLine.Spec
         CommandLine.Model.CommandSpec spec;

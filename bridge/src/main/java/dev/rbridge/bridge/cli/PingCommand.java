@@ -1,6 +1,5 @@
 package dev.rbridge.bridge.cli;
 
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
@@ -16,7 +15,6 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
-import java.time.Duration;
 import java.util.Arrays;
 import java.util.concurrent.Callable;
 import java.util.concurrent.ExecutionException;
@@ -32,8 +30,6 @@ import java.util.concurrent.TimeUnit;
                 "Exits 1 on the first mismatch (with the offset and bytes) or on any failed operation."},
         footer = {"", "Example:", "  rbridge ping --server 10.0.0.5:7471 --token-file /etc/rbridge/token --count 100 --size 64K --validate"})
 final class PingCommand implements Callable<Integer> {
-    @Option(names = "--server", paramLabel = "HOST:PORT", required = true, description = "The memserver.")
-    String server;
 
     @Option(names = "--count", defaultValue = "10", description = "Rounds. Default ${DEFAULT-VALUE}.")
     int count;
@@ -47,19 +43,12 @@ final class PingCommand implements Callable<Integer> {
     @Option(names = "--verbose", description = "Print every round.")
     boolean verbose;
 
-    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret of the memserver.")
-    String token;
 
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
-    Path tokenFile;
 
-    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "5",
-            description = "Declare the memserver dead after this long without an answer. Default ${DEFAULT-VALUE}.")
-    int timeout;
 
-    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
-            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
-    String logLevel;
+
+    @CommandLine.Mixin
+    MemServerClientOptions remote;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -73,9 +62,7 @@ final class PingCommand implements Callable<Integer> {
             if (bytes <= 0 || count <= 0) {
                 throw new IllegalArgumentException("--size and --count must be positive");
             }
-            params = new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
-                    .token(Endpoints.token(token, tokenFile)).clientName("rbridge-ping")
-                    .operationTimeout(Duration.ofSeconds(timeout));
+            params = remote.params("rbridge-ping");
         } catch (IllegalArgumentException | ArithmeticException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
@@ -90,8 +77,8 @@ final class PingCommand implements Callable<Integer> {
                 for (int round = 0; round < count; round++) {
                     fill(src, round);
                     long start = System.nanoTime();
-                    c.write(region, 0, src).get(timeout * 2L, TimeUnit.SECONDS);
-                    c.read(region, 0, dst).get(timeout * 2L, TimeUnit.SECONDS);
+                    c.write(region, 0, src).get(remote.timeout * 2L, TimeUnit.SECONDS);
+                    c.read(region, 0, dst).get(remote.timeout * 2L, TimeUnit.SECONDS);
                     rtts[round] = System.nanoTime() - start;
                     if (validate) {
                         long at = src.mismatch(dst);
@@ -109,12 +96,12 @@ final class PingCommand implements Callable<Integer> {
                 Arrays.sort(rtts);
                 double avg = Arrays.stream(rtts).average().orElse(0) / 1000.0;
                 out.printf("ping %s: %d rounds of %d bytes%s; write+read rtt min/avg/p50/p99/max = "
-                                + "%.1f/%.1f/%.1f/%.1f/%.1f us%n", server, count, bytes, validate ? ", all validated" : "",
+                                + "%.1f/%.1f/%.1f/%.1f/%.1f us%n", remote.server, count, bytes, validate ? ", all validated" : "",
                         rtts[0] / 1000.0, avg, rtts[count / 2] / 1000.0,
                         rtts[Math.min(count - 1, (int) Math.ceil(count * 0.99) - 1)] / 1000.0, rtts[count - 1] / 1000.0);
             } finally {
                 if (c.isOpen()) {
-                    c.release(region).get(timeout * 2L, TimeUnit.SECONDS);
+                    c.release(region).get(remote.timeout * 2L, TimeUnit.SECONDS);
                 }
             }
             return 0;
