@@ -183,6 +183,38 @@ abstract class ProviderContractTest {
     }
 
     @Test
+    void fullDuplexBurstsFromManyThreadsAndCallbacksNeverDeadlock() throws Exception {
+        // Writers fill the socket towards the memserver while replies fill the socket back, and completion callbacks
+        // issue more requests: a transport whose reader can wait for a writer would hang here.
+        try (RemoteConnection c = connect(memserver, TOKEN); Arena arena = Arena.ofShared()) {
+            int slot = 4 << 20;
+            RegionDescriptor r = c.allocate(RegionTag.scratch("duplex"), 64L * slot).get();
+            List<CompletableFuture<?>> all = java.util.Collections.synchronizedList(new ArrayList<>());
+            List<Thread> threads = new ArrayList<>();
+            for (int t = 0; t < 4; t++) {
+                int base = t * 16;
+                threads.add(Thread.ofPlatform().start(() -> {
+                    for (int i = 0; i < 16; i++) {
+                        long at = (long) (base + i) * slot;
+                        MemorySegment src = arena.allocate(slot).fill((byte) i);
+                        MemorySegment dst = arena.allocate(slot);
+                        all.add(c.write(r, at, src));
+                        CompletableFuture<Void> again = new CompletableFuture<>();
+                        all.add(again);
+                        all.add(c.read(r, at, dst).whenComplete((v, e) ->
+                                c.read(r, at, dst).whenComplete((v2, e2) -> again.complete(null))));
+                    }
+                }));
+            }
+            for (Thread t : threads) {
+                t.join();
+            }
+            CompletableFuture.allOf(all.toArray(CompletableFuture[]::new)).get(60, TimeUnit.SECONDS);
+            assertTrue(c.isOpen());
+        }
+    }
+
+    @Test
     void largeTransfersAreSplitAndComeBackWhole() throws Exception {
         try (RemoteConnection c = connect(memserver, TOKEN); Arena arena = Arena.ofShared()) {
             int size = 40 << 20; // above the tcp provider's per-message data limit

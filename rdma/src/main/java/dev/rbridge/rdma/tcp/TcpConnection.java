@@ -23,6 +23,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -47,11 +48,9 @@ final class TcpConnection implements RemoteConnection {
     private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
     private final AtomicLong ids = new AtomicLong(1);
     private final ReentrantLock writeLock = new ReentrantLock();
-    /** Encoded headers and inline bodies of requests not yet written; guarded by writeLock. */
-    private final ByteBuffer out = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN);
-    /** What the next gathering write sends, in order: slices of {@code out} and caller data; guarded by writeLock. */
-    private final List<ByteBuffer> queued = new ArrayList<>();
-    private long queuedBytes;
+    /** Encoded requests not yet written, in issue order (FIFO keeps FLUSH behind what was issued before it). */
+    private final ConcurrentLinkedQueue<Outgoing> outgoing = new ConcurrentLinkedQueue<>();
+    private final AtomicLong outgoingBytes = new AtomicLong();
     private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
@@ -71,6 +70,10 @@ final class TcpConnection implements RemoteConnection {
             this.dst = dst;
             this.parser = parser;
         }
+    }
+
+    /** One encoded request: header and inline body, then the caller's data (WRITE) if any. */
+    private record Outgoing(ByteBuffer head, ByteBuffer data) {
     }
 
     private interface ReplyParser {
@@ -309,77 +312,73 @@ final class TcpConnection implements RemoteConnection {
             return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
         }
         int inline = data == null ? bodyLength : bodyLength - (int) data.byteSize();
-        writeLock.lock();
-        try {
-            if (out.remaining() < Wire.HEADER + inline) {
-                writeQueued();
-            }
-            int start = out.position();
-            Wire.header(out, opcode, id, 0, bodyLength);
-            body.write(out);
-            if (out.position() - start != Wire.HEADER + inline) {
-                throw new IllegalStateException(Wire.opName(opcode) + " body is " + (out.position() - start
-                        - Wire.HEADER) + " bytes, declared " + inline);
-            }
-            queued.add(out.slice(start, Wire.HEADER + inline));
-            if (data != null) {
-                queued.add(data.asByteBuffer());
-            }
-            queuedBytes += Wire.HEADER + (long) bodyLength;
-            stats.sendMessages.increment();
-            stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
-            // Requests issued from completion callbacks on the reader thread wait until the reader has handled every
-            // reply it has buffered: one write for the whole burst. Everyone else writes at once.
-            if (Thread.currentThread() != reader || queuedBytes >= FLUSH_AT_BYTES) {
-                writeQueued();
-            }
-        } catch (IOException e) {
-            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + " while sending "
-                    + Wire.opName(opcode) + ": " + e.getMessage(), e));
-        } finally {
-            writeLock.unlock();
+        ByteBuffer head = Wire.allocate(Wire.HEADER + inline);
+        Wire.header(head, opcode, id, 0, bodyLength);
+        body.write(head);
+        if (head.hasRemaining()) {
+            throw new IllegalStateException(Wire.opName(opcode) + " body is shorter than the declared " + inline);
+        }
+        outgoing.add(new Outgoing(head.flip(), data == null ? null : data.asByteBuffer()));
+        long pendingBytes = outgoingBytes.addAndGet(Wire.HEADER + (long) bodyLength);
+        stats.sendMessages.increment();
+        stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
+        // Requests issued from completion callbacks on the reader thread wait until the reader has handled every
+        // reply it has buffered: one write for the whole burst. Everyone else writes at once.
+        if (Thread.currentThread() != reader || pendingBytes >= FLUSH_AT_BYTES) {
+            drainOutgoing();
         }
         return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
     }
 
-    /** Writes everything queued, in order, with gathering writes. Caller holds writeLock. */
-    private void writeQueued() throws IOException {
-        if (queued.isEmpty()) {
-            return;
-        }
-        try {
-            ByteBuffer[] vector = queued.toArray(ByteBuffer[]::new);
-            int first = 0;
-            while (first < vector.length) {
-                channel.write(vector, first, vector.length - first);
-                while (first < vector.length && !vector[first].hasRemaining()) {
-                    first++;
-                }
+    /**
+     * Writes what is queued, combining: whoever gets the lock writes everyone's requests; a thread that finds the
+     * lock taken leaves its request to the holder, who looks again after unlocking. Nobody waits for the lock, so
+     * the reader can never be stuck behind a writer that waits for the memserver to read, while the memserver waits
+     * for the reader to read (the classic deadlock of a full duplex stream).
+     */
+    private void drainOutgoing() {
+        while (!outgoing.isEmpty() && writeLock.tryLock()) {
+            try {
+                writeBatch();
+            } catch (IOException e) {
+                closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
+                        + " while sending: " + e.getMessage(), e));
+            } finally {
+                writeLock.unlock();
             }
-        } finally {
-            queued.clear();
-            out.clear();
-            queuedBytes = 0;
+        }
+        if (closed.get() != null) {
+            outgoing.clear();
         }
     }
 
-    /** The reader sends what its completion callbacks queued before it blocks for more input. */
-    private void writeQueuedFromReader() {
-        writeLock.lock();
-        try {
-            writeQueued();
-        } catch (IOException e) {
-            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: "
-                    + e.getMessage(), e));
-        } finally {
-            writeLock.unlock();
+    private void writeBatch() throws IOException {
+        List<ByteBuffer> vector = new ArrayList<>();
+        long bytes = 0;
+        Outgoing o;
+        while (vector.size() < 1024 && (o = outgoing.poll()) != null) {
+            vector.add(o.head());
+            bytes += o.head().remaining();
+            if (o.data() != null) {
+                vector.add(o.data());
+                bytes += o.data().remaining();
+            }
+        }
+        outgoingBytes.addAndGet(-bytes);
+        ByteBuffer[] v = vector.toArray(ByteBuffer[]::new);
+        int first = 0;
+        while (first < v.length) {
+            channel.write(v, first, v.length - first);
+            while (first < v.length && !v[first].hasRemaining()) {
+                first++;
+            }
         }
     }
 
     /** Makes {@code n} bytes readable in {@code in}, sending queued requests before blocking. */
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
-            writeQueuedFromReader();
+            drainOutgoing();
             in.compact();
             int r;
             try {
