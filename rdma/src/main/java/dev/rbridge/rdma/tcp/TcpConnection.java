@@ -51,6 +51,8 @@ final class TcpConnection implements RemoteConnection {
     /** Encoded requests not yet written, in issue order (FIFO keeps FLUSH behind what was issued before it). */
     private final ConcurrentLinkedQueue<Outgoing> outgoing = new ConcurrentLinkedQueue<>();
     private final AtomicLong outgoingBytes = new AtomicLong();
+    /** Where a batch's headers are gathered; used only under writeLock. */
+    private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
     private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
@@ -352,17 +354,26 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
+    /** Writes queued requests: their headers gathered into one direct buffer, WRITE data straight from the caller. */
     private void writeBatch() throws IOException {
         List<ByteBuffer> vector = new ArrayList<>();
         long bytes = 0;
+        out.clear();
+        int headStart = 0;
         Outgoing o;
-        while (vector.size() < 1024 && (o = outgoing.poll()) != null) {
-            vector.add(o.head());
+        while (vector.size() < 1024 && (o = outgoing.peek()) != null && o.head().remaining() <= out.remaining()) {
+            outgoing.poll();
             bytes += o.head().remaining();
+            out.put(o.head());
             if (o.data() != null) {
+                vector.add(out.slice(headStart, out.position() - headStart));
+                headStart = out.position();
                 vector.add(o.data());
                 bytes += o.data().remaining();
             }
+        }
+        if (out.position() > headStart) {
+            vector.add(out.slice(headStart, out.position() - headStart));
         }
         outgoingBytes.addAndGet(-bytes);
         ByteBuffer[] v = vector.toArray(ByteBuffer[]::new);
