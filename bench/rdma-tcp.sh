@@ -6,16 +6,17 @@
 #
 #   --time SEC   seconds per bandwidth row (default 5)
 #   --iters N    timed operations per latency row (default 20000, plus a tenth as warm-up)
-#   --pin auto   latency rows: memserver and client on CPU 0; bandwidth rows: memserver on CPU 0, client on
-#                CPU 1 (default); none: let the scheduler place them
+#   --pin same   memserver and client both on CPU 0 (default); split: memserver on CPU 0, client on CPU 1;
+#                none: let the scheduler place them
 #
-# Why pin: in this VM kind a wake-up across CPUs costs ~80 us, on the same CPU ~2 us, so unpinned QD1 latency is
-# bimodal (9 or 90 us) depending on where the scheduler puts the two threads. Pinning makes runs comparable.
+# Why pin: in this VM kind a wake-up across CPUs costs ~80 us and on the same CPU a few, so unpinned results are
+# bimodal (QD1 read p50 9 or 90 us; 4K QD32 read ~1000 or ~3000 MB/s) depending on where the scheduler puts the
+# two processes. Run both --pin same and --pin split to see the range.
 # Rows: 4K QD1 read/write latency (p50, p99), 4K QD32 and 1M QD1/QD8 read/write bandwidth, and CPU seconds per GB
 # moved on each side (client from the bench's own counter, memserver from /proc/PID/stat).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-time_s=5; iters=20000; pin=auto
+time_s=5; iters=20000; pin=same
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s="$2"; shift 2 ;;
@@ -32,10 +33,10 @@ trap cleanup EXIT
 RBRIDGE_NO_BUILD=0 "$root/rbridge" --version >/dev/null   # build once, outside any measurement
 
 client_cpu=""
-place() { # lat|bw: pin the memserver's threads and choose the client's CPU
-  [ "$pin" = auto ] && [ "$(nproc)" -ge 2 ] || return 0
+place() { # pin the memserver's threads to CPU 0 and choose the client's CPU
+  [ "$pin" != none ] && [ "$(nproc)" -ge 2 ] || return 0
   taskset -a -p -c 0 "$java_pid" >/dev/null
-  if [ "$1" = lat ]; then client_cpu="taskset -c 0"; else client_cpu="taskset -c 1"; fi
+  if [ "$pin" = split ]; then client_cpu="taskset -c 1"; else client_cpu="taskset -c 0"; fi
 }
 
 setsid "$root/rbridge" memserver --listen 127.0.0.1:0 --admin none --capacity 8G --token "$token" \
@@ -56,7 +57,8 @@ bench() { # test size depth -> the result line of rbridge bench
     "${extra[@]}" | awk 'NR==4'
 }
 
-printf '\ntcp provider (this run) vs plain NIO baseline (shared/notes/transports.md, same machine kind, earlier run)\n'
+printf '\nplacement: --pin %s\n' "$pin"
+printf 'tcp provider (this run) vs plain NIO baseline (shared/notes/transports.md, same machine kind, earlier run)\n'
 printf '%-22s %12s %12s %10s %16s\n' row "tcp provider" "NIO base" ratio "CPU s/GB c+s"
 printf '%s\n' "-------------------------------------------------------------------------------"
 lat_row() { # name test base_p50
