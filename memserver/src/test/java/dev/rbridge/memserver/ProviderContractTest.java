@@ -322,6 +322,26 @@ abstract class ProviderContractTest {
     }
 
     @Test
+    void aClientSpeakingAnotherProtocolVersionIsRefusedWithBothVersionsNamed() throws Exception {
+        Assumptions.assumeTrue(memserver.hasWire(), "an in-process provider has no wire version");
+        byte[] token = TOKEN.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        java.nio.ByteBuffer hello = java.nio.ByteBuffer.allocate(24 + 2 + token.length + 2)
+                .order(java.nio.ByteOrder.LITTLE_ENDIAN)
+                .putInt(0x4D524252).putShort((short) 2).putShort((short) 1).putLong(1).putInt(0)
+                .putInt(2 + token.length + 2).putShort((short) token.length).put(token).putShort((short) 0);
+        try (Socket s = new Socket(memserver.address().getAddress(), memserver.address().getPort())) {
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(hello.array());
+            byte[] reply = new DataInputStream(s.getInputStream()).readAllBytes();
+            java.nio.ByteBuffer r = java.nio.ByteBuffer.wrap(reply).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+            assertTrue(reply.length > 26, "expected an error reply before the close");
+            assertEquals(RemoteMemoryException.Status.VERSION_MISMATCH.code(), r.getInt(16));
+            String message = new String(reply, 26, reply.length - 26, java.nio.charset.StandardCharsets.UTF_8);
+            assertTrue(message.contains("v1") && message.contains("v2"), message);
+        }
+    }
+
+    @Test
     void aKilledMemserverFailsEveryPendingOperationWithinTheTimeout() throws Exception {
         try (Target victim = start(256L << 20);
              RemoteConnection c = connect(victim, TOKEN); Arena arena = Arena.ofShared()) {
