@@ -28,6 +28,7 @@ import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 
 /**
@@ -57,6 +58,8 @@ final class TcpConnection implements RemoteConnection {
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
     private final Thread reader;
+    /** Writes what the reader's completion callbacks issue: the reader itself must never block in a write. */
+    private final Thread flusher;
 
     /** A request waiting for its reply. */
     private static final class Pending {
@@ -96,6 +99,9 @@ final class TcpConnection implements RemoteConnection {
                 TimeUnit.MILLISECONDS);
         this.reader = new Thread(this::readLoop, "rdma-tcp-reader-" + peer);
         reader.setDaemon(true);
+        this.flusher = new Thread(this::flushLoop, "rdma-tcp-flusher-" + peer);
+        flusher.setDaemon(true);
+        flusher.start();
         reader.start();
     }
 
@@ -324,19 +330,21 @@ final class TcpConnection implements RemoteConnection {
         long pendingBytes = outgoingBytes.addAndGet(Wire.HEADER + (long) bodyLength);
         stats.sendMessages.increment();
         stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
-        // Requests issued from completion callbacks on the reader thread wait until the reader has handled every
-        // reply it has buffered: one write for the whole burst. Everyone else writes at once.
-        if (Thread.currentThread() != reader || pendingBytes >= FLUSH_AT_BYTES) {
+        if (Thread.currentThread() != reader) {
             drainOutgoing();
+        } else if (pendingBytes >= FLUSH_AT_BYTES) {
+            // Requests from completion callbacks otherwise wait until the reader has handled every reply it has
+            // buffered, then go out together (see ensure).
+            LockSupport.unpark(flusher);
         }
         return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
     }
 
     /**
      * Writes what is queued, combining: whoever gets the lock writes everyone's requests; a thread that finds the
-     * lock taken leaves its request to the holder, who looks again after unlocking. Nobody waits for the lock, so
-     * the reader can never be stuck behind a writer that waits for the memserver to read, while the memserver waits
-     * for the reader to read (the classic deadlock of a full duplex stream).
+     * lock taken leaves its request to the holder, who looks again after unlocking. Never called by the reader: a
+     * reader blocked in a write, while the memserver blocks writing replies it does not read, is the classic
+     * deadlock of a full-duplex stream.
      */
     private void drainOutgoing() {
         while (!outgoing.isEmpty() && writeLock.tryLock()) {
@@ -351,6 +359,27 @@ final class TcpConnection implements RemoteConnection {
         }
         if (closed.get() != null) {
             outgoing.clear();
+        }
+    }
+
+    private void flushLoop() {
+        while (closed.get() == null) {
+            if (outgoing.isEmpty()) {
+                LockSupport.park(this);
+                continue;
+            }
+            writeLock.lock(); // the flusher may wait: it is not the thread that reads replies
+            try {
+                while (!outgoing.isEmpty()) {
+                    writeBatch();
+                }
+            } catch (IOException e) {
+                closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
+                        + " while sending: " + e.getMessage(), e));
+            } finally {
+                writeLock.unlock();
+            }
+            drainOutgoing(); // anything queued while we were unlocking
         }
     }
 
@@ -389,7 +418,9 @@ final class TcpConnection implements RemoteConnection {
     /** Makes {@code n} bytes readable in {@code in}, sending queued requests before blocking. */
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
-            drainOutgoing();
+            if (!outgoing.isEmpty()) {
+                LockSupport.unpark(flusher); // never write here: the memserver may be waiting for us to read
+            }
             in.compact();
             int r;
             try {
@@ -512,6 +543,7 @@ final class TcpConnection implements RemoteConnection {
         }
         watchdog.cancel(false);
         closeQuietly(channel);
+        LockSupport.unpark(flusher);
         int failed = 0;
         for (Long id : List.copyOf(pending.keySet())) {
             Pending p = pending.remove(id);
