@@ -143,6 +143,8 @@ public final class NbdServer implements AutoCloseable {
             try {
                 if (address instanceof ListenAddress.Tcp) {
                     ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+                    // a client whose host vanished (no FIN, no RST) is found by the kernel and its thread freed
+                    ch.setOption(StandardSocketOptions.SO_KEEPALIVE, true);
                 }
             } catch (IOException e) {
                 closeQuietly(ch);

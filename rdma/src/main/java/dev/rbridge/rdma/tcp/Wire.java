@@ -42,6 +42,8 @@ final class Wire {
 
     static void tune(java.nio.channels.SocketChannel ch) throws java.io.IOException {
         ch.setOption(java.net.StandardSocketOptions.TCP_NODELAY, true);
+        // A peer whose machine vanished without a FIN or RST is found by the kernel eventually, freeing its thread.
+        ch.setOption(java.net.StandardSocketOptions.SO_KEEPALIVE, true);
         ch.setOption(java.net.StandardSocketOptions.SO_SNDBUF, SOCKET_BUFFER);
         ch.setOption(java.net.StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER);
     }
