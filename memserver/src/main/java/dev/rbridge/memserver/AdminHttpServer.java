@@ -86,10 +86,23 @@ public final class AdminHttpServer implements AutoCloseable {
             } else if (route.equals("GET regions")) {
                 send(ex, 200, regionsJson(memserver.regions()));
             } else if (route.equals("GET stats")) {
+                List<MemServer.ClientView> clients = memserver.clients();
+                long[] sum = new long[8];
+                for (MemServer.ClientView c : clients) {
+                    ConnectionStats.Snapshot st = c.stats();
+                    long[] v = {st.sendMessages(), st.sendBytes(), st.recvMessages(), st.recvBytes(), st.readOps(),
+                            st.readBytes(), st.writeOps(), st.writeBytes()};
+                    for (int i = 0; i < 8; i++) {
+                        sum[i] += v[i];
+                    }
+                }
                 send(ex, 200, "{\"capacity_bytes\":" + memserver.capacityBytes() + ",\"granted_bytes\":"
                         + memserver.grantedBytes() + ",\"regions\":" + memserver.regionCount() + ",\"clients\":"
-                        + memserver.clients().size() + ",\"refused_connections\":" + memserver.refusedConnections()
-                        + ",\"draining\":" + memserver.draining() + "}");
+                        + clients.size() + ",\"refused_connections\":" + memserver.refusedConnections()
+                        + ",\"draining\":" + memserver.draining() + ",\"connected_clients_transport\":{"
+                        + "\"send_messages\":" + sum[0] + ",\"send_bytes\":" + sum[1] + ",\"recv_messages\":" + sum[2]
+                        + ",\"recv_bytes\":" + sum[3] + ",\"read_ops\":" + sum[4] + ",\"read_bytes\":" + sum[5]
+                        + ",\"write_ops\":" + sum[6] + ",\"write_bytes\":" + sum[7] + "}}");
             } else if (method.equals("POST") && path.length == 3 && path[0].equals("clients")
                     && path[2].equals("disconnect")) {
                 long id = parseId(path[1]);

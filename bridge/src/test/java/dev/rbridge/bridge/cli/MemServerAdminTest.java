@@ -76,6 +76,8 @@ class MemServerAdminTest {
                         regions.out());
                 Result stats = admin(dir, adminAddress, "--token", "k", "stats");
                 assertTrue(stats.out().contains("\"granted_bytes\":" + ((1 << 20) + 4096)), stats.out());
+                assertTrue(stats.out().contains("\"write_ops\":1,\"write_bytes\":4096"), "krping counters: "
+                        + stats.out());
 
                 Result refused = admin(dir, adminAddress, "--token", "wrong", "clients");
                 assertEquals(1, refused.code());
