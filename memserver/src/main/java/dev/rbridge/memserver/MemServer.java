@@ -3,6 +3,7 @@ package dev.rbridge.memserver;
 import dev.rbridge.memory.AnonymousMemory;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
@@ -12,7 +13,6 @@ import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.ServerInfo;
-import dev.rbridge.rdma.tcp.TcpProvider;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -60,12 +60,7 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /** Starts listening; fails with a clear message when the transport is unknown or the address is taken. */
     public static MemServer start(MemServerConfig config) throws IOException {
-        RemoteMemoryProvider provider = switch (config.transport()) {
-            case "tcp" -> new TcpProvider();
-            case "local" -> new dev.rbridge.rdma.local.LocalProvider();
-            default -> throw new IllegalArgumentException("unknown transport '" + config.transport()
-                    + "' (available: tcp, local)");
-        };
+        RemoteMemoryProvider provider = Providers.byName(config.transport());
         MemServer server = new MemServer(config);
         server.listener = provider.listen(new ListenParams().address(config.listen()), server);
         if (config.token() == null) {

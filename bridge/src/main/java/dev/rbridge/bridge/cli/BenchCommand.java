@@ -4,8 +4,8 @@ import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.RemoteMemoryException;
-import dev.rbridge.rdma.tcp.TcpProvider;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -90,19 +90,21 @@ final class BenchCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         int bytes;
         ConnectParams params;
+        RemoteMemoryProvider provider;
         try {
             bytes = Math.toIntExact(Sizes.parse(size));
             if (bytes <= 0 || txDepth <= 0 || iters <= 0 || (time != null && time <= 0)) {
                 throw new IllegalArgumentException("--size, --tx-depth, --iters and --time must be positive");
             }
             params = remote.params("rbridge-bench");
+            provider = remote.provider();
         } catch (IllegalArgumentException | ArithmeticException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         PrintWriter out = spec.commandLine().getOut();
         boolean latency = test == Test.READ_LAT || test == Test.WRITE_LAT;
         int slots = latency ? 1 : txDepth;
-        try (RemoteConnection c = new TcpProvider().connect(params); Arena arena = Arena.ofShared()) {
+        try (RemoteConnection c = provider.connect(params); Arena arena = Arena.ofShared()) {
             RegionDescriptor region = c.allocate(RegionTag.scratch("bench"), (long) bytes * slots).get();
             try {
                 MemorySegment[] buffers = new MemorySegment[slots];
@@ -112,7 +114,7 @@ final class BenchCommand implements Callable<Integer> {
                 }
                 Op op = (slot, read) -> read ? c.read(region, (long) slot * bytes, buffers[slot])
                         : c.write(region, (long) slot * bytes, buffers[slot]);
-                out.println("Transport: " + c + " (tcp provider), memserver " + c.server().serverId());
+                out.println("Transport: " + provider.name() + " (" + c + "), memserver " + c.server().serverId());
                 if (latency) {
                     latency(out, op, test == Test.READ_LAT, bytes);
                 } else {

@@ -5,9 +5,9 @@ import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
-import dev.rbridge.rdma.tcp.TcpProvider;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -83,14 +83,16 @@ final class MemCommand {
     /** Connects, runs the action, and turns every failure into one {@code mem: ...} line and exit code 1. */
     private static int connected(CommandLine.Model.CommandSpec spec, MemServerClientOptions remote, Action action) {
         ConnectParams params;
+        RemoteMemoryProvider provider;
         try {
             params = remote.params("rbridge-mem");
+            provider = remote.provider();
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         PrintWriter out = spec.commandLine().getOut();
         PrintWriter err = spec.commandLine().getErr();
-        try (RemoteConnection c = new TcpProvider().connect(params)) {
+        try (RemoteConnection c = provider.connect(params)) {
             return action.run(c, new Waiter(remote.timeout), out);
         } catch (RemoteMemoryException e) {
             err.println("mem: " + e.getMessage());

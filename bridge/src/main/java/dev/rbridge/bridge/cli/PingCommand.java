@@ -4,8 +4,8 @@ import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.RemoteMemoryException;
-import dev.rbridge.rdma.tcp.TcpProvider;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -31,7 +31,7 @@ import java.util.concurrent.TimeUnit;
         footer = {"", "Example:", "  rbridge ping --server 10.0.0.5:7471 --token-file /etc/rbridge/token --count 100 --size 64K --validate"})
 final class PingCommand implements Callable<Integer> {
 
-    @Option(names = "--count", defaultValue = "10", description = "Rounds. Default ${DEFAULT-VALUE}.")
+    @Option(names = "--count", paramLabel = "N", defaultValue = "10", description = "Rounds. Default ${DEFAULT-VALUE}.")
     int count;
 
     @Option(names = "--size", paramLabel = "SIZE", defaultValue = "4K", description = "Bytes per round. Default ${DEFAULT-VALUE}.")
@@ -57,18 +57,20 @@ final class PingCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         int bytes;
         ConnectParams params;
+        RemoteMemoryProvider provider;
         try {
             bytes = Math.toIntExact(Sizes.parse(size));
             if (bytes <= 0 || count <= 0) {
                 throw new IllegalArgumentException("--size and --count must be positive");
             }
             params = remote.params("rbridge-ping");
+            provider = remote.provider();
         } catch (IllegalArgumentException | ArithmeticException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         PrintWriter out = spec.commandLine().getOut();
         PrintWriter err = spec.commandLine().getErr();
-        try (RemoteConnection c = new TcpProvider().connect(params); Arena arena = Arena.ofShared()) {
+        try (RemoteConnection c = provider.connect(params); Arena arena = Arena.ofShared()) {
             RegionDescriptor region = c.allocate(RegionTag.scratch("ping"), bytes).get();
             try {
                 MemorySegment src = arena.allocate(bytes);
