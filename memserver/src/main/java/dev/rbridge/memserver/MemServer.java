@@ -202,7 +202,30 @@ public final class MemServer implements RegionService, AutoCloseable {
         return r;
     }
 
-    private Pin pin(long id, long key, long offset, long length) throws RemoteMemoryException {
+    /** A pinned range of one region; closing it (once) drops the pin. */
+    private static final class RegionPin implements Pin {
+        final Region region;
+        private final MemorySegment slice;
+        private boolean closed;
+
+        RegionPin(Region region, MemorySegment slice) {
+            this.region = region;
+            this.slice = slice;
+        }
+
+        public MemorySegment memory() {
+            return slice;
+        }
+
+        public void close() {
+            if (!closed) {
+                closed = true;
+                region.unpin();
+            }
+        }
+    }
+
+    private RegionPin pin(long id, long key, long offset, long length) throws RemoteMemoryException {
         Region r = checked(id, key);
         if (offset < 0 || length < 0 || offset > r.descriptor.length() - length) {
             throw new RemoteMemoryException(Status.OUT_OF_RANGE, "range " + offset + "+" + length
@@ -211,32 +234,17 @@ public final class MemServer implements RegionService, AutoCloseable {
         if (!r.pin()) {
             throw new RemoteMemoryException(Status.NO_SUCH_REGION, "region " + id + " was released");
         }
-        MemorySegment slice = r.memory.segment().asSlice(offset, length);
-        return new Pin() {
-            private boolean closed;
-
-            public MemorySegment memory() {
-                return slice;
-            }
-
-            public void close() {
-                if (!closed) {
-                    closed = true;
-                    r.unpin();
-                }
-            }
-        };
+        return new RegionPin(r, r.memory.segment().asSlice(offset, length));
     }
 
     private void zero(long id, long key, long offset, long length) throws RemoteMemoryException {
-        try (Pin p = pin(id, key, offset, length)) {
-            Region r = regions.get(id);
-            long page = r == null ? AnonymousMemory.PAGE_SIZE : r.memory.pageSize();
+        try (RegionPin p = pin(id, key, offset, length)) {
+            long page = p.region.memory.pageSize();
             long pageStart = (offset + page - 1) & -page;
             long pageEnd = (offset + length) & -page;
-            if (r != null && pageStart < pageEnd) {
+            if (pageStart < pageEnd) {
                 p.memory().asSlice(0, pageStart - offset).fill((byte) 0);
-                r.memory.release(pageStart, pageEnd - pageStart); // whole pages go back to the system
+                p.region.memory.release(pageStart, pageEnd - pageStart); // whole pages go back to the system
                 p.memory().asSlice(pageEnd - offset).fill((byte) 0);
             } else {
                 p.memory().fill((byte) 0);

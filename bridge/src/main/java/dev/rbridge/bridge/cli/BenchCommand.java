@@ -1,20 +1,12 @@
 package dev.rbridge.bridge.cli;
 
-import dev.rbridge.rdma.ConnectParams;
-import dev.rbridge.rdma.RegionDescriptor;
-import dev.rbridge.rdma.RegionTag;
-import dev.rbridge.rdma.RemoteConnection;
-import dev.rbridge.rdma.RemoteMemoryProvider;
-import dev.rbridge.rdma.RemoteMemoryException;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 import java.io.PrintWriter;
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.management.ManagementFactory;
-import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.Locale;
 import java.util.concurrent.Callable;
@@ -89,52 +81,36 @@ final class BenchCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         int bytes;
-        ConnectParams params;
-        RemoteMemoryProvider provider;
         try {
             bytes = Math.toIntExact(Sizes.parse(size));
             if (bytes <= 0 || txDepth <= 0 || iters <= 0 || (time != null && time <= 0)) {
                 throw new IllegalArgumentException("--size, --tx-depth, --iters and --time must be positive");
             }
-            params = remote.params("rbridge-bench");
-            provider = remote.provider();
         } catch (IllegalArgumentException | ArithmeticException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         PrintWriter out = spec.commandLine().getOut();
         boolean latency = test == Test.READ_LAT || test == Test.WRITE_LAT;
         int slots = latency ? 1 : txDepth;
-        try (RemoteConnection c = provider.connect(params); Arena arena = Arena.ofShared()) {
-            RegionDescriptor region = c.allocate(RegionTag.scratch("bench"), (long) bytes * slots).get();
-            try {
-                MemorySegment[] buffers = new MemorySegment[slots];
-                for (int i = 0; i < slots; i++) {
-                    buffers[i] = arena.allocate(bytes, 4096).fill((byte) i);
-                    c.write(region, (long) i * bytes, buffers[i]).get(); // reads then hit written memory
-                }
-                Op op = (slot, read) -> read ? c.read(region, (long) slot * bytes, buffers[slot])
-                        : c.write(region, (long) slot * bytes, buffers[slot]);
-                out.println("Transport: " + provider.name() + " (" + c + "), memserver " + c.server().serverId());
-                if (latency) {
-                    latency(out, op, test == Test.READ_LAT, bytes);
-                } else {
-                    // Warm-up: a second of the same load, unmeasured, so the JIT has compiled the data path.
-                    runChains(op, test == Test.READ_BW, System.nanoTime() + 1_000_000_000L, Long.MAX_VALUE);
-                    bandwidth(out, op, test == Test.READ_BW, bytes);
-                }
-            } finally {
-                if (c.isOpen()) {
-                    c.release(region).get(10, TimeUnit.SECONDS);
-                }
+        long wait = remote.timeout * 2L;
+        return remote.withScratchRegion(spec, "bench", (long) bytes * slots, (c, region, arena) -> {
+            MemorySegment[] buffers = new MemorySegment[slots];
+            for (int i = 0; i < slots; i++) {
+                buffers[i] = arena.allocate(bytes, 4096).fill((byte) i);
+                c.write(region, (long) i * bytes, buffers[i]).get(wait, TimeUnit.SECONDS); // reads hit written memory
+            }
+            Op op = (slot, read) -> read ? c.read(region, (long) slot * bytes, buffers[slot])
+                    : c.write(region, (long) slot * bytes, buffers[slot]);
+            out.println("Transport: " + remote.transport + " (" + c + "), memserver " + c.server().serverId());
+            if (latency) {
+                latency(out, op, test == Test.READ_LAT, bytes);
+            } else {
+                // Warm-up: a second of the same load, unmeasured, so the JIT has compiled the data path.
+                runChains(op, test == Test.READ_BW, System.nanoTime() + 1_000_000_000L, Long.MAX_VALUE);
+                bandwidth(out, op, test == Test.READ_BW, bytes);
             }
             return 0;
-        } catch (RemoteMemoryException e) {
-            spec.commandLine().getErr().println("bench: " + e.getMessage());
-            return 1;
-        } catch (ExecutionException e) {
-            spec.commandLine().getErr().println("bench: " + (e.getCause() == null ? e : e.getCause().getMessage()));
-            return 1;
-        }
+        });
     }
 
     private void latency(PrintWriter out, Op op, boolean read, int bytes) throws Exception {
@@ -147,7 +123,8 @@ final class BenchCommand implements Callable<Integer> {
         for (int k = -warmup; k < samples.length && (time == null ? k < iters : System.nanoTime() < limit); k++) {
             long[] completedAt = new long[1];
             long start = System.nanoTime();
-            op.run(0, read).whenComplete((v, t) -> completedAt[0] = System.nanoTime()).get();
+            op.run(0, read).whenComplete((v, t) -> completedAt[0] = System.nanoTime())
+                    .get(remote.timeout * 2L, TimeUnit.SECONDS);
             if (k >= 0) {
                 samples[k] = completedAt[0] - start;
                 n = k + 1;

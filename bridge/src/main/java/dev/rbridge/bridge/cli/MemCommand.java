@@ -54,6 +54,16 @@ final class MemCommand {
     /** Bytes moved per operation; a multiple of 16 so hexdump lines never straddle two. */
     static final int CHUNK = 4 << 20;
 
+    /** Which region and where in it, shared by read and write. */
+    static final class RegionAddress {
+        @Option(names = "--region", paramLabel = "ID", required = true, description = "The region (see mem list).")
+        long region;
+
+        @Option(names = "--offset", paramLabel = "OFFSET", defaultValue = "0",
+                description = "Where to start in the region, e.g. 4K. Default ${DEFAULT-VALUE}.")
+        String offset;
+    }
+
     /** What a subcommand does once connected; returns the exit code. */
     private interface Action {
         int run(RemoteConnection c, Waiter w, PrintWriter out) throws RemoteMemoryException, IOException;
@@ -155,12 +165,8 @@ final class MemCommand {
         @Mixin
         MemServerClientOptions remote;
 
-        @Option(names = "--region", paramLabel = "ID", required = true, description = "The region (see mem list).")
-        long region;
-
-        @Option(names = "--offset", paramLabel = "OFFSET", defaultValue = "0",
-                description = "Where to start in the region, e.g. 4K. Default ${DEFAULT-VALUE}.")
-        String offset;
+        @Mixin
+        RegionAddress where;
 
         @Option(names = "--length", paramLabel = "LENGTH", required = true, description = "Bytes to read, e.g. 512 or 1M.")
         String length;
@@ -176,7 +182,7 @@ final class MemCommand {
 
         @Override
         public Integer call() {
-            long at = size(spec, "--offset", offset);
+            long at = size(spec, "--offset", where.offset);
             long n = size(spec, "--length", length);
             if (n <= 0) {
                 throw new CommandLine.ParameterException(spec.commandLine(), "--length must be positive");
@@ -187,7 +193,7 @@ final class MemCommand {
             Console console = System.console();
             boolean dump = hex || (file == null && console != null && console.isTerminal());
             return connected(spec, remote, (c, w, out) -> {
-                RegionDescriptor d = w.await(c.open(region));
+                RegionDescriptor d = w.await(c.open(where.region));
                 checkRange(d, at, n);
                 // stdout as a plain stream, not picocli's writer: a closed pipe must stop the read, not be ignored
                 try (Arena arena = Arena.ofShared();
@@ -315,12 +321,8 @@ final class MemCommand {
         @Mixin
         MemServerClientOptions remote;
 
-        @Option(names = "--region", paramLabel = "ID", required = true, description = "The region (see mem list).")
-        long region;
-
-        @Option(names = "--offset", paramLabel = "OFFSET", defaultValue = "0",
-                description = "Where to start in the region, e.g. 4K. Default ${DEFAULT-VALUE}.")
-        String offset;
+        @Mixin
+        RegionAddress where;
 
         @Option(names = "--file", paramLabel = "FILE", description = "Write the contents of FILE.")
         Path file;
@@ -339,7 +341,7 @@ final class MemCommand {
 
         @Override
         public Integer call() {
-            long at = size(spec, "--offset", offset);
+            long at = size(spec, "--offset", where.offset);
             int sources = (file != null ? 1 : 0) + (hex != null ? 1 : 0) + (pattern != null ? 1 : 0);
             if (sources != 1) {
                 throw new CommandLine.ParameterException(spec.commandLine(),
@@ -371,7 +373,7 @@ final class MemCommand {
                 }
             }
             return connected(spec, remote, (c, w, out) -> {
-                RegionDescriptor d = w.await(c.open(region));
+                RegionDescriptor d = w.await(c.open(where.region));
                 checkRange(d, at, n);
                 try (Arena arena = Arena.ofShared()) {
                     MemorySegment buffer = arena.allocate(Math.max(1, Math.min(n, CHUNK)));

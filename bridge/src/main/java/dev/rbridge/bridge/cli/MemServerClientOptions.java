@@ -4,10 +4,19 @@ import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RemoteMemoryProvider;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import picocli.CommandLine;
 import picocli.CommandLine.Option;
 
+import java.lang.foreign.Arena;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /** How a command reaches a memserver: the options ping, bench and mem share (a picocli mixin). */
 final class MemServerClientOptions {
@@ -49,5 +58,47 @@ final class MemServerClientOptions {
         return new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
                 .token(Endpoints.token(token, tokenFile)).clientName(clientName)
                 .operationTimeout(Duration.ofSeconds(timeout));
+    }
+
+    /** What a tool does with its connection and scratch region; returns the exit code. */
+    interface ScratchWork {
+        int run(RemoteConnection c, RegionDescriptor region, Arena arena) throws Exception;
+    }
+
+    /**
+     * Connects as {@code tool}, borrows a scratch region of {@code bytes}, runs {@code work} and gives the region
+     * back. Bad options end as picocli usage errors (exit 2); a failed operation as one {@code tool: reason} line on
+     * stderr and exit 1.
+     */
+    int withScratchRegion(CommandLine.Model.CommandSpec spec, String tool, long bytes, ScratchWork work)
+            throws Exception {
+        ConnectParams params;
+        RemoteMemoryProvider p;
+        try {
+            params = params("rbridge-" + tool);
+            p = provider();
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        long wait = timeout * 2L;
+        try (RemoteConnection c = p.connect(params); Arena arena = Arena.ofShared()) {
+            RegionDescriptor region = c.allocate(RegionTag.scratch(tool), bytes).get(wait, TimeUnit.SECONDS);
+            try {
+                return work.run(c, region, arena);
+            } finally {
+                if (c.isOpen()) {
+                    c.release(region).get(wait, TimeUnit.SECONDS);
+                }
+            }
+        } catch (RemoteMemoryException e) {
+            spec.commandLine().getErr().println(tool + ": " + e.getMessage());
+            return 1;
+        } catch (ExecutionException e) {
+            spec.commandLine().getErr().println(tool + ": " + (e.getCause() == null ? e : e.getCause().getMessage()));
+            return 1;
+        } catch (TimeoutException e) {
+            spec.commandLine().getErr().println(tool + ": no answer from the memserver within " + wait + " s");
+            return 1;
+        }
     }
 }

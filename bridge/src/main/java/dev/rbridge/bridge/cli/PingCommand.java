@@ -1,23 +1,14 @@
 package dev.rbridge.bridge.cli;
 
-import dev.rbridge.rdma.ConnectParams;
-import dev.rbridge.rdma.RegionDescriptor;
-import dev.rbridge.rdma.RegionTag;
-import dev.rbridge.rdma.RemoteConnection;
-import dev.rbridge.rdma.RemoteMemoryProvider;
-import dev.rbridge.rdma.RemoteMemoryException;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 import java.io.PrintWriter;
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.concurrent.Callable;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -56,64 +47,48 @@ final class PingCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         int bytes;
-        ConnectParams params;
-        RemoteMemoryProvider provider;
         try {
             bytes = Math.toIntExact(Sizes.parse(size));
             if (bytes <= 0 || count <= 0) {
                 throw new IllegalArgumentException("--size and --count must be positive");
             }
-            params = remote.params("rbridge-ping");
-            provider = remote.provider();
         } catch (IllegalArgumentException | ArithmeticException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         PrintWriter out = spec.commandLine().getOut();
         PrintWriter err = spec.commandLine().getErr();
-        try (RemoteConnection c = provider.connect(params); Arena arena = Arena.ofShared()) {
-            RegionDescriptor region = c.allocate(RegionTag.scratch("ping"), bytes).get();
-            try {
-                MemorySegment src = arena.allocate(bytes);
-                MemorySegment dst = arena.allocate(bytes);
-                long[] rtts = new long[count];
-                for (int round = 0; round < count; round++) {
-                    fill(src, round);
-                    long start = System.nanoTime();
-                    c.write(region, 0, src).get(remote.timeout * 2L, TimeUnit.SECONDS);
-                    c.read(region, 0, dst).get(remote.timeout * 2L, TimeUnit.SECONDS);
-                    rtts[round] = System.nanoTime() - start;
-                    if (validate) {
-                        long at = src.mismatch(dst);
-                        if (at >= 0) {
-                            err.printf("ping: MISMATCH in round %d at byte %d: wrote 0x%02x, read 0x%02x%n", round, at,
-                                    src.get(ValueLayout.JAVA_BYTE, at), dst.get(ValueLayout.JAVA_BYTE, at));
-                            return 1;
-                        }
-                    }
-                    if (verbose) {
-                        out.printf("round %d: %d bytes written and read back%s in %.1f us%n", round, bytes,
-                                validate ? ", validated" : "", rtts[round] / 1000.0);
+        long wait = remote.timeout * 2L;
+        return remote.withScratchRegion(spec, "ping", bytes, (c, region, arena) -> {
+            MemorySegment src = arena.allocate(bytes);
+            MemorySegment dst = arena.allocate(bytes);
+            long[] rtts = new long[count];
+            for (int round = 0; round < count; round++) {
+                fill(src, round);
+                long start = System.nanoTime();
+                c.write(region, 0, src).get(wait, TimeUnit.SECONDS);
+                c.read(region, 0, dst).get(wait, TimeUnit.SECONDS);
+                rtts[round] = System.nanoTime() - start;
+                if (validate) {
+                    long at = src.mismatch(dst);
+                    if (at >= 0) {
+                        err.printf("ping: MISMATCH in round %d at byte %d: wrote 0x%02x, read 0x%02x%n", round, at,
+                                src.get(ValueLayout.JAVA_BYTE, at), dst.get(ValueLayout.JAVA_BYTE, at));
+                        return 1;
                     }
                 }
-                Arrays.sort(rtts);
-                double avg = Arrays.stream(rtts).average().orElse(0) / 1000.0;
-                out.printf("ping %s: %d rounds of %d bytes%s; write+read rtt min/avg/p50/p99/max = "
-                                + "%.1f/%.1f/%.1f/%.1f/%.1f us%n", remote.server, count, bytes, validate ? ", all validated" : "",
-                        rtts[0] / 1000.0, avg, rtts[count / 2] / 1000.0,
-                        rtts[Math.min(count - 1, (int) Math.ceil(count * 0.99) - 1)] / 1000.0, rtts[count - 1] / 1000.0);
-            } finally {
-                if (c.isOpen()) {
-                    c.release(region).get(remote.timeout * 2L, TimeUnit.SECONDS);
+                if (verbose) {
+                    out.printf("round %d: %d bytes written and read back%s in %.1f us%n", round, bytes,
+                            validate ? ", validated" : "", rtts[round] / 1000.0);
                 }
             }
+            Arrays.sort(rtts);
+            double avg = Arrays.stream(rtts).average().orElse(0) / 1000.0;
+            out.printf("ping %s: %d rounds of %d bytes%s; write+read rtt min/avg/p50/p99/max = "
+                            + "%.1f/%.1f/%.1f/%.1f/%.1f us%n", remote.server, count, bytes,
+                    validate ? ", all validated" : "", rtts[0] / 1000.0, avg, rtts[count / 2] / 1000.0,
+                    rtts[Math.min(count - 1, (int) Math.ceil(count * 0.99) - 1)] / 1000.0, rtts[count - 1] / 1000.0);
             return 0;
-        } catch (RemoteMemoryException e) {
-            err.println("ping: " + e.getMessage());
-            return 1;
-        } catch (ExecutionException e) {
-            err.println("ping: " + (e.getCause() == null ? e : e.getCause().getMessage()));
-            return 1;
-        }
+        });
     }
 
     /** A pattern that differs per round and per position, so a stale or shifted read cannot pass. */

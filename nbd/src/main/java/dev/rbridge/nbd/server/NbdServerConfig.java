@@ -14,6 +14,7 @@ import java.util.Objects;
 public final class NbdServerConfig {
     private final List<ListenAddress> listen;
     private final Map<String, Export> exports;
+    private final List<Export> exportList;
     private final String defaultExport;
     private final Duration handshakeTimeout;
     private final Duration drainTimeout;
@@ -44,10 +45,8 @@ public final class NbdServerConfig {
         this.maxInFlightPerConnection = b.maxInFlightPerConnection;
         this.bufferPoolRetainBytes = b.bufferPoolRetainBytes;
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
-        this.exportOrder = List.copyOf(b.exports.keySet());
+        this.exportList = List.copyOf(b.exports.values()); // LinkedHashMap: configured order
     }
-
-    private final List<String> exportOrder;
 
     private static Duration positive(String what, Duration d) {
         if (d == null || d.isNegative() || d.isZero()) {
@@ -71,7 +70,7 @@ public final class NbdServerConfig {
 
     /** Exports in the order they were configured. */
     public List<Export> exports() {
-        return exportOrder.stream().map(exports::get).toList();
+        return exportList;
     }
 
     public String defaultExport() {

@@ -16,6 +16,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * {@code onBroken} closes the connection. Nothing here throws at the threads that complete requests.
  */
 final class Outbox {
+    private static final org.slf4j.Logger log = org.slf4j.LoggerFactory.getLogger(Outbox.class);
     private static final int MAX_BATCH = 256;
     private static final int MAX_BATCH_PAYLOAD = 8 << 20;
     private static final int HEADER_SPACE = 256 << 10;
@@ -117,7 +118,12 @@ final class Outbox {
                     first++;
                 }
             }
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException e) {
+            // the client went away (reset, closed): the connection's reader reports how it ended
+            broken = true;
+            onBroken.run();
+        } catch (RuntimeException e) {
+            log.error("writing replies failed; closing the connection", e);
             broken = true;
             onBroken.run();
         } finally {

@@ -421,16 +421,7 @@ final class TcpConnection implements RemoteConnection {
             if (!outgoing.isEmpty()) {
                 LockSupport.unpark(flusher); // never write here: the memserver may be waiting for us to read
             }
-            in.compact();
-            int r;
-            try {
-                r = channel.read(in);
-            } finally {
-                in.flip();
-            }
-            if (r < 0) {
-                throw new EOFException();
-            }
+            Wire.readMore(channel, in);
         }
     }
 

@@ -325,16 +325,7 @@ final class TcpServerConnection implements Runnable {
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
             flushReplies();
-            in.compact();
-            int r;
-            try {
-                r = channel.read(in);
-            } finally {
-                in.flip();
-            }
-            if (r < 0) {
-                throw new EOFException();
-            }
+            Wire.readMore(channel, in);
         }
     }
 

@@ -48,6 +48,20 @@ final class Wire {
         ch.setOption(java.net.StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER);
     }
 
+    /** One read from {@code ch} appended to the unread bytes of {@code in} (kept in read mode); EOF at end of stream. */
+    static void readMore(java.nio.channels.SocketChannel ch, ByteBuffer in) throws java.io.IOException {
+        in.compact();
+        int r;
+        try {
+            r = ch.read(in);
+        } finally {
+            in.flip();
+        }
+        if (r < 0) {
+            throw new java.io.EOFException();
+        }
+    }
+
     static ByteBuffer allocate(int capacity) {
         return ByteBuffer.allocate(capacity).order(ByteOrder.LITTLE_ENDIAN);
     }
