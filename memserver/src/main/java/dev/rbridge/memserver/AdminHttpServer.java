@@ -21,7 +21,8 @@ import java.util.concurrent.Executors;
  *
  * <pre>
  * GET  /clients                  id, name, address, state, regions, bytes and krping counters of each client
- * GET  /regions                  every region with its tag and owner
+ * GET  /regions                  every region with its tag (volume, slab, replica, generation) and owner
+ * GET  /leases                   every volume lease: volume, owner, client id, state, ttl and ms remaining
  * GET  /stats                    capacity, granted bytes, counts, refused connections
  * POST /clients/{id}/disconnect  cut a client's connection (its regions stay)
  * POST /regions/{id}/revoke      take a region away
@@ -85,6 +86,8 @@ public final class AdminHttpServer implements AutoCloseable {
                 send(ex, 200, clientsJson(memserver.clients()));
             } else if (route.equals("GET regions")) {
                 send(ex, 200, regionsJson(memserver.regions()));
+            } else if (route.equals("GET leases")) {
+                send(ex, 200, leasesJson(memserver.leases()));
             } else if (route.equals("GET stats")) {
                 List<MemServer.ClientView> clients = memserver.clients();
                 long[] sum = new long[8];
@@ -127,7 +130,7 @@ public final class AdminHttpServer implements AutoCloseable {
                 Thread.ofPlatform().start(exit);
             } else {
                 send(ex, 404, error("no such admin operation: " + method + " " + ex.getRequestURI().getPath()
-                        + " (GET clients|regions|stats, POST clients/ID/disconnect|regions/ID/revoke|drain|shutdown)"));
+                        + " (GET clients|regions|leases|stats, POST clients/ID/disconnect|regions/ID/revoke|drain|shutdown)"));
             }
         } catch (IllegalArgumentException e) {
             send(ex, 400, error(e.getMessage()));
@@ -191,6 +194,22 @@ public final class AdminHttpServer implements AutoCloseable {
                     .append(",\"replica\":").append(r.descriptor().tag().replica())
                     .append(",\"generation\":").append(r.descriptor().tag().generation())
                     .append(",\"owner\":").append(quote(r.owner())).append('}');
+        }
+        return b.append(']').toString();
+    }
+
+    static String leasesJson(List<MemServer.LeaseView> leases) {
+        StringBuilder b = new StringBuilder("[");
+        for (MemServer.LeaseView l : leases) {
+            if (b.length() > 1) {
+                b.append(',');
+            }
+            b.append("{\"volume\":").append(quote(l.volume())).append(",\"owner\":").append(quote(l.owner()))
+                    .append(",\"client_id\":").append(l.clientId())
+                    .append(",\"client_name\":").append(quote(l.clientName()))
+                    .append(",\"address\":").append(quote(l.address())).append(",\"state\":").append(quote(l.state()))
+                    .append(",\"ttl_ms\":").append(l.ttlMillis()).append(",\"remaining_ms\":")
+                    .append(l.remainingMillis()).append('}');
         }
         return b.append(']').toString();
     }

@@ -2,6 +2,7 @@ package dev.rbridge.memserver;
 
 import dev.rbridge.memory.AnonymousMemory;
 import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -25,18 +26,28 @@ import java.security.MessageDigest;
 import java.security.SecureRandom;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The memory server: lends RAM as regions to authenticated clients over a remote-memory provider. Regions are
  * anonymous mappings, so memory is touched only when written, reads of the untouched part return zeroes, and a
  * grant counts against the capacity whether touched or not (capacity is a promise, not a guess).
+ *
+ * <p>Volume leases: a client (a bridge) may hold an ownership lease on a volume name. While a lease is live (renewed
+ * within its ttl, its holder's connection open) only the holder's connection may allocate, open, retag or release the
+ * regions tagged with that volume; volumes nobody leases stay usable by anyone. A lease taken from a different owner
+ * whose lease lapsed or whose connection ended rotates the access key of every region of the volume, so the previous
+ * owner's data operations fail with {@code ACCESS_DENIED} (fencing). The lease table and every control operation that
+ * reads or changes a region's key or tag run under one lock ({@link #control}); the data path only reads the region's
+ * volatile descriptor.
  */
 public final class MemServer implements RegionService, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(MemServer.class);
@@ -49,6 +60,13 @@ public final class MemServer implements RegionService, AutoCloseable {
     private final AtomicLong nextRegionId = new AtomicLong(1);
     private final AtomicLong nextClientId = new AtomicLong(1);
     private final AtomicLong refusedAuth = new AtomicLong();
+    /**
+     * Guards {@link #leases} and makes each control operation's lease check and its effect on the region table one
+     * step, so a key rotation never interleaves with an open that hands out a key or an allocate that adds a region.
+     */
+    private final Object control = new Object();
+    /** By volume name; guarded by {@link #control}. An entry outlives its holder so a takeover knows to fence. */
+    private final Map<String, VolumeLease> leases = new HashMap<>();
     private final SecureRandom random = new SecureRandom();
     private volatile boolean draining;
     private final CompletableFuture<Void> drained = new CompletableFuture<>();
@@ -104,7 +122,9 @@ public final class MemServer implements RegionService, AutoCloseable {
             log.warn("refused client '{}' from {}: wrong token", clientName, peer);
             throw new RemoteMemoryException(Status.AUTH_FAILED, "wrong token");
         }
-        Client c = new Client(nextClientId.getAndIncrement(), clientName, String.valueOf(peer));
+        String address = peer instanceof InetSocketAddress i ? i.getHostString() + ":" + i.getPort()
+                : String.valueOf(peer);
+        Client c = new Client(nextClientId.getAndIncrement(), clientName, address);
         clients.add(c);
         log.info("client {} '{}' connected from {}", c.id, clientName, peer);
         return c;
@@ -120,6 +140,9 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
         if (length <= 0) {
             throw new RemoteMemoryException(Status.BAD_REQUEST, "region length must be positive: " + length);
+        }
+        synchronized (control) {
+            checkLease(c, tag.volume(), "allocate regions of it"); // early, so a refusal is not reported as NO_CAPACITY
         }
         long rounded = rounded(length);
         long before;
@@ -144,7 +167,17 @@ public final class MemServer implements RegionService, AutoCloseable {
             key = random.nextLong();
         } while (key == 0);
         RegionDescriptor d = new RegionDescriptor(nextRegionId.getAndIncrement(), length, key, tag);
-        regions.put(d.id(), new Region(d, memory, c.name, c.id));
+        Region region = new Region(d, memory, c.name, c.id);
+        try {
+            synchronized (control) {
+                checkLease(c, tag.volume(), "allocate regions of it"); // again: a lease may have been taken meanwhile
+                regions.put(d.id(), region);
+            }
+        } catch (RemoteMemoryException e) {
+            region.release();
+            granted.addAndGet(-rounded);
+            throw e;
+        }
         log.debug("client {}: granted {}", c.id, d);
         return d;
     }
@@ -155,32 +188,180 @@ public final class MemServer implements RegionService, AutoCloseable {
         return (length + page - 1) & -page;
     }
 
-    private RegionDescriptor openRegion(long id) throws RemoteMemoryException {
-        Region r = regions.get(id);
-        if (r == null) {
-            throw new RemoteMemoryException(Status.NO_SUCH_REGION, "no region " + id);
+    private RegionDescriptor openRegion(Client c, long id) throws RemoteMemoryException {
+        synchronized (control) {
+            Region r = regions.get(id);
+            if (r == null) {
+                throw new RemoteMemoryException(Status.NO_SUCH_REGION, "no region " + id);
+            }
+            RegionDescriptor d = r.descriptor;
+            checkLease(c, d.tag().volume(), "open its regions");
+            return d;
         }
-        return r.descriptor;
     }
 
+    /**
+     * Every region, keys withheld (0): a client gets a key by allocating or opening, where the volume's lease is
+     * checked, so a fenced-off owner cannot learn the rotated keys by listing.
+     */
     private List<RegionInfo> listRegions() {
         List<RegionInfo> out = new ArrayList<>();
         for (Region r : regions.values()) {
-            out.add(new RegionInfo(r.descriptor, r.owner));
+            RegionDescriptor d = r.descriptor;
+            out.add(new RegionInfo(new RegionDescriptor(d.id(), d.length(), 0, d.tag()), r.owner));
         }
         out.sort(Comparator.comparingLong(i -> i.descriptor().id()));
         return out;
     }
 
-    private void release(long id, long key) throws RemoteMemoryException {
-        Region r = checked(id, key);
-        if (regions.remove(id, r) && r.release()) {
+    private void release(Client c, long id, long key) throws RemoteMemoryException {
+        Region r;
+        synchronized (control) {
+            r = checked(id, key);
+            checkLease(c, r.descriptor.tag().volume(), "release its regions");
+            if (!regions.remove(id, r)) {
+                return;
+            }
+        }
+        if (r.release()) {
             granted.addAndGet(-rounded(r.descriptor.length()));
             log.debug("released {}", r.descriptor);
         }
     }
 
-    /** Operator action: takes a region away from whoever holds it. */
+    private RegionDescriptor retag(Client c, long id, long key, RegionTag tag) throws RemoteMemoryException {
+        synchronized (control) {
+            Region r = checked(id, key);
+            RegionDescriptor d = r.descriptor;
+            if (!d.tag().volume().equals(tag.volume())) {
+                throw new RemoteMemoryException(Status.BAD_REQUEST, "region " + id + " belongs to volume '"
+                        + d.tag().volume() + "'; a retag cannot move it to volume '" + tag.volume() + "'");
+            }
+            checkLease(c, d.tag().volume(), "retag its regions");
+            RegionDescriptor retagged = new RegionDescriptor(d.id(), d.length(), d.key(), tag);
+            r.descriptor = retagged;
+            log.debug("client {}: retagged region {} from {} to {}", c.id, id, d.tag(), tag);
+            return retagged;
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------ leases
+
+    /** The longest ttl honoured as asked; longer ones are cut to it (a year: the point is that leases lapse). */
+    private static final long MAX_TTL_MILLIS = TimeUnit.DAYS.toMillis(365);
+    private static final int MAX_OWNER = 1024;
+
+    /**
+     * One volume's lease. {@code released} means its holder's connection ended: the lease binds nobody any more, but
+     * the owner is remembered so that a different owner taking the volume next still fences it off.
+     */
+    private record VolumeLease(String owner, Client holder, long ttlMillis, long expiresAtNanos, boolean released) {
+        boolean live(long now) {
+            return !released && !holder.ended && expiresAtNanos - now > 0;
+        }
+
+        long remainingMillis(long now) {
+            return live(now) ? Math.max(0, TimeUnit.NANOSECONDS.toMillis(expiresAtNanos - now)) : 0;
+        }
+
+        String describe(long now) {
+            return "'" + owner + "' (client " + holder.id + " '" + holder.name + "' at " + holder.peer + ", "
+                    + remainingMillis(now) + " ms of its " + ttlMillis + " ms lease left)";
+        }
+    }
+
+    /** Refuses {@code c} when another connection holds a live lease on {@code volume}. Call under {@link #control}. */
+    private void checkLease(Client c, String volume, String what) throws RemoteMemoryException {
+        VolumeLease l = leases.get(volume);
+        if (l != null && l.holder != c) {
+            long now = System.nanoTime();
+            if (l.live(now)) {
+                throw new RemoteMemoryException(Status.ACCESS_DENIED, "volume '" + volume + "' is leased by "
+                        + l.describe(now) + "; only its holder may " + what);
+            }
+        }
+    }
+
+    private Lease lease(Client c, String volume, String owner, long ttlMillis) throws RemoteMemoryException {
+        if (ttlMillis <= 0) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's ttl must be positive: " + ttlMillis + " ms");
+        }
+        if (owner == null || owner.isEmpty() || owner.getBytes(StandardCharsets.UTF_8).length > MAX_OWNER) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's owner must be 1 to " + MAX_OWNER
+                    + " bytes long");
+        }
+        if (volume == null || volume.getBytes(StandardCharsets.UTF_8).length > RegionTag.MAX_VOLUME_NAME) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a volume name is at most "
+                    + RegionTag.MAX_VOLUME_NAME + " bytes long");
+        }
+        long ttl = Math.min(ttlMillis, MAX_TTL_MILLIS);
+        synchronized (control) {
+            long now = System.nanoTime();
+            VolumeLease previous = leases.get(volume);
+            boolean tookOver = previous != null && !previous.owner.equals(owner);
+            if (tookOver && previous.live(now)) {
+                throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "' is leased by "
+                        + previous.describe(now));
+            }
+            leases.put(volume, new VolumeLease(owner, c, ttl, now + TimeUnit.MILLISECONDS.toNanos(ttl), false));
+            if (tookOver) {
+                int rotated = rotateKeys(volume);
+                log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); {} "
+                                + "region key(s) rotated", volume, owner, c.id, c.peer, previous.owner,
+                        previous.holder.id, previous.holder.peer, previous.released || previous.holder.ended
+                                ? "connection ended" : "lease expired "
+                                + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos) + " ms ago", rotated);
+            } else if (previous == null) {
+                log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms", volume, owner, c.id, c.peer, ttl);
+            } else if (previous.holder != c) {
+                log.info("volume '{}': lease of '{}' moved to client {} at {}", volume, owner, c.id, c.peer);
+            }
+            return new Lease(volume, owner, ttl, tookOver);
+        }
+    }
+
+    /** New random keys for every region of a volume. Call under {@link #control}. */
+    private int rotateKeys(String volume) {
+        int n = 0;
+        for (Region r : regions.values()) {
+            RegionDescriptor d = r.descriptor;
+            if (d.tag().volume().equals(volume)) {
+                long key;
+                do {
+                    key = random.nextLong();
+                } while (key == 0 || key == d.key());
+                r.descriptor = new RegionDescriptor(d.id(), d.length(), key, d.tag());
+                n++;
+            }
+        }
+        return n;
+    }
+
+    private void unlease(Client c, String volume, String owner) {
+        synchronized (control) {
+            VolumeLease l = leases.get(volume);
+            if (l != null && l.owner.equals(owner)) {
+                leases.remove(volume);
+                log.info("volume '{}': lease of '{}' given back by client {} at {}", volume, owner, c.id, c.peer);
+            }
+        }
+    }
+
+    /** A connection ended: the leases it held bind nobody from now on (another owner may take them at once). */
+    private void leasesEnded(Client c) {
+        synchronized (control) {
+            for (Map.Entry<String, VolumeLease> e : leases.entrySet()) {
+                VolumeLease l = e.getValue();
+                if (l.holder == c && !l.released) {
+                    e.setValue(new VolumeLease(l.owner, l.holder, l.ttlMillis, l.expiresAtNanos, true));
+                    log.info("volume '{}': lease of '{}' released: client {} at {} disconnected", e.getKey(),
+                            l.owner, c.id, c.peer);
+                }
+            }
+        }
+    }
+
+    /** Operator action: takes a region away from whoever holds it (leases do not bind operators). */
     public boolean revoke(long id) {
         Region r = regions.remove(id);
         if (r != null && r.release()) {
@@ -282,6 +463,26 @@ public final class MemServer implements RegionService, AutoCloseable {
         return listRegions();
     }
 
+    /**
+     * A volume lease as an operator sees it. {@code state}: {@code held} (live), {@code expired} (not renewed within
+     * its ttl) or {@code released} (its holder's connection ended); only a held lease binds anyone.
+     */
+    public record LeaseView(String volume, String owner, long clientId, String clientName, String address,
+                            String state, long ttlMillis, long remainingMillis) {
+    }
+
+    public List<LeaseView> leases() {
+        List<LeaseView> out = new ArrayList<>();
+        synchronized (control) {
+            long now = System.nanoTime();
+            leases.forEach((volume, l) -> out.add(new LeaseView(volume, l.owner, l.holder.id, l.holder.name,
+                    l.holder.peer, l.live(now) ? "held" : l.released || l.holder.ended ? "released" : "expired",
+                    l.ttlMillis, l.remainingMillis(now))));
+        }
+        out.sort(Comparator.comparing(LeaseView::volume));
+        return out;
+    }
+
     /** Operator action: cuts a client's connection. Its regions stay (it may reconnect and reattach). */
     public boolean disconnect(long clientId) {
         for (Client c : clients) {
@@ -335,6 +536,8 @@ public final class MemServer implements RegionService, AutoCloseable {
         final String peer;
         volatile ConnectionStats stats;
         volatile Runnable disconnect;
+        /** Its connection ended: its leases bind nobody. */
+        volatile boolean ended;
 
         Client(long id, String name, String peer) {
             this.id = id;
@@ -351,7 +554,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
 
         public RegionDescriptor open(long regionId) throws RemoteMemoryException {
-            return openRegion(regionId);
+            return openRegion(this, regionId);
         }
 
         public List<RegionInfo> list() {
@@ -359,7 +562,19 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
 
         public void release(long regionId, long key) throws RemoteMemoryException {
-            MemServer.this.release(regionId, key);
+            MemServer.this.release(this, regionId, key);
+        }
+
+        public RegionDescriptor retag(long regionId, long key, RegionTag tag) throws RemoteMemoryException {
+            return MemServer.this.retag(this, regionId, key, tag);
+        }
+
+        public Lease lease(String volume, String owner, long ttlMillis) throws RemoteMemoryException {
+            return MemServer.this.lease(this, volume, owner, ttlMillis);
+        }
+
+        public void unlease(String volume, String owner) {
+            MemServer.this.unlease(this, volume, owner);
         }
 
         public Pin pin(long regionId, long key, long offset, long length) throws RemoteMemoryException {
@@ -376,6 +591,8 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
 
         public void closed() {
+            ended = true;
+            leasesEnded(this);
             clients.remove(this);
             log.info("client {} '{}' from {} disconnected", id, name, peer);
             if (draining && clients.isEmpty()) {

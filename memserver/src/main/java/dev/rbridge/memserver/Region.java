@@ -9,9 +9,13 @@ import java.util.concurrent.atomic.AtomicInteger;
  * One granted region: lazily backed memory plus its descriptor. Data operations pin it; the memory is unmapped only
  * when it has been released (or revoked) and the last pin is gone, so a release racing a transfer never frees memory
  * under the transfer.
+ *
+ * <p>The descriptor changes when the region is retagged or its key is rotated (a lease taken over): it is replaced
+ * whole, so the key and tag a data operation sees always belong together, and reading it is one volatile load on the
+ * data path. Writers hold the memserver's control lock.
  */
 final class Region {
-    final RegionDescriptor descriptor;
+    volatile RegionDescriptor descriptor;
     final AnonymousMemory memory;
     final String owner;
     final long ownerId;

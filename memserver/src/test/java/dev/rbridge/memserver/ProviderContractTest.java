@@ -1,12 +1,15 @@
 package dev.rbridge.memserver;
 
 import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.RemoteMemoryProvider;
+import dev.rbridge.rdma.ServerInfo;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
@@ -34,6 +37,7 @@ import java.util.concurrent.TimeoutException;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
@@ -85,15 +89,37 @@ abstract class ProviderContractTest {
     }
 
     static Status statusOf(CompletableFuture<?> f) throws InterruptedException, TimeoutException {
+        return failure(f).status();
+    }
+
+    static RemoteMemoryException failure(CompletableFuture<?> f) throws InterruptedException, TimeoutException {
         try {
             f.get(30, TimeUnit.SECONDS);
         } catch (ExecutionException e) {
             if (e.getCause() instanceof RemoteMemoryException r) {
-                return r.status();
+                return r;
             }
             throw new AssertionError("failed with something other than RemoteMemoryException", e.getCause());
         }
         throw new AssertionError("expected a failure, the operation succeeded");
+    }
+
+    /** The failure's status, checking that its message names what it must (the lease's holder, say). */
+    static void assertFails(Status expected, CompletableFuture<?> f, String... named) throws Exception {
+        RemoteMemoryException e = failure(f);
+        assertEquals(expected, e.status(), e.getMessage());
+        for (String n : named) {
+            assertTrue(e.getMessage().contains(n), "'" + e.getMessage() + "' should name " + n);
+        }
+    }
+
+    static <T> T get(CompletableFuture<T> f) throws Exception {
+        return f.get(30, TimeUnit.SECONDS);
+    }
+
+    static RegionInfo listed(RemoteConnection c, long regionId) throws Exception {
+        return get(c.list()).stream().filter(i -> i.descriptor().id() == regionId).findFirst()
+                .orElseThrow(() -> new AssertionError("region " + regionId + " is not listed"));
     }
 
     static byte[] bytes(MemorySegment s) {
@@ -270,6 +296,185 @@ abstract class ProviderContractTest {
         }
     }
 
+    // ---------------------------------------------------------------------------------------- retag and leases
+
+    @Test
+    void retagChangesTheListedTagAndRefusesAVolumeChangeOrAWrongKey() throws Exception {
+        try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN);
+             Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = get(a.allocate(new RegionTag("retag-vol", 4, 1, 1), 1 << 16));
+            MemorySegment src = arena.allocate(64).fill((byte) 0x42);
+            get(a.write(r, 100, src));
+
+            RegionTag next = new RegionTag("retag-vol", 5, 2, 9);
+            RegionDescriptor d = get(a.retag(r, next));
+            assertEquals(new RegionDescriptor(r.id(), r.length(), r.key(), next), d, "same region and key, new tag");
+            assertEquals(next, listed(b, r.id()).descriptor().tag(), "another client's list shows the new tag");
+            assertEquals(0, listed(b, r.id()).descriptor().key(), "listing withholds keys");
+
+            assertFails(Status.BAD_REQUEST, a.retag(d, new RegionTag("another-vol", 5, 2, 10)), "another-vol");
+            RegionDescriptor forged = new RegionDescriptor(r.id(), r.length(), r.key() ^ 1, r.tag());
+            assertEquals(Status.ACCESS_DENIED, statusOf(b.retag(forged, new RegionTag("retag-vol", 5, 2, 11))));
+            assertEquals(next, listed(b, r.id()).descriptor().tag(), "refused retags change nothing");
+
+            MemorySegment dst = arena.allocate(64);
+            get(a.read(d, 100, dst));
+            assertArrayEquals(bytes(src), bytes(dst), "the data stays");
+            // anyone with the key may retag an unleased volume's region
+            assertEquals(3, get(b.retag(d, new RegionTag("retag-vol", 5, 2, 3))).tag().generation());
+            get(a.release(d));
+            assertEquals(Status.NO_SUCH_REGION, statusOf(a.retag(d, next)));
+        }
+    }
+
+    @Test
+    void aLeaseIsGrantedRenewedAndGivenBackByItsOwner() throws Exception {
+        String vol = "lease-renew";
+        try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN)) {
+            assertEquals(new Lease(vol, "owner-a", 5000, false), get(a.lease(vol, "owner-a", Duration.ofSeconds(5))));
+            assertEquals(new Lease(vol, "owner-a", 7000, false), get(a.lease(vol, "owner-a", Duration.ofSeconds(7))),
+                    "renewed by the same owner, with the new ttl");
+            assertEquals(Status.BAD_REQUEST, statusOf(a.lease(vol, "owner-a", Duration.ZERO)));
+            assertEquals(Status.BAD_REQUEST, statusOf(a.lease(vol, "owner-a", Duration.ofMillis(-5))));
+            assertEquals(Status.LEASE_HELD, statusOf(b.lease(vol, "owner-b", Duration.ofSeconds(5))),
+                    "a refused renewal leaves the lease held");
+            get(a.unlease(vol, "owner-a"));
+            assertEquals(new Lease(vol, "owner-b", 5000, false), get(b.lease(vol, "owner-b", Duration.ofSeconds(5))),
+                    "a lease given back passes on at once and is no takeover");
+            get(b.unlease(vol, "owner-b"));
+        }
+    }
+
+    @Test
+    void aSecondOwnerGetsLeaseHeldNamingTheHolder() throws Exception {
+        String vol = "lease-held";
+        try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN)) {
+            get(a.lease(vol, "bridge-a", Duration.ofSeconds(30)));
+            assertFails(Status.LEASE_HELD, b.lease(vol, "bridge-b", Duration.ofSeconds(30)), "bridge-a", vol, " ms");
+            get(b.unlease(vol, "bridge-b")); // not the holder: a no-op
+            assertFails(Status.LEASE_HELD, b.lease(vol, "bridge-b", Duration.ofSeconds(30)), "bridge-a");
+            get(a.lease(vol, "bridge-a", Duration.ofSeconds(30))); // still a's
+            get(a.unlease(vol, "bridge-a"));
+        }
+    }
+
+    @Test
+    void closingTheHoldersConnectionFreesTheLeaseAtOnce() throws Exception {
+        String vol = "lease-closed";
+        RegionDescriptor r;
+        byte[] data = new byte[4096];
+        new Random(5).nextBytes(data);
+        try (Arena arena = Arena.ofShared(); RemoteConnection b = connect(memserver, TOKEN)) {
+            try (RemoteConnection a = connect(memserver, TOKEN)) {
+                get(a.lease(vol, "bridge-a", Duration.ofMinutes(5)));
+                r = get(a.allocate(new RegionTag(vol, 0, 0, 1), data.length));
+                get(a.write(r, 0, arena.allocate(data.length).copyFrom(MemorySegment.ofArray(data))));
+            }
+            // the memserver learns of the close asynchronously (tcp), but long before the 5-minute ttl
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            Lease lease;
+            while (true) {
+                try {
+                    lease = b.lease(vol, "bridge-b", Duration.ofSeconds(30)).get(30, TimeUnit.SECONDS);
+                    break;
+                } catch (ExecutionException e) {
+                    if (!(e.getCause() instanceof RemoteMemoryException re && re.status() == Status.LEASE_HELD)
+                            || System.nanoTime() > deadline) {
+                        throw e;
+                    }
+                    Thread.sleep(20);
+                }
+            }
+            assertTrue(lease.tookOver(), "taking an abandoned lease from another owner is a takeover");
+            RegionDescriptor opened = get(b.open(r.id()));
+            assertNotEquals(r.key(), opened.key(), "the takeover rotated the key");
+            MemorySegment dst = arena.allocate(data.length);
+            get(b.read(opened, 0, dst));
+            assertArrayEquals(data, bytes(dst));
+            get(b.release(opened));
+            get(b.unlease(vol, "bridge-b"));
+        }
+    }
+
+    @Test
+    void anExpiredLeaseIsTakenOverAndTheOldHolderIsFencedOff() throws Exception {
+        String vol = "lease-expired";
+        try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN);
+             Arena arena = Arena.ofShared()) {
+            Lease first = get(a.lease(vol, "bridge-a", Duration.ofMillis(300)));
+            assertFalse(first.tookOver());
+            RegionDescriptor r = get(a.allocate(new RegionTag(vol, 0, 0, 1), 1 << 20));
+            byte[] data = new byte[1 << 20];
+            new Random(7).nextBytes(data);
+            get(a.write(r, 0, arena.allocate(data.length).copyFrom(MemorySegment.ofArray(data))));
+            Thread.sleep(450); // a does not renew
+
+            Lease taken = get(b.lease(vol, "bridge-b", Duration.ofSeconds(30)));
+            assertEquals(new Lease(vol, "bridge-b", 30_000, true), taken);
+
+            // the old holder's data operations are fenced off, its connection stays up
+            assertFails(Status.ACCESS_DENIED, a.read(r, 0, arena.allocate(4096)));
+            assertFails(Status.ACCESS_DENIED, a.write(r, 0, arena.allocate(4096).fill((byte) 1)));
+            assertFails(Status.ACCESS_DENIED, a.zero(r, 0, 4096));
+            // ... and so are its control operations on the volume
+            assertFails(Status.ACCESS_DENIED, a.open(r.id()), "bridge-b");
+            assertFails(Status.LEASE_HELD, a.lease(vol, "bridge-a", Duration.ofSeconds(30)), "bridge-b");
+            assertTrue(a.isOpen());
+
+            RegionDescriptor opened = get(b.open(r.id()));
+            assertNotEquals(r.key(), opened.key());
+            MemorySegment dst = arena.allocate(data.length);
+            get(b.read(opened, 0, dst));
+            assertArrayEquals(data, bytes(dst), "the new holder reads what the old one wrote");
+            get(b.release(opened));
+            get(b.unlease(vol, "bridge-b"));
+        }
+    }
+
+    @Test
+    void aNonHolderCannotAllocateOpenRetagOrReleaseRegionsOfALeasedVolume() throws Exception {
+        String vol = "lease-guarded";
+        try (RemoteConnection holder = connect(memserver, TOKEN); RemoteConnection other = connect(memserver, TOKEN)) {
+            get(holder.lease(vol, "holder-bridge", Duration.ofSeconds(30)));
+            RegionDescriptor r = get(holder.allocate(new RegionTag(vol, 1, 0, 1), 8192));
+
+            assertFails(Status.ACCESS_DENIED, other.allocate(new RegionTag(vol, 2, 0, 1), 8192), "holder-bridge");
+            assertFails(Status.ACCESS_DENIED, other.open(r.id()), "holder-bridge");
+            // even with the right key (leaked, stale): the lease decides
+            assertFails(Status.ACCESS_DENIED, other.retag(r, new RegionTag(vol, 1, 0, 2)), "holder-bridge");
+            assertFails(Status.ACCESS_DENIED, other.release(r), "holder-bridge");
+            RegionInfo seen = listed(other, r.id());
+            assertEquals(new RegionTag(vol, 1, 0, 1), seen.descriptor().tag(), "nothing changed");
+            assertEquals(0, seen.descriptor().key(), "a non-holder cannot learn the key by listing");
+
+            // volumes nobody leases stay usable by everyone
+            RegionDescriptor scratch = get(other.allocate(RegionTag.scratch("lease-bystander"), 4096));
+            get(other.release(scratch));
+
+            // the holder itself may do all of it
+            RegionDescriptor retagged = get(holder.retag(r, new RegionTag(vol, 1, 0, 2)));
+            assertEquals(2, get(holder.open(r.id())).tag().generation());
+            get(holder.release(retagged));
+            get(holder.unlease(vol, "holder-bridge"));
+            RegionDescriptor after = get(other.allocate(new RegionTag(vol, 3, 0, 1), 4096));
+            get(other.release(after));
+        }
+    }
+
+    @Test
+    void infoReflectsAnAllocation() throws Exception {
+        try (RemoteConnection c = connect(memserver, TOKEN)) {
+            ServerInfo before = get(c.info());
+            assertEquals(c.server().serverId(), before.serverId());
+            assertEquals(CAPACITY, before.capacityBytes());
+            long size = 8L << 20;
+            RegionDescriptor r = get(c.allocate(RegionTag.scratch("info"), size));
+            assertEquals(before.freeBytes() - size, get(c.info()).freeBytes());
+            get(c.release(r));
+            assertEquals(before.freeBytes(), get(c.info()).freeBytes());
+        }
+    }
+
     @Test
     void aWrongTokenIsRefusedWithAClearError() {
         RemoteMemoryException e = assertThrows(RemoteMemoryException.class, () -> connect(memserver, "guess"));
@@ -338,6 +543,39 @@ abstract class ProviderContractTest {
             assertEquals(RemoteMemoryException.Status.VERSION_MISMATCH.code(), r.getInt(16));
             String message = new String(reply, 26, reply.length - 26, java.nio.charset.StandardCharsets.UTF_8);
             assertTrue(message.contains("v1") && message.contains("v2"), message);
+        }
+    }
+
+    @Test
+    void anOpcodeTheMemserverDoesNotKnowIsRefusedAndTheConnectionGoesOn() throws Exception {
+        // What keeps wire version 1 open to new operations: an older memserver answers them BAD_REQUEST and goes on.
+        Assumptions.assumeTrue(memserver.hasWire(), "an in-process provider has no opcodes");
+        byte[] token = TOKEN.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        java.nio.ByteBuffer out = java.nio.ByteBuffer.allocate(24 + 2 + token.length + 2 + 24 + 24)
+                .order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 1).putLong(1).putInt(0)
+                .putInt(2 + token.length + 2).putShort((short) token.length).put(token).putShort((short) 0);
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 99).putLong(2).putInt(0).putInt(0); // unknown
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 19).putLong(3).putInt(0).putInt(0); // FLUSH
+        try (Socket s = new Socket(memserver.address().getAddress(), memserver.address().getPort())) {
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(out.array());
+            DataInputStream in = new DataInputStream(s.getInputStream());
+            for (long id = 1; id <= 3; id++) {
+                byte[] header = new byte[24];
+                in.readFully(header);
+                java.nio.ByteBuffer h = java.nio.ByteBuffer.wrap(header).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+                byte[] body = new byte[h.getInt(20)];
+                in.readFully(body);
+                assertEquals(id, h.getLong(8));
+                if (id == 2) {
+                    assertEquals(Status.BAD_REQUEST.code(), h.getInt(16));
+                    String message = new String(body, 2, body.length - 2, java.nio.charset.StandardCharsets.UTF_8);
+                    assertTrue(message.contains("OP_99"), message);
+                } else {
+                    assertEquals(0, h.getInt(16), "reply " + id + " succeeds");
+                }
+            }
         }
     }
 

@@ -28,6 +28,15 @@ public interface RegionService {
 
         void release(long regionId, long key) throws RemoteMemoryException;
 
+        /** See {@link RemoteConnection#retag}: key-checked, same volume only, refused to non-holders of its lease. */
+        RegionDescriptor retag(long regionId, long key, RegionTag tag) throws RemoteMemoryException;
+
+        /** See {@link RemoteConnection#lease}; the lease belongs to this session until it ends or lapses. */
+        Lease lease(String volume, String owner, long ttlMillis) throws RemoteMemoryException;
+
+        /** See {@link RemoteConnection#unlease}: a no-op unless {@code owner} holds the volume's lease. */
+        void unlease(String volume, String owner) throws RemoteMemoryException;
+
         /**
          * Pins {@code [offset, offset + length)} of a region for one data operation after checking the key and the
          * range. The memory stays mapped until the returned pin is closed, even if the region is released or

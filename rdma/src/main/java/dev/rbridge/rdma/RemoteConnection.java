@@ -25,9 +25,37 @@ public interface RemoteConnection extends AutoCloseable {
     /** A region this memserver already holds (after a bridge restart), with its key. */
     CompletableFuture<RegionDescriptor> open(long regionId);
 
+    /** Every region the memserver holds, with tag and owner; keys are withheld (0): {@link #open} gives a key. */
     CompletableFuture<List<RegionInfo>> list();
 
     CompletableFuture<Void> release(RegionDescriptor region);
+
+    /**
+     * Changes what a region is tagged with (same volume; slab, replica and generation may change): how the bridge
+     * marks the surviving replicas of a slab as the current generation after one failed, and a rebuilt copy as
+     * complete. Completes with the descriptor carrying the new tag (same id, length and key). Fails with
+     * {@code ACCESS_DENIED} for a wrong key or when another connection holds the volume's lease, {@code BAD_REQUEST}
+     * when the tag names another volume, {@code NO_SUCH_REGION} when the region is gone.
+     */
+    CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag);
+
+    /**
+     * Takes or renews this client's ownership lease on a volume, for {@code ttl}. Granted when nobody holds it, when
+     * {@code owner} already holds it, or when the holder's lease expired or its connection ended; otherwise fails
+     * with {@code LEASE_HELD} naming the holder. Taking over a lease from another owner gives every region of the
+     * volume a new access key, so the previous owner is fenced off from the data. While a lease is held, only its
+     * holder's connection may allocate, open, retag or release regions of that volume (others get
+     * {@code ACCESS_DENIED}); volumes nobody leases are open to every client. A lease given back with {@link #unlease}
+     * passes to the next owner without a key change. {@code ttl} must be positive ({@code BAD_REQUEST}); renew well
+     * within it.
+     */
+    CompletableFuture<Lease> lease(String volume, String owner, java.time.Duration ttl);
+
+    /** Gives a held lease back (a bridge shutting down cleanly). Not holding it is not an error. */
+    CompletableFuture<Void> unlease(String volume, String owner);
+
+    /** The memserver's current capacity and free bytes. */
+    CompletableFuture<ServerInfo> info();
 
     CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst);
 

@@ -1,6 +1,7 @@
 package dev.rbridge.rdma.local;
 
 import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
@@ -12,6 +13,7 @@ import dev.rbridge.rdma.ServerInfo;
 
 import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
+import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicReference;
@@ -81,6 +83,40 @@ final class LocalConnection implements RemoteConnection {
             session.release(region.id(), region.key());
             return null;
         });
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
+        return call(() -> session.retag(region.id(), region.key(), tag));
+    }
+
+    @Override
+    public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
+        long ttlMillis;
+        if (ttl.isNegative() || ttl.isZero()) {
+            ttlMillis = ttl.isZero() ? 0 : -1;
+        } else {
+            try {
+                ttlMillis = Math.max(1, ttl.toMillis()); // as the tcp provider sends it
+            } catch (ArithmeticException e) {
+                ttlMillis = Long.MAX_VALUE;
+            }
+        }
+        long millis = ttlMillis;
+        return call(() -> session.lease(volume, owner, millis));
+    }
+
+    @Override
+    public CompletableFuture<Void> unlease(String volume, String owner) {
+        return call(() -> {
+            session.unlease(volume, owner);
+            return null;
+        });
+    }
+
+    @Override
+    public CompletableFuture<ServerInfo> info() {
+        return call(session::serverInfo);
     }
 
     @Override

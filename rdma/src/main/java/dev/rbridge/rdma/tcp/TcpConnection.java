@@ -2,6 +2,7 @@ package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
@@ -18,6 +19,7 @@ import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -218,6 +220,51 @@ final class TcpConnection implements RemoteConnection {
     @Override
     public CompletableFuture<Void> release(RegionDescriptor region) {
         return send(Wire.RELEASE, 16, b -> b.putLong(region.id()).putLong(region.key()), null, body -> null);
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
+        return send(Wire.RETAG, 16 + Wire.tagLength(tag), b -> {
+            b.putLong(region.id()).putLong(region.key());
+            Wire.putTag(b, tag);
+        }, null, body -> Wire.parse("RETAG reply", () -> Wire.getDescriptor(body)));
+    }
+
+    @Override
+    public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
+        long ttlMillis = leaseMillis(ttl);
+        return send(Wire.LEASE, Wire.stringLength(volume) + Wire.stringLength(owner) + 8, b -> {
+            Wire.putString(b, volume);
+            Wire.putString(b, owner);
+            b.putLong(ttlMillis);
+        }, null, body -> Wire.parse("LEASE reply", () -> new Lease(volume, owner, body.getLong(), body.get() != 0)));
+    }
+
+    /** A ttl in whole milliseconds: a positive one below a millisecond counts as one, a huge one saturates. */
+    static long leaseMillis(Duration ttl) {
+        if (ttl.isNegative() || ttl.isZero()) {
+            return ttl.isZero() ? 0 : -1;
+        }
+        try {
+            return Math.max(1, ttl.toMillis());
+        } catch (ArithmeticException e) {
+            return Long.MAX_VALUE;
+        }
+    }
+
+    @Override
+    public CompletableFuture<Void> unlease(String volume, String owner) {
+        return send(Wire.UNLEASE, Wire.stringLength(volume) + Wire.stringLength(owner), b -> {
+            Wire.putString(b, volume);
+            Wire.putString(b, owner);
+        }, null, body -> null);
+    }
+
+    @Override
+    public CompletableFuture<ServerInfo> info() {
+        return send(Wire.INFO, 0, b -> {
+        }, null, body -> Wire.parse("INFO reply", () -> new ServerInfo(Wire.getString(body), server.protocolVersion(),
+                body.getLong(), body.getLong())));
     }
 
     @Override
@@ -453,6 +500,9 @@ final class TcpConnection implements RemoteConnection {
                 if (status != 0) {
                     ByteBuffer body = readBody(length);
                     String message = length >= 2 ? Wire.parse("error", () -> Wire.getString(body)) : "";
+                    if (status == Status.BAD_REQUEST.code() && message.startsWith("unexpected OP_")) {
+                        message += " (the memserver predates this operation; upgrade it)";
+                    }
                     p.future.completeExceptionally(new RemoteMemoryException(Status.of(status),
                             Wire.opName(opcode) + " on memserver " + peer + " failed: " + message));
                 } else if (p.dst != null) {

@@ -1,6 +1,7 @@
 package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
@@ -169,7 +170,8 @@ final class TcpServerConnection implements Runnable {
                         queueReply(h.opcode, h.id, 0);
                     }
                 }
-                case Wire.ALLOCATE, Wire.OPEN, Wire.LIST, Wire.RELEASE -> control(s, h);
+                case Wire.ALLOCATE, Wire.OPEN, Wire.LIST, Wire.RELEASE, Wire.RETAG, Wire.LEASE, Wire.UNLEASE,
+                     Wire.INFO -> control(s, h);
                 default -> {
                     skip(h.length);
                     queueError(h, Status.BAD_REQUEST, "unexpected " + Wire.opName(h.opcode));
@@ -276,6 +278,29 @@ final class TcpServerConnection implements Runnable {
                 case Wire.RELEASE -> {
                     s.release(body.getLong(), body.getLong());
                     queueReply(h.opcode, h.id, 0);
+                }
+                case Wire.RETAG -> {
+                    long region = body.getLong();
+                    long key = body.getLong();
+                    RegionDescriptor d = s.retag(region, key, Wire.getTag(body));
+                    Wire.putDescriptor(queueReply(h.opcode, h.id, Wire.descriptorLength(d)), d);
+                }
+                case Wire.LEASE -> {
+                    String volume = Wire.getString(body);
+                    String owner = Wire.getString(body);
+                    Lease lease = s.lease(volume, owner, body.getLong());
+                    queueReply(h.opcode, h.id, 9).putLong(lease.ttlMillis()).put((byte) (lease.tookOver() ? 1 : 0));
+                }
+                case Wire.UNLEASE -> {
+                    String volume = Wire.getString(body);
+                    s.unlease(volume, Wire.getString(body));
+                    queueReply(h.opcode, h.id, 0);
+                }
+                case Wire.INFO -> {
+                    ServerInfo info = s.serverInfo();
+                    ByteBuffer reply = queueReply(h.opcode, h.id, Wire.stringLength(info.serverId()) + 16);
+                    Wire.putString(reply, info.serverId());
+                    reply.putLong(info.capacityBytes()).putLong(info.freeBytes());
                 }
                 default -> throw new IllegalStateException();
             }

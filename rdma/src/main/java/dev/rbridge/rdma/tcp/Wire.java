@@ -11,6 +11,10 @@ import java.nio.charset.StandardCharsets;
 /**
  * The tcp provider's wire format, version {@value #VERSION}; the layouts are tabled in {@code rdma/README.md}.
  * Little-endian. Every message is a 24-byte header and {@code length} bytes of body.
+ *
+ * <p>Operations are only ever added, with new opcodes, never changed: every message of a given opcode keeps its layout,
+ * so the version stays 1. A memserver that predates an opcode answers it with {@code BAD_REQUEST} ("unexpected
+ * OP_n") and the connection goes on. The version changes when an existing message's layout or meaning does.
  */
 final class Wire {
     private Wire() {
@@ -29,6 +33,10 @@ final class Wire {
     static final int OPEN = 3;
     static final int LIST = 4;
     static final int RELEASE = 5;
+    static final int RETAG = 6;
+    static final int LEASE = 7;
+    static final int UNLEASE = 8;
+    static final int INFO = 9;
     static final int READ = 16;
     static final int WRITE = 17;
     static final int ZERO = 18;
@@ -77,6 +85,10 @@ final class Wire {
             case OPEN -> "OPEN";
             case LIST -> "LIST";
             case RELEASE -> "RELEASE";
+            case RETAG -> "RETAG";
+            case LEASE -> "LEASE";
+            case UNLEASE -> "UNLEASE";
+            case INFO -> "INFO";
             case READ -> "READ";
             case WRITE -> "WRITE";
             case ZERO -> "ZERO";
