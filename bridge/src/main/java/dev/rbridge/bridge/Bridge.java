@@ -1,0 +1,458 @@
+package dev.rbridge.bridge;
+
+import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.volume.Rebuilder;
+import dev.rbridge.bridge.volume.Replica;
+import dev.rbridge.bridge.volume.Slab;
+import dev.rbridge.bridge.volume.SlabHost;
+import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.Providers;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.RemoteMemoryProvider;
+import dev.rbridge.rdma.ServerInfo;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.Function;
+
+/**
+ * The bridge core: volumes over a set of memservers. It owns one connection per memserver, the ownership leases, slab
+ * placement, reattach at start and the two background roles: the health duty cycle (reconnect, renew leases, notice
+ * dead connections, refresh capacity, queue degraded slabs; every 250 ms on thread {@code bridge-health}) and the
+ * rebuild ({@link Rebuilder}, thread {@code bridge-rebuild}). The NBD server is wired to its volumes from outside.
+ */
+public final class Bridge implements SlabHost, AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(Bridge.class);
+    private static final long TICK_MILLIS = 250;
+    private static final long RECONNECT_MILLIS = 1000;
+
+    private final BridgeConfig config;
+    private final RemoteMemoryProvider provider;
+    private final List<MemserverLink> links = new ArrayList<>();
+    private final Map<String, Volume> volumes = new LinkedHashMap<>();
+    private final Rebuilder rebuilder;
+    private final Map<MemserverLink, Long> nextAttempt = new java.util.concurrent.ConcurrentHashMap<>();
+    private final Set<MemserverLink> connecting = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    private final Thread health;
+    private volatile boolean running = true;
+
+    private Bridge(BridgeConfig config) {
+        this.config = config;
+        this.provider = Providers.byName(config.transport());
+        config.memservers().forEach(a -> links.add(new MemserverLink(a)));
+        config.volumes().forEach(v -> volumes.put(v.name(), new Volume(v, this)));
+        this.rebuilder = new Rebuilder(this, config.rebuildChunk());
+        this.health = Thread.ofPlatform().name("bridge-health").daemon().unstarted(this::healthLoop);
+    }
+
+    /**
+     * Connects to the memservers (waiting up to the configured start wait for all of them), takes the volumes'
+     * leases, reattaches to the regions found and starts the background roles. Fails with a sentence an operator can
+     * act on when no memserver answers or another bridge owns a volume.
+     */
+    public static Bridge start(BridgeConfig config) {
+        Bridge b = new Bridge(config);
+        try {
+            b.attachAll();
+        } catch (RuntimeException e) {
+            b.close();
+            throw e;
+        }
+        b.rebuilder.start();
+        b.health.start();
+        return b;
+    }
+
+    public BridgeConfig config() {
+        return config;
+    }
+
+    public List<MemserverLink> memservers() {
+        return List.copyOf(links);
+    }
+
+    public List<Volume> volumes() {
+        return List.copyOf(volumes.values());
+    }
+
+    public Volume volume(String name) {
+        return volumes.get(name);
+    }
+
+    public Rebuilder rebuilder() {
+        return rebuilder;
+    }
+
+    // -------------------------------------------------------------------------------------------------- start
+
+    private void attachAll() {
+        long deadline = System.nanoTime() + config.startWait().toNanos();
+        Map<String, Map<Integer, List<Replica>>> found = new HashMap<>();
+        Set<MemserverLink> pending = new HashSet<>(links);
+        while (true) {
+            for (MemserverLink l : List.copyOf(pending)) {
+                if (connect(l, found)) {
+                    pending.remove(l);
+                }
+            }
+            if (pending.isEmpty() || System.nanoTime() - deadline > 0) {
+                break;
+            }
+            sleep(200);
+        }
+        if (pending.size() == links.size()) {
+            StringBuilder why = new StringBuilder();
+            for (MemserverLink l : links) {
+                why.append(why.isEmpty() ? "" : "; ").append(l.label()).append(": ").append(l.lastError());
+            }
+            throw new IllegalStateException("no memserver is reachable (" + why + ")");
+        }
+        for (MemserverLink l : pending) {
+            log.warn("memserver {} is not reachable ({}); serving without it, regions it may hold will be treated "
+                    + "as stale when it comes back", l.label(), l.lastError());
+        }
+        for (Volume v : volumes.values()) {
+            Map<Integer, List<Replica>> mine = found.getOrDefault(v.name(), Map.of());
+            List<Replica> stale = v.reattach(mine);
+            stale.forEach(this::release);
+            Volume.VolumeStatus st = v.status();
+            log.info("volume {}: {} bytes, {} slab(s) of {} bytes, {} replica(s); reattached {} slab(s) ({} healthy, "
+                            + "{} degraded), released {} stale region(s)", v.name(), st.size(), st.slabs(), st.slabSize(),
+                    st.replicas(), st.allocated(), st.healthy(), st.degraded() + st.rebuilding(), stale.size());
+        }
+    }
+
+    /**
+     * One attempt to bring a memserver up: connect, take every volume's lease, then either collect its regions
+     * ({@code found} non-null: at start) or sort them into lost-and-found and stale (a memserver coming back later).
+     */
+    private boolean connect(MemserverLink l, Map<String, Map<Integer, List<Replica>>> found) {
+        RemoteConnection c;
+        try {
+            c = provider.connect(new ConnectParams().address(l.address()).token(config.token())
+                    .clientName("rbridge-bridge " + config.owner()).operationTimeout(config.operationTimeout())
+                    .connectTimeout(config.operationTimeout()));
+        } catch (RemoteMemoryException e) {
+            if (!e.getMessage().equals(l.lastError())) {
+                log.warn("memserver {}: {}", l.label(), e.getMessage());
+            }
+            l.connectFailed(e.getMessage());
+            if (e.status() == Status.AUTH_FAILED || e.status() == Status.VERSION_MISMATCH) {
+                if (found != null) {
+                    throw new IllegalStateException("memserver " + l.label() + " refused this bridge: " + e.getMessage());
+                }
+            }
+            return false;
+        }
+        try {
+            long wait = config.operationTimeout().toMillis() * 2;
+            for (Volume v : volumes.values()) {
+                try {
+                    c.lease(v.name(), config.owner(), config.leaseTtl()).get(wait, TimeUnit.MILLISECONDS);
+                } catch (ExecutionException e) {
+                    if (cause(e) instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
+                        String msg = "volume '" + v.name() + "' is in use by another bridge (memserver " + l.label()
+                                + ": " + r.getMessage() + "); stop that bridge, or wait for its lease to expire";
+                        if (found != null) {
+                            c.close();
+                            throw new IllegalStateException(msg);
+                        }
+                        log.error(msg);
+                    }
+                    throw e;
+                }
+            }
+            ServerInfo info = c.info().get(wait, TimeUnit.MILLISECONDS);
+            List<RegionInfo> regions = c.list().get(wait, TimeUnit.MILLISECONDS);
+            for (RegionInfo ri : regions) {
+                RegionDescriptor d = ri.descriptor();
+                Volume v = volumes.get(d.tag().volume());
+                if (v == null) {
+                    continue;
+                }
+                RegionDescriptor opened = c.open(d.id()).get(wait, TimeUnit.MILLISECONDS);
+                Replica r = new Replica(l, c, info.serverId(), opened);
+                if (found != null) {
+                    found.computeIfAbsent(v.name(), k -> new HashMap<>())
+                            .computeIfAbsent((int) Math.min(Integer.MAX_VALUE, opened.tag().slab()), k -> new ArrayList<>())
+                            .add(r);
+                } else if (!v.holds(info.serverId(), d.id()) && !v.adoptLost(r)) {
+                    log.info("memserver {}: releasing stale region {} of volume {} slab {} (generation {})", l.label(),
+                            d.id(), v.name(), d.tag().slab(), d.tag().generation());
+                    c.release(opened);
+                }
+            }
+            if (!running) {
+                c.close();
+                return false;
+            }
+            l.up(c, info.serverId(), info.capacityBytes(), info.freeBytes());
+            log.info("memserver {} is up (instance {}, {} of {} bytes free, {} region(s) of ours)", l.label(),
+                    info.serverId(), info.freeBytes(), info.capacityBytes(), regions.stream()
+                            .filter(ri -> volumes.containsKey(ri.descriptor().tag().volume())).count());
+            return true;
+        } catch (ExecutionException | TimeoutException e) {
+            String why = e instanceof TimeoutException ? "no answer within " + config.operationTimeout().toMillis() * 2
+                    + " ms" : reason(e);
+            log.warn("memserver {}: could not attach: {}", l.label(), why);
+            l.connectFailed(why);
+            c.close();
+            return false;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            c.close();
+            return false;
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------- health duty
+
+    private void healthLoop() {
+        long leaseEvery = Math.max(TICK_MILLIS, config.leaseTtl().toMillis() / 3);
+        long lastLease = System.currentTimeMillis();
+        long lastInfo = 0;
+        while (running) {
+            long now = System.currentTimeMillis();
+            try {
+                for (MemserverLink l : links) {
+                    RemoteConnection c = l.connection();
+                    if (l.state() == MemserverLink.State.UP && c == null) {
+                        linkDown(l, "connection lost");
+                    }
+                    if (l.state() != MemserverLink.State.UP && now >= nextAttempt.getOrDefault(l, 0L)
+                            && connecting.add(l)) {
+                        // On its own thread: a memserver that accepts but never answers must not stall this loop.
+                        Thread.ofVirtual().name("bridge-connect-" + l.label()).start(() -> {
+                            try {
+                                connect(l, null);
+                            } finally {
+                                nextAttempt.put(l, System.currentTimeMillis() + RECONNECT_MILLIS);
+                                connecting.remove(l);
+                            }
+                        });
+                    }
+                }
+                if (now - lastLease >= leaseEvery) {
+                    lastLease = now;
+                    renewLeases();
+                }
+                if (now - lastInfo >= 1000) {
+                    lastInfo = now;
+                    refreshCapacity();
+                    for (Volume v : volumes.values()) {
+                        v.degraded().forEach(rebuilder::offer);
+                    }
+                }
+            } catch (RuntimeException e) {
+                log.error("health check failed", e);
+            }
+            sleep(TICK_MILLIS);
+        }
+    }
+
+    private void renewLeases() {
+        for (MemserverLink l : links) {
+            RemoteConnection c = l.connection();
+            if (c == null) {
+                continue;
+            }
+            for (Volume v : volumes.values()) {
+                c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, e) -> {
+                    if (e == null) {
+                        if (lease.tookOver()) {
+                            log.warn("memserver {}: lease on volume {} had lapsed and was taken again", l.label(),
+                                    v.name());
+                        }
+                        return;
+                    }
+                    Throwable t = cause(e);
+                    if (t instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
+                        log.error("memserver {}: volume {} now belongs to another bridge ({}); this bridge stops using"
+                                + " that memserver", l.label(), v.name(), r.getMessage());
+                    }
+                    if (l.connection() == c) {
+                        linkDown(l, "lease renewal failed: " + reason(t));
+                    }
+                });
+            }
+        }
+    }
+
+    private void refreshCapacity() {
+        for (MemserverLink l : links) {
+            RemoteConnection c = l.connection();
+            if (c != null) {
+                c.info().thenAccept(i -> l.capacity(i.capacityBytes(), i.freeBytes()));
+            }
+        }
+    }
+
+    private synchronized void linkDown(MemserverLink l, String reason) {
+        RemoteConnection dead = l.down(reason);
+        if (dead == null) {
+            return;
+        }
+        log.warn("memserver {} is down: {}; its replicas are taken out", l.label(), reason);
+        dead.close();
+        for (Volume v : volumes.values()) {
+            v.connectionLost(dead, "memserver " + l.label() + " down: " + reason);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------ SlabHost
+
+    @Override
+    public CompletableFuture<List<Replica>> place(Slab slab, int count, long generation, Set<MemserverLink> exclude) {
+        return placeNext(slab, count, generation, new HashSet<>(exclude), new ArrayList<>(), null);
+    }
+
+    private CompletableFuture<List<Replica>> placeNext(Slab slab, int count, long generation, Set<MemserverLink> tried,
+                                                       List<Replica> got, Throwable lastError) {
+        if (got.size() == count) {
+            return CompletableFuture.completedFuture(got);
+        }
+        MemserverLink l = choose(tried, slab.length());
+        if (l == null) {
+            if (!got.isEmpty()) {
+                return CompletableFuture.completedFuture(got);
+            }
+            String why = "no reachable memserver has " + slab.length() + " bytes free for volume "
+                    + slab.volume().name() + " slab " + slab.index()
+                    + (lastError == null ? "" : " (last refusal: " + reason(lastError) + ")");
+            return CompletableFuture.failedFuture(new RemoteMemoryException(Status.NO_CAPACITY, why));
+        }
+        tried.add(l);
+        RemoteConnection c = l.connection();
+        if (c == null) {
+            return placeNext(slab, count, generation, tried, got, lastError);
+        }
+        long length = slab.length();
+        l.reserved.addAndGet(length);
+        int slot = got.size() + (generation == 0 ? slab.volume().replicas() : 0);
+        return c.allocate(new dev.rbridge.rdma.RegionTag(slab.volume().name(), slab.index(), slot, generation), length)
+                .handle((d, e) -> {
+                    if (e == null) {
+                        got.add(new Replica(l, c, l.serverId(), d));
+                        return placeNext(slab, count, generation, tried, got, lastError);
+                    }
+                    l.reserved.addAndGet(-length);
+                    log.debug("memserver {} refused a region for volume {} slab {}: {}", l.label(),
+                            slab.volume().name(), slab.index(), reason(e));
+                    return placeNext(slab, count, generation, tried, got, cause(e));
+                }).thenCompose(Function.identity());
+    }
+
+    /** Power of two choices on free capacity among the memservers that are up, not excluded and have room. */
+    private MemserverLink choose(Set<MemserverLink> exclude, long length) {
+        List<MemserverLink> candidates = new ArrayList<>();
+        for (MemserverLink l : links) {
+            if (!exclude.contains(l) && l.connection() != null && l.freeBytes() >= length) {
+                candidates.add(l);
+            }
+        }
+        if (candidates.isEmpty()) {
+            return null;
+        }
+        if (candidates.size() == 1) {
+            return candidates.getFirst();
+        }
+        ThreadLocalRandom rnd = ThreadLocalRandom.current();
+        int a = rnd.nextInt(candidates.size());
+        int b = rnd.nextInt(candidates.size() - 1);
+        if (b >= a) {
+            b++;
+        }
+        MemserverLink x = candidates.get(a);
+        MemserverLink y = candidates.get(b);
+        return x.freeBytes() >= y.freeBytes() ? x : y;
+    }
+
+    @Override
+    public void rebuildWanted(Slab slab) {
+        rebuilder.offer(slab);
+    }
+
+    @Override
+    public void release(Replica r) {
+        if (r.connection().isOpen()) {
+            r.connection().release(r.region()).whenComplete((v, e) -> {
+                if (e != null) {
+                    log.debug("could not release {}: {}", r.describe(), reason(e));
+                }
+            });
+        }
+    }
+
+    @Override
+    public Duration operationTimeout() {
+        return config.operationTimeout();
+    }
+
+    // -------------------------------------------------------------------------------------------------- close
+
+    /** Stops the background roles, gives the leases back and closes the connections. Regions stay for a restart. */
+    @Override
+    public void close() {
+        running = false;
+        health.interrupt();
+        rebuilder.close();
+        for (MemserverLink l : links) {
+            RemoteConnection c = l.connection();
+            if (c != null) {
+                for (Volume v : volumes.values()) {
+                    try {
+                        c.unlease(v.name(), config.owner()).get(1, TimeUnit.SECONDS);
+                    } catch (ExecutionException | TimeoutException e) {
+                        log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
+                                reason(e));
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+            }
+            RemoteConnection old = l.down("bridge stopped");
+            if (old != null) {
+                old.close();
+            }
+        }
+    }
+
+    private static Throwable cause(Throwable e) {
+        while ((e instanceof ExecutionException || e instanceof java.util.concurrent.CompletionException)
+                && e.getCause() != null) {
+            e = e.getCause();
+        }
+        return e;
+    }
+
+    private static String reason(Throwable e) {
+        Throwable t = cause(e);
+        return t.getMessage() == null ? t.toString() : t.getMessage();
+    }
+
+    private static void sleep(long millis) {
+        try {
+            Thread.sleep(millis);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}

@@ -1,0 +1,182 @@
+package dev.rbridge.bridge;
+
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Objects;
+import java.util.Set;
+
+/**
+ * Everything the bridge core needs, validated once (HikariCP style). Defaults: 5 s operation timeout, a 10 s lease
+ * renewed every third of it, up to 10 s at start to reach every memserver, rebuilds copying 1 MiB at a time.
+ */
+public final class BridgeConfig {
+    private final List<InetSocketAddress> memservers;
+    private final List<VolumeSpec> volumes;
+    private final String transport;
+    private final String token;
+    private final String owner;
+    private final Duration operationTimeout;
+    private final Duration leaseTtl;
+    private final Duration startWait;
+    private final int rebuildChunk;
+
+    private BridgeConfig(Builder b) {
+        if (b.memservers.isEmpty()) {
+            throw new IllegalArgumentException("the bridge needs at least one memserver (--memserver HOST:PORT)");
+        }
+        if (b.volumes.isEmpty()) {
+            throw new IllegalArgumentException("the bridge needs at least one volume (--volume name=disk,size=1G)");
+        }
+        if (new HashSet<>(b.memservers).size() != b.memservers.size()) {
+            throw new IllegalArgumentException("a memserver is listed twice: " + b.memservers);
+        }
+        Set<String> names = new HashSet<>();
+        for (VolumeSpec v : b.volumes) {
+            if (!names.add(v.name())) {
+                throw new IllegalArgumentException("volume '" + v.name() + "' is configured twice");
+            }
+            if (v.replicas() > b.memservers.size()) {
+                throw new IllegalArgumentException("volume '" + v.name() + "' wants " + v.replicas()
+                        + " replicas but only " + b.memservers.size() + " memserver(s) are configured; replicas of a"
+                        + " slab never share a memserver");
+            }
+        }
+        this.memservers = List.copyOf(b.memservers);
+        this.volumes = List.copyOf(b.volumes);
+        this.transport = Objects.requireNonNull(b.transport);
+        this.token = b.token == null ? "" : b.token;
+        this.owner = Objects.requireNonNull(b.owner, "owner");
+        this.operationTimeout = positive("operation timeout", b.operationTimeout);
+        this.leaseTtl = positive("lease", b.leaseTtl);
+        if (leaseTtl.compareTo(Duration.ofSeconds(1)) < 0) {
+            throw new IllegalArgumentException("the lease must be at least 1 s");
+        }
+        this.startWait = b.startWait.isNegative() ? Duration.ZERO : b.startWait;
+        if (Integer.bitCount(b.rebuildChunk) != 1 || b.rebuildChunk < 4096 || b.rebuildChunk > (16 << 20)) {
+            throw new IllegalArgumentException("rebuild chunk must be a power of two from 4K to 16M");
+        }
+        this.rebuildChunk = b.rebuildChunk;
+    }
+
+    private static Duration positive(String what, Duration d) {
+        if (d == null || d.isNegative() || d.isZero()) {
+            throw new IllegalArgumentException(what + " must be positive");
+        }
+        return d;
+    }
+
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    public List<InetSocketAddress> memservers() {
+        return memservers;
+    }
+
+    public List<VolumeSpec> volumes() {
+        return volumes;
+    }
+
+    public String transport() {
+        return transport;
+    }
+
+    public String token() {
+        return token;
+    }
+
+    /** Who this bridge is in the memservers' leases; unique per process by default. */
+    public String owner() {
+        return owner;
+    }
+
+    public Duration operationTimeout() {
+        return operationTimeout;
+    }
+
+    public Duration leaseTtl() {
+        return leaseTtl;
+    }
+
+    public Duration startWait() {
+        return startWait;
+    }
+
+    public int rebuildChunk() {
+        return rebuildChunk;
+    }
+
+    public static final class Builder {
+        private final List<InetSocketAddress> memservers = new java.util.ArrayList<>();
+        private final List<VolumeSpec> volumes = new java.util.ArrayList<>();
+        private String transport = "tcp";
+        private String token;
+        private String owner = defaultOwner();
+        private Duration operationTimeout = Duration.ofSeconds(5);
+        private Duration leaseTtl = Duration.ofSeconds(10);
+        private Duration startWait = Duration.ofSeconds(10);
+        private int rebuildChunk = 1 << 20;
+
+        public Builder memserver(InetSocketAddress a) {
+            memservers.add(Objects.requireNonNull(a));
+            return this;
+        }
+
+        public Builder volume(VolumeSpec v) {
+            volumes.add(Objects.requireNonNull(v));
+            return this;
+        }
+
+        public Builder transport(String t) {
+            this.transport = t;
+            return this;
+        }
+
+        public Builder token(String t) {
+            this.token = t;
+            return this;
+        }
+
+        public Builder owner(String o) {
+            this.owner = o;
+            return this;
+        }
+
+        public Builder operationTimeout(Duration d) {
+            this.operationTimeout = d;
+            return this;
+        }
+
+        public Builder leaseTtl(Duration d) {
+            this.leaseTtl = d;
+            return this;
+        }
+
+        public Builder startWait(Duration d) {
+            this.startWait = Objects.requireNonNull(d);
+            return this;
+        }
+
+        public Builder rebuildChunk(int bytes) {
+            this.rebuildChunk = bytes;
+            return this;
+        }
+
+        public BridgeConfig build() {
+            return new BridgeConfig(this);
+        }
+
+        private static String defaultOwner() {
+            String host;
+            try {
+                host = java.net.InetAddress.getLocalHost().getHostName();
+            } catch (java.io.IOException e) {
+                host = "localhost";
+            }
+            return "bridge@" + host + ":" + ProcessHandle.current().pid() + ":"
+                    + java.util.UUID.randomUUID().toString().substring(0, 8);
+        }
+    }
+}

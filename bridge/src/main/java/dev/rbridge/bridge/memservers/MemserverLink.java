@@ -1,0 +1,109 @@
+package dev.rbridge.bridge.memservers;
+
+import dev.rbridge.rdma.RemoteConnection;
+
+import java.net.InetSocketAddress;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * The bridge's view of one configured memserver: the current connection (null while it is unreachable), what it
+ * last said about its free capacity, and why it is down. Replicas bind to a specific {@link RemoteConnection}, so a
+ * reconnect never revives a replica that was failed on the old one.
+ */
+public final class MemserverLink {
+    public enum State { CONNECTING, UP, DOWN }
+
+    private final String label;
+    private final InetSocketAddress address;
+    private volatile RemoteConnection connection;
+    private volatile State state = State.CONNECTING;
+    private volatile String serverId = "";
+    private volatile long capacityBytes;
+    private volatile long freeBytes;
+    private volatile String lastError = "";
+    private volatile long downSinceNanos = System.nanoTime();
+    /** Regions this bridge placed on it since it came up and has not yet seen in a capacity report. */
+    public final AtomicLong reserved = new AtomicLong();
+
+    public MemserverLink(InetSocketAddress address) {
+        this.address = address;
+        this.label = address.getHostString() + ":" + address.getPort();
+    }
+
+    public String label() {
+        return label;
+    }
+
+    public InetSocketAddress address() {
+        return address;
+    }
+
+    /** The live connection, or null when the memserver is not usable now. */
+    public RemoteConnection connection() {
+        RemoteConnection c = connection;
+        return c != null && state == State.UP && c.isOpen() ? c : null;
+    }
+
+    public State state() {
+        return state;
+    }
+
+    public String serverId() {
+        return serverId;
+    }
+
+    public long capacityBytes() {
+        return capacityBytes;
+    }
+
+    /** Free capacity as last reported, less what this bridge allocated since. */
+    public long freeBytes() {
+        return Math.max(0, freeBytes - reserved.get());
+    }
+
+    public String lastError() {
+        return lastError;
+    }
+
+    public long downForMillis() {
+        return state == State.UP ? 0 : (System.nanoTime() - downSinceNanos) / 1_000_000;
+    }
+
+    public void up(RemoteConnection c, String serverId, long capacity, long free) {
+        this.connection = c;
+        this.serverId = serverId;
+        this.capacityBytes = capacity;
+        this.freeBytes = free;
+        this.reserved.set(0);
+        this.lastError = "";
+        this.state = State.UP;
+    }
+
+    public void capacity(long capacity, long free) {
+        this.capacityBytes = capacity;
+        this.freeBytes = free;
+        this.reserved.set(0);
+    }
+
+    /** Marks it down; returns the connection it had (to be closed by the caller), or null if it was down already. */
+    public RemoteConnection down(String reason) {
+        RemoteConnection c = connection;
+        connection = null;
+        lastError = reason;
+        if (state != State.DOWN) {
+            downSinceNanos = System.nanoTime();
+        }
+        state = State.DOWN;
+        return c;
+    }
+
+    public void connectFailed(String reason) {
+        lastError = reason;
+        state = State.DOWN;
+    }
+
+    @Override
+    public String toString() {
+        return "memserver " + label;
+    }
+}

@@ -1,0 +1,213 @@
+package dev.rbridge.bridge.volume;
+
+import dev.rbridge.bridge.memservers.MemserverLink;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * The rebuild role: one thread that takes degraded slabs from a queue and copies each onto a new memserver while I/O
+ * goes on. For one slab: place a region tagged generation 0 (never trusted after a restart), add it as the building
+ * replica so every new write reaches it, wait for the writes issued before that to finish, then copy chunk by chunk
+ * behind a {@link RebuildGate}, and finally tag it with the slab's current generation and make it live.
+ */
+public final class Rebuilder implements Runnable, AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(Rebuilder.class);
+
+    private final SlabHost host;
+    private final int chunkSize;
+    private final LinkedBlockingQueue<Slab> queue = new LinkedBlockingQueue<>();
+    private final Thread thread;
+    private volatile boolean running = true;
+    private volatile Slab current;
+    private volatile long backoffUntilNanos;
+
+    public Rebuilder(SlabHost host, int chunkSize) {
+        this.host = host;
+        this.chunkSize = chunkSize;
+        this.thread = Thread.ofPlatform().name("bridge-rebuild").daemon().unstarted(this);
+    }
+
+    public void start() {
+        thread.start();
+    }
+
+    /** Queues a slab unless it is queued already. */
+    public void offer(Slab s) {
+        if (s.rebuildQueued.compareAndSet(false, true)) {
+            queue.add(s);
+        }
+    }
+
+    /** The slab being copied now, or null. */
+    public Slab current() {
+        return current;
+    }
+
+    public int queued() {
+        return queue.size();
+    }
+
+    @Override
+    public void run() {
+        ByteBuffer buffer = ByteBuffer.allocateDirect(chunkSize);
+        while (running) {
+            Slab s;
+            try {
+                long wait = backoffUntilNanos - System.nanoTime();
+                if (wait > 0) {
+                    TimeUnit.NANOSECONDS.sleep(wait);
+                }
+                s = queue.poll(200, TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                return;
+            }
+            if (s == null) {
+                continue;
+            }
+            s.rebuildQueued.set(false);
+            current = s;
+            try {
+                if (!rebuild(s, buffer)) {
+                    backoffUntilNanos = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+                }
+            } catch (InterruptedException e) {
+                return;
+            } catch (RuntimeException e) {
+                log.error("rebuild of volume {} slab {} failed unexpectedly", s.volume.name(), s.index, e);
+                backoffUntilNanos = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+            } finally {
+                current = null;
+            }
+        }
+    }
+
+    /** Returns false when it could not make progress (no room anywhere, or a failure), so the loop backs off. */
+    private boolean rebuild(Slab s, ByteBuffer buffer) throws InterruptedException {
+        ReplicaSet before = s.set;
+        if (before == null || before.lost() || before.building != null || before.live.size() >= s.volume.replicas()) {
+            return true;
+        }
+        Set<MemserverLink> exclude = new HashSet<>();
+        before.live.forEach(r -> exclude.add(r.link()));
+        Replica target;
+        long timeout = host.operationTimeout().toNanos() * 2;
+        try {
+            List<Replica> placed = host.place(s, 1, ReplicaSet.BUILDING, exclude).get(timeout, TimeUnit.NANOSECONDS);
+            target = placed.getFirst();
+        } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+            log.debug("volume {} slab {}: no memserver can take a new replica now: {}", s.volume.name(), s.index,
+                    Volume.reason(e));
+            return false;
+        }
+        RebuildGate gate = new RebuildGate(s.length, chunkSize);
+        ReplicaSet replaced = s.startRebuild(target, gate);
+        if (replaced == null) {
+            host.release(target);
+            return true;
+        }
+        log.info("volume {} slab {}: rebuilding onto {} ({} bytes)", s.volume.name(), s.index, target.describe(), s.length);
+        long started = System.nanoTime();
+        try {
+            // Writes issued against the state without the new replica must land before their range is copied.
+            for (ReplicaSet p = replaced; p != null; p = p.previous) {
+                ReplicaSet state = p;
+                await(() -> state.writesInFlight.get() == 0, timeout, "writes in flight before the rebuild");
+            }
+            replaced.previous = null;
+            for (int c = 0; c < gate.chunks(); c++) {
+                long offset = (long) c * chunkSize;
+                int len = (int) Math.min(chunkSize, s.length - offset);
+                gate.close(c, timeout);
+                try {
+                    copy(s, target, offset, len, buffer, timeout);
+                } finally {
+                    gate.open();
+                }
+                s.rebuildCopied.set(offset + len);
+            }
+            while (true) {
+                long generation = s.set.generation;
+                target.connection().retag(target.region(), s.tag(target.region().tag().replica(), generation))
+                        .get(timeout, TimeUnit.NANOSECONDS);
+                Slab.Promotion p = s.promote(target, generation);
+                if (p == Slab.Promotion.DONE) {
+                    log.info("volume {} slab {}: rebuild copied {} bytes in {} ms", s.volume.name(), s.index, s.length,
+                            TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
+                    return true;
+                }
+                if (p == Slab.Promotion.ABORTED) {
+                    return false;
+                }
+            }
+        } catch (RebuildAborted e) {
+            s.abortRebuild(target, e.getMessage());
+            return false;
+        } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+            s.abortRebuild(target, "rebuild failed: " + Volume.reason(e));
+            return false;
+        }
+    }
+
+    /** Copies one chunk from a live replica, trying the others if the source fails. */
+    private void copy(Slab s, Replica target, long offset, int len, ByteBuffer buffer, long timeout)
+            throws RebuildAborted, InterruptedException {
+        MemorySegment chunk = MemorySegment.ofBuffer(buffer).asSlice(0, len);
+        while (true) {
+            ReplicaSet set = s.set;
+            if (!target.equals(set.building)) {
+                throw new RebuildAborted("the rebuild target left the slab");
+            }
+            if (set.lost()) {
+                throw new RebuildAborted("no live replica left to copy from");
+            }
+            Replica source = set.forRead();
+            try {
+                source.connection().read(source.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
+            } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+                s.fail(source, Volume.reason(e));
+                continue;
+            }
+            try {
+                target.connection().write(target.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
+                return;
+            } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+                throw new RebuildAborted("writing to " + target.describe() + " failed: " + Volume.reason(e));
+            }
+        }
+    }
+
+    private interface Condition {
+        boolean holds();
+    }
+
+    private static void await(Condition c, long timeoutNanos, String what) throws TimeoutException, InterruptedException {
+        long deadline = System.nanoTime() + timeoutNanos;
+        while (!c.holds()) {
+            if (System.nanoTime() - deadline > 0) {
+                throw new TimeoutException(what + " did not finish");
+            }
+            Thread.sleep(0, 50_000);
+        }
+    }
+
+    private static final class RebuildAborted extends Exception {
+        RebuildAborted(String message) {
+            super(message);
+        }
+    }
+
+    @Override
+    public void close() {
+        running = false;
+        thread.interrupt();
+    }
+}

@@ -1,0 +1,286 @@
+package dev.rbridge.bridge.volume;
+
+import dev.rbridge.rdma.RegionTag;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * A fixed-size piece of a volume and its replicas. The data path reads {@link #set} without locking; every change of
+ * state (allocation, a failed replica, a rebuild starting, ending or failing, a reattach) happens under the slab's
+ * monitor and publishes a new {@link ReplicaSet}.
+ */
+public final class Slab {
+    private static final Logger log = LoggerFactory.getLogger(Slab.class);
+
+    final Volume volume;
+    final int index;
+    final long start;
+    final long length;
+    volatile ReplicaSet set;
+    private CompletableFuture<ReplicaSet> allocating;
+    /** True while the slab waits in (or is taken by) the rebuild queue, so it is queued once. */
+    final java.util.concurrent.atomic.AtomicBoolean rebuildQueued = new java.util.concurrent.atomic.AtomicBoolean();
+    /** Bytes copied by the running rebuild, for progress reports. */
+    final AtomicLong rebuildCopied = new AtomicLong();
+
+    Slab(Volume volume, int index, long start, long length) {
+        this.volume = volume;
+        this.index = index;
+        this.start = start;
+        this.length = length;
+    }
+
+    public Volume volume() {
+        return volume;
+    }
+
+    public int index() {
+        return index;
+    }
+
+    public long length() {
+        return length;
+    }
+
+    RegionTag tag(int replicaSlot, long generation) {
+        return new RegionTag(volume.name(), index, replicaSlot, generation);
+    }
+
+    /** The replica set, allocating the slab on first use (a write). */
+    synchronized CompletableFuture<ReplicaSet> allocate() {
+        if (set != null) {
+            return CompletableFuture.completedFuture(set);
+        }
+        if (allocating == null) {
+            int want = volume.replicas();
+            CompletableFuture<ReplicaSet> f = volume.host.place(this, want, 1, java.util.Set.of()).thenApply(rs -> {
+                synchronized (this) {
+                    if (set == null) {
+                        set = ReplicaSet.initial(rs);
+                        log.debug("volume {} slab {}: placed on {}", volume.name(), index, describe(rs));
+                        if (rs.size() < want) {
+                            log.warn("volume {} slab {}: only {} of {} replicas could be placed ({}); it starts degraded",
+                                    volume.name(), index, rs.size(), want, describe(rs));
+                            volume.host.rebuildWanted(this);
+                        }
+                    } else {
+                        rs.forEach(volume.host::release); // someone adopted it meanwhile (cannot happen today)
+                    }
+                    return set;
+                }
+            });
+            allocating = f;
+            f.whenComplete((s, e) -> {
+                synchronized (this) {
+                    allocating = null;
+                }
+            });
+            return f;
+        }
+        return allocating;
+    }
+
+    /**
+     * Reattach at start: adopts the regions of the newest generation found for this slab on the reachable memservers
+     * (at most one per memserver, at most the volume's replica count) and returns the rest, which are stale or
+     * half-built and must be released. When fewer replicas than wanted are found, the survivors are tagged with a new
+     * generation before any write is acknowledged (so a missing one that shows up later can never be believed) and
+     * a rebuild is queued.
+     */
+    synchronized List<Replica> reattach(List<Replica> found) {
+        long newest = 0;
+        for (Replica r : found) {
+            newest = Math.max(newest, r.region().tag().generation());
+        }
+        List<Replica> live = new ArrayList<>();
+        List<Replica> stale = new ArrayList<>();
+        java.util.Set<Object> links = new java.util.HashSet<>();
+        for (Replica r : found) {
+            if (newest >= 1 && r.region().tag().generation() == newest && live.size() < volume.replicas()
+                    && links.add(r.link())) {
+                live.add(r);
+            } else {
+                stale.add(r);
+            }
+        }
+        if (live.isEmpty()) {
+            return stale;
+        }
+        if (live.size() >= volume.replicas()) {
+            set = new ReplicaSet(null, newest, live, null, null, CompletableFuture.completedFuture(null), List.of());
+        } else {
+            long generation = newest + 1;
+            CompletableFuture<Void> tagged = new CompletableFuture<>();
+            set = new ReplicaSet(null, generation, live, null, null, tagged, List.of());
+            log.warn("volume {} slab {}: found {} of {} replicas ({}); serving degraded at generation {}", volume.name(),
+                    index, live.size(), volume.replicas(), describe(live), generation);
+            retag(live, generation, tagged);
+            volume.host.rebuildWanted(this);
+        }
+        return stale;
+    }
+
+    /** The replica of this slab on {@code connection}, if it has one (live or building). */
+    Replica replicaOn(dev.rbridge.rdma.RemoteConnection connection) {
+        ReplicaSet cur = set;
+        if (cur == null) {
+            return null;
+        }
+        for (Replica r : cur.live) {
+            if (r.connection() == connection) {
+                return r;
+            }
+        }
+        return cur.building != null && cur.building.connection() == connection ? cur.building : null;
+    }
+
+    /**
+     * Takes a replica out after it failed an operation. Completes normally once every remaining live replica is tagged
+     * with a newer generation (so the failed one can never be believed again), exceptionally if none remains.
+     */
+    CompletableFuture<Void> fail(Replica r, String reason) {
+        List<Replica> toRelease = new ArrayList<>();
+        CompletableFuture<Void> result;
+        synchronized (this) {
+            ReplicaSet cur = set;
+            if (cur == null) {
+                return CompletableFuture.completedFuture(null);
+            }
+            if (r.equals(cur.building)) {
+                log.warn("volume {} slab {}: rebuild target {} failed ({}); the rebuild will be retried",
+                        volume.name(), index, r.describe(), reason);
+                cur.gate.open();
+                set = new ReplicaSet(cur, cur.generation, cur.live, null, null, cur.tagged, cur.lostAtThisGeneration);
+                toRelease.add(r);
+                result = cur.tagged;
+                volume.host.rebuildWanted(this);
+            } else if (!cur.live.contains(r)) {
+                return cur.tagged; // already out; the latest state decides
+            } else {
+                List<Replica> survivors = new ArrayList<>(cur.live);
+                survivors.remove(r);
+                if (survivors.isEmpty()) {
+                    log.error("volume {} slab {} (bytes {}-{}) lost its last replica {}: {}; requests on it fail with EIO",
+                            volume.name(), index, start, start + length - 1, r.describe(), reason);
+                    if (cur.building != null) {
+                        cur.gate.open();
+                        toRelease.add(cur.building);
+                    }
+                    List<Replica> lost = new ArrayList<>(cur.lostAtThisGeneration);
+                    lost.add(r);
+                    set = new ReplicaSet(cur, cur.generation, List.of(), null, null,
+                            CompletableFuture.failedFuture(volume.lostError(this)), lost);
+                    result = set.tagged;
+                } else {
+                    long generation = cur.generation + 1;
+                    log.warn("volume {} slab {}: replica {} failed ({}); serving from {} at generation {}",
+                            volume.name(), index, r.describe(), reason, describe(survivors), generation);
+                    CompletableFuture<Void> tagged = new CompletableFuture<>();
+                    set = new ReplicaSet(cur, generation, survivors, cur.building, cur.gate, tagged, List.of());
+                    retag(survivors, generation, tagged);
+                    result = tagged;
+                }
+                volume.host.rebuildWanted(this);
+            }
+        }
+        toRelease.forEach(volume.host::release);
+        return result;
+    }
+
+    private void retag(List<Replica> survivors, long generation, CompletableFuture<Void> tagged) {
+        List<CompletableFuture<?>> fs = new ArrayList<>();
+        for (Replica s : survivors) {
+            fs.add(s.connection().retag(s.region(), tag(s.region().tag().replica(), generation)));
+        }
+        CompletableFuture.allOf(fs.toArray(CompletableFuture[]::new)).whenComplete((v, e) -> {
+            if (e == null) {
+                tagged.complete(null);
+                return;
+            }
+            CompletableFuture<Void> next = null;
+            for (int i = 0; i < survivors.size(); i++) {
+                if (fs.get(i).isCompletedExceptionally()) {
+                    next = fail(survivors.get(i), "could not record generation " + generation + ": "
+                            + Volume.reason(fs.get(i).exceptionNow()));
+                }
+            }
+            next.whenComplete((v2, e2) -> {
+                if (e2 == null) {
+                    tagged.complete(null);
+                } else {
+                    tagged.completeExceptionally(e2);
+                }
+            });
+        });
+    }
+
+    /** Rebuild: adds {@code target} as the building replica; returns the state it replaced, or null if not wanted now. */
+    synchronized ReplicaSet startRebuild(Replica target, RebuildGate gate) {
+        ReplicaSet cur = set;
+        if (cur == null || cur.lost() || cur.building != null || cur.live.size() >= volume.replicas()) {
+            return null;
+        }
+        rebuildCopied.set(0);
+        set = new ReplicaSet(cur, cur.generation, cur.live, target, gate, cur.tagged, cur.lostAtThisGeneration);
+        return cur;
+    }
+
+    enum Promotion { DONE, GENERATION_MOVED, ABORTED }
+
+    /** Rebuild: the copy is complete and tagged {@code generation}; it joins the live replicas if that is current. */
+    synchronized Promotion promote(Replica target, long generation) {
+        ReplicaSet cur = set;
+        if (!target.equals(cur.building)) {
+            return Promotion.ABORTED;
+        }
+        if (cur.generation != generation) {
+            return Promotion.GENERATION_MOVED;
+        }
+        List<Replica> live = new ArrayList<>(cur.live);
+        live.add(target);
+        set = new ReplicaSet(cur, generation, live, null, null, cur.tagged, List.of());
+        log.info("volume {} slab {}: rebuilt onto {}; {} of {} replicas at generation {}", volume.name(), index,
+                target.describe(), live.size(), volume.replicas(), generation);
+        return Promotion.DONE;
+    }
+
+    /** Rebuild gave up (its source or target failed, or it timed out). */
+    void abortRebuild(Replica target, String reason) {
+        fail(target, reason);
+    }
+
+    /**
+     * A memserver came back holding a region this slab lost with its last replica, at the current generation: nothing
+     * can have been written since, so it is believed again.
+     */
+    synchronized boolean adoptLost(Replica candidate, long generation) {
+        ReplicaSet cur = set;
+        if (cur == null || !cur.lost() || cur.generation != generation) {
+            return false;
+        }
+        for (Replica l : cur.lostAtThisGeneration) {
+            if (l.sameRegionAs(candidate)) {
+                set = new ReplicaSet(null, generation, List.of(candidate), null, null,
+                        CompletableFuture.completedFuture(null), List.of());
+                log.info("volume {} slab {}: {} came back with generation {}; serving again", volume.name(), index,
+                        candidate.describe(), generation);
+                volume.host.rebuildWanted(this);
+                return true;
+            }
+        }
+        return false;
+    }
+
+    static String describe(List<Replica> rs) {
+        StringBuilder b = new StringBuilder();
+        for (Replica r : rs) {
+            b.append(b.isEmpty() ? "" : ", ").append(r.describe());
+        }
+        return b.isEmpty() ? "none" : b.toString();
+    }
+}

@@ -1,0 +1,26 @@
+package dev.rbridge.bridge.volume;
+
+import dev.rbridge.bridge.memservers.MemserverLink;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+
+/** What slabs need from the bridge around them: placement of new replicas, the rebuild queue and clean-up. */
+public interface SlabHost {
+    /**
+     * Allocates up to {@code count} regions for {@code slab} on distinct memservers outside {@code exclude}, tagged with
+     * {@code generation}; completes with at least one replica, or fails with the reason none could be placed.
+     */
+    CompletableFuture<List<Replica>> place(Slab slab, int count, long generation, Set<MemserverLink> exclude);
+
+    /** The slab has fewer live replicas than its volume wants. */
+    void rebuildWanted(Slab slab);
+
+    /** Gives a region back, best effort (it may be on a memserver that is gone). */
+    void release(Replica replica);
+
+    /** How long one remote operation may take before its memserver is declared dead. */
+    Duration operationTimeout();
+}

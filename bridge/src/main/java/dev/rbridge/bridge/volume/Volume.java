@@ -1,0 +1,503 @@
+package dev.rbridge.bridge.volume;
+
+import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.nbd.device.BlockDevice;
+import dev.rbridge.nbd.device.BlockDeviceException;
+import dev.rbridge.nbd.device.Extent;
+import dev.rbridge.nbd.protocol.Errno;
+import dev.rbridge.nbd.protocol.Nbd;
+import dev.rbridge.rdma.RemoteMemoryException;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.function.Function;
+
+/**
+ * A volume as an NBD block device. Requests are cut at slab boundaries; reads go to one live replica of the slab
+ * (spread across them, retried on another if one fails), writes and zeroes go to every live replica and to a replica
+ * being rebuilt, and complete when all of them have the data in their memory. A slab never written has no replicas
+ * and reads as zeroes without a round trip.
+ *
+ * <p>FLUSH and FUA need no round trip: a remote write completes only once the bytes are in the memserver's memory,
+ * and this device acknowledges a write only after every live replica completed it.
+ */
+public final class Volume implements BlockDevice {
+    final VolumeSpec spec;
+    final SlabHost host;
+    private final Slab[] slabs;
+    private final int slabShift;
+
+    public Volume(VolumeSpec spec, SlabHost host) {
+        this.spec = spec;
+        this.host = host;
+        this.slabShift = Long.numberOfTrailingZeros(spec.slabSize());
+        this.slabs = new Slab[spec.slabCount()];
+        for (int i = 0; i < slabs.length; i++) {
+            long start = (long) i << slabShift;
+            slabs[i] = new Slab(this, i, start, Math.min(spec.slabSize(), spec.size() - start));
+        }
+    }
+
+    public String name() {
+        return spec.name();
+    }
+
+    public VolumeSpec spec() {
+        return spec;
+    }
+
+    public int replicas() {
+        return spec.replicas();
+    }
+
+    public Slab slab(int index) {
+        return slabs[index];
+    }
+
+    public int slabCount() {
+        return slabs.length;
+    }
+
+    @Override
+    public long size() {
+        return spec.size();
+    }
+
+    // ------------------------------------------------------------------------------------------------ data path
+
+    @Override
+    public CompletableFuture<Void> read(long offset, ByteBuffer dst) {
+        int length = dst.remaining();
+        if (length == 0) {
+            return CompletableFuture.completedFuture(null);
+        }
+        MemorySegment seg = MemorySegment.ofBuffer(dst);
+        int first = (int) (offset >>> slabShift);
+        int last = (int) ((offset + length - 1) >>> slabShift);
+        if (first == last) {
+            return readSlab(slabs[first], offset - slabs[first].start, seg, 0);
+        }
+        CompletableFuture<?>[] parts = new CompletableFuture<?>[last - first + 1];
+        for (int i = first; i <= last; i++) {
+            Slab s = slabs[i];
+            long from = Math.max(offset, s.start);
+            long to = Math.min(offset + length, s.start + s.length);
+            parts[i - first] = readSlab(s, from - s.start, seg.asSlice(from - offset, to - from), 0);
+        }
+        return CompletableFuture.allOf(parts);
+    }
+
+    private CompletableFuture<Void> readSlab(Slab s, long offset, MemorySegment dst, int attempt) {
+        ReplicaSet set = s.set;
+        if (set == null) {
+            dst.fill((byte) 0);
+            return CompletableFuture.completedFuture(null);
+        }
+        if (set.lost()) {
+            return CompletableFuture.failedFuture(lostError(s));
+        }
+        Replica r = set.forRead();
+        return r.connection().read(r.region(), offset, dst).handle((v, e) -> {
+            if (e == null) {
+                return CompletableFuture.<Void>completedFuture(null);
+            }
+            Throwable cause = unwrap(e);
+            if (!replicaFault(cause) || attempt >= spec.replicas() + 1) {
+                return CompletableFuture.<Void>failedFuture(ioError(s, "read", cause));
+            }
+            return s.fail(r, reason(cause)).handle((x, y) -> null).thenCompose(x -> readSlab(s, offset, dst, attempt + 1));
+        }).thenCompose(Function.identity());
+    }
+
+    @Override
+    public CompletableFuture<Void> write(long offset, ByteBuffer src, boolean fua) {
+        int length = src.remaining();
+        if (length == 0) {
+            return CompletableFuture.completedFuture(null);
+        }
+        MemorySegment seg = MemorySegment.ofBuffer(src);
+        return mutate(offset, length, false, (s, off, len, pos) -> {
+            MemorySegment piece = seg.asSlice(pos - offset, len);
+            return r -> r.connection().write(r.region(), off, piece);
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> flush() {
+        return CompletableFuture.completedFuture(null);
+    }
+
+    @Override
+    public CompletableFuture<Void> trim(long offset, long length, boolean fua) {
+        return zeroes(offset, length);
+    }
+
+    @Override
+    public CompletableFuture<Void> writeZeroes(long offset, long length, boolean mayPunchHole, boolean fua) {
+        return zeroes(offset, length);
+    }
+
+    private CompletableFuture<Void> zeroes(long offset, long length) {
+        if (length == 0) {
+            return CompletableFuture.completedFuture(null);
+        }
+        // The memserver zeroes with madvise where it can, so zeroing and punching a hole are the same thing there.
+        return mutate(offset, length, true, (s, off, len, pos) -> r -> r.connection().zero(r.region(), off, len));
+    }
+
+    @Override
+    public boolean fastZero() {
+        return true;
+    }
+
+    /** One remote operation for one replica of a slab piece. */
+    private interface ReplicaOp {
+        CompletableFuture<Void> apply(Replica r);
+    }
+
+    private interface PieceOps {
+        ReplicaOp forPiece(Slab s, long slabOffset, long length, long volumeOffset);
+    }
+
+    private CompletableFuture<Void> mutate(long offset, long length, boolean zero, PieceOps ops) {
+        int first = (int) (offset >>> slabShift);
+        int last = (int) ((offset + length - 1) >>> slabShift);
+        if (first == last) {
+            Slab s = slabs[first];
+            long off = offset - s.start;
+            return mutateSlab(s, off, length, zero, ops.forPiece(s, off, length, offset));
+        }
+        CompletableFuture<?>[] parts = new CompletableFuture<?>[last - first + 1];
+        for (int i = first; i <= last; i++) {
+            Slab s = slabs[i];
+            long from = Math.max(offset, s.start);
+            long to = Math.min(offset + length, s.start + s.length);
+            parts[i - first] = mutateSlab(s, from - s.start, to - from, zero, ops.forPiece(s, from - s.start, to - from, from));
+        }
+        return CompletableFuture.allOf(parts);
+    }
+
+    private CompletableFuture<Void> mutateSlab(Slab s, long offset, long length, boolean zero, ReplicaOp op) {
+        ReplicaSet set = s.set;
+        if (set == null) {
+            if (zero) {
+                return CompletableFuture.completedFuture(null); // never written: it reads as zeroes already
+            }
+            return s.allocate().handle((x, e) -> e == null ? mutateSlab(s, offset, length, false, op)
+                    : CompletableFuture.<Void>failedFuture(allocationError(s, unwrap(e)))).thenCompose(Function.identity());
+        }
+        set.writesInFlight.incrementAndGet();
+        if (s.set != set) { // a rebuild may be waiting for this state's writes to drain: use the new one
+            set.writesInFlight.decrementAndGet();
+            return mutateSlab(s, offset, length, zero, op);
+        }
+        if (set.lost()) {
+            set.writesInFlight.decrementAndGet();
+            return CompletableFuture.failedFuture(lostError(s));
+        }
+        RebuildGate gate = set.gate;
+        if (gate != null) {
+            CompletableFuture<Void> wait = gate.enter(offset, length);
+            if (wait != null) {
+                set.writesInFlight.decrementAndGet();
+                return wait.thenCompose(x -> mutateSlab(s, offset, length, zero, op));
+            }
+        }
+        int n = set.live.size() + (set.building != null ? 1 : 0);
+        Replica only = n == 1 ? set.live.getFirst() : null;
+        if (only != null) {
+            // One replica (R=1, or a degraded slab): no bookkeeping beyond the one future.
+            return op.apply(only).handle((v, e) -> {
+                set.writesInFlight.decrementAndGet();
+                if (e == null) {
+                    return set.tagged;
+                }
+                return afterFailures(s, List.of(only), 1, new Throwable[]{unwrap(e)}, zero);
+            }).thenCompose(Function.identity());
+        }
+        Replica[] targets = new Replica[n];
+        for (int i = 0; i < set.live.size(); i++) {
+            targets[i] = set.live.get(i);
+        }
+        if (set.building != null) {
+            targets[n - 1] = set.building;
+        }
+        Throwable[] errors = new Throwable[n];
+        java.util.concurrent.atomic.AtomicInteger pending = new java.util.concurrent.atomic.AtomicInteger(n);
+        CompletableFuture<Void> result = new CompletableFuture<>();
+        for (int i = 0; i < n; i++) {
+            int k = i;
+            op.apply(targets[i]).whenComplete((v, e) -> {
+                if (e != null) {
+                    errors[k] = unwrap(e);
+                }
+                if (pending.decrementAndGet() == 0) {
+                    if (gate != null) {
+                        gate.leave(offset, length);
+                    }
+                    set.writesInFlight.decrementAndGet();
+                    boolean failed = false;
+                    for (Throwable t : errors) {
+                        failed |= t != null;
+                    }
+                    CompletableFuture<Void> done = failed
+                            ? afterFailures(s, List.of(targets), set.live.size(), errors, zero).thenCompose(x -> set.tagged)
+                            : set.tagged;
+                    done.whenComplete((x, y) -> {
+                        if (y == null) {
+                            result.complete(null);
+                        } else {
+                            result.completeExceptionally(unwrap(y));
+                        }
+                    });
+                }
+            });
+        }
+        return result;
+    }
+
+    /**
+     * Some replicas failed a write: take them out (which re-tags the survivors) and acknowledge only if a live replica
+     * that took the write is left with its generation recorded.
+     */
+    private CompletableFuture<Void> afterFailures(Slab s, List<Replica> targets, int liveCount, Throwable[] errors,
+                                                  boolean zero) {
+        int okLive = 0;
+        Throwable first = null;
+        List<CompletableFuture<Void>> removals = new ArrayList<>();
+        for (int i = 0; i < targets.size(); i++) {
+            Throwable t = errors[i];
+            if (t == null) {
+                if (i < liveCount) {
+                    okLive++;
+                }
+                continue;
+            }
+            if (first == null) {
+                first = t;
+            }
+            if (replicaFault(t)) {
+                removals.add(s.fail(targets.get(i), reason(t)));
+            }
+        }
+        if (okLive == 0) {
+            return CompletableFuture.failedFuture(ioError(s, zero ? "zero" : "write", first));
+        }
+        CompletableFuture<Void> all = CompletableFuture.allOf(removals.toArray(CompletableFuture[]::new));
+        Throwable firstError = first;
+        return all.handle((v, e) -> {
+            if (e != null) {
+                throw new CompletionException(ioError(s, zero ? "zero" : "write", firstError));
+            }
+            return null;
+        });
+    }
+
+    @Override
+    public CompletableFuture<List<Extent>> blockStatus(long offset, long length, int maxExtents) {
+        List<Extent> out = new ArrayList<>();
+        long pos = offset;
+        long end = offset + length;
+        int state = -1;
+        long runStart = pos;
+        while (pos < end) {
+            Slab s = slabs[(int) (pos >>> slabShift)];
+            int st = s.set == null ? (Nbd.STATE_HOLE | Nbd.STATE_ZERO) : 0;
+            long next = Math.min(end, s.start + s.length);
+            if (state != -1 && st != state) {
+                out.add(new Extent(pos - runStart, state));
+                runStart = pos;
+                if (out.size() == maxExtents) {
+                    return CompletableFuture.completedFuture(out);
+                }
+            }
+            state = st;
+            pos = next;
+        }
+        out.add(new Extent(pos - runStart, state));
+        return CompletableFuture.completedFuture(out);
+    }
+
+    @Override
+    public void close() {
+        // The bridge owns the connections and the regions; a volume has nothing of its own to free.
+    }
+
+    // ------------------------------------------------------------------------------------------- state changes
+
+    /**
+     * Reattach at start: {@code found} holds, per slab index, every region of this volume on the reachable
+     * memservers (with its key). Returns the regions to release (stale generations, half-built copies).
+     */
+    public List<Replica> reattach(java.util.Map<Integer, List<Replica>> found) {
+        List<Replica> release = new ArrayList<>();
+        for (var e : found.entrySet()) {
+            int index = e.getKey();
+            if (index < 0 || index >= slabs.length) {
+                release.addAll(e.getValue()); // a slab beyond the configured size: the volume shrank
+                continue;
+            }
+            release.addAll(slabs[index].reattach(e.getValue()));
+        }
+        return release;
+    }
+
+    /** A memserver's connection died: every replica on it fails. */
+    public void connectionLost(dev.rbridge.rdma.RemoteConnection connection, String reason) {
+        for (Slab s : slabs) {
+            Replica r = s.replicaOn(connection);
+            if (r != null) {
+                s.fail(r, reason);
+            }
+        }
+    }
+
+    /**
+     * A memserver came back holding {@code candidate}: true if a slab that lost its last replica takes it back (same
+     * memserver instance, region and generation), false if it is stale and should be released.
+     */
+    public boolean adoptLost(Replica candidate) {
+        long slab = candidate.region().tag().slab();
+        return slab >= 0 && slab < slabs.length && slabs[(int) slab].adoptLost(candidate,
+                candidate.region().tag().generation());
+    }
+
+    /** True if the region is one of this volume's current replicas (live or building). */
+    public boolean holds(String serverId, long regionId) {
+        for (Slab s : slabs) {
+            ReplicaSet set = s.set;
+            if (set == null) {
+                continue;
+            }
+            for (Replica r : set.live) {
+                if (r.serverId().equals(serverId) && r.region().id() == regionId) {
+                    return true;
+                }
+            }
+            if (set.building != null && set.building.serverId().equals(serverId)
+                    && set.building.region().id() == regionId) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Slabs with fewer live replicas than wanted but at least one (a rebuild can help them). */
+    public List<Slab> degraded() {
+        List<Slab> out = new ArrayList<>();
+        for (Slab s : slabs) {
+            ReplicaSet set = s.set;
+            if (set != null && !set.lost() && set.live.size() < spec.replicas() && set.building == null) {
+                out.add(s);
+            }
+        }
+        return out;
+    }
+
+    // ------------------------------------------------------------------------------------------------- status
+
+    /** One slab as an operator sees it. */
+    public record SlabStatus(int index, long start, long length, String state, long generation, List<String> replicas,
+                             String building, long rebuildCopiedBytes) {
+    }
+
+    /** The volume as an operator sees it. */
+    public record VolumeStatus(String name, long size, long slabSize, int replicas, String state, int slabs,
+                               int allocated, int healthy, int degraded, int rebuilding, int lost) {
+    }
+
+    public SlabStatus slabStatus(int index) {
+        Slab s = slabs[index];
+        ReplicaSet set = s.set;
+        if (set == null) {
+            return new SlabStatus(index, s.start, s.length, "unallocated", 0, List.of(), null, 0);
+        }
+        List<String> rs = new ArrayList<>();
+        set.live.forEach(r -> rs.add(r.describe()));
+        return new SlabStatus(index, s.start, s.length, state(set), set.generation, rs,
+                set.building == null ? null : set.building.describe(), set.building == null ? 0 : s.rebuildCopied.get());
+    }
+
+    private String state(ReplicaSet set) {
+        if (set.lost()) {
+            return "lost";
+        }
+        if (set.building != null) {
+            return "rebuilding";
+        }
+        return set.live.size() >= spec.replicas() ? "healthy" : "degraded";
+    }
+
+    public VolumeStatus status() {
+        int allocated = 0, healthy = 0, degraded = 0, rebuilding = 0, lost = 0;
+        for (Slab s : slabs) {
+            ReplicaSet set = s.set;
+            if (set == null) {
+                continue;
+            }
+            allocated++;
+            switch (state(set)) {
+                case "lost" -> lost++;
+                case "rebuilding" -> rebuilding++;
+                case "healthy" -> healthy++;
+                default -> degraded++;
+            }
+        }
+        String state = lost > 0 ? "lost" : rebuilding > 0 ? "rebuilding" : degraded > 0 ? "degraded" : "healthy";
+        return new VolumeStatus(spec.name(), spec.size(), spec.slabSize(), spec.replicas(), state, slabs.length,
+                allocated, healthy, degraded, rebuilding, lost);
+    }
+
+    // ------------------------------------------------------------------------------------------------- errors
+
+    /** Errors that mean the replica (or its memserver) is unusable, as opposed to a request this bridge got wrong. */
+    static boolean replicaFault(Throwable t) {
+        if (t instanceof RemoteMemoryException e) {
+            return switch (e.status()) {
+                case BAD_REQUEST, OUT_OF_RANGE -> false;
+                default -> true;
+            };
+        }
+        return false;
+    }
+
+    static Throwable unwrap(Throwable t) {
+        while ((t instanceof CompletionException || t instanceof java.util.concurrent.ExecutionException)
+                && t.getCause() != null) {
+            t = t.getCause();
+        }
+        return t;
+    }
+
+    static String reason(Throwable t) {
+        t = unwrap(t);
+        return t.getMessage() == null ? t.toString() : t.getMessage();
+    }
+
+    BlockDeviceException lostError(Slab s) {
+        return new BlockDeviceException(Errno.EIO, "volume " + spec.name() + " slab " + s.index + " (bytes " + s.start
+                + "-" + (s.start + s.length - 1) + ") has no live replica");
+    }
+
+    private BlockDeviceException ioError(Slab s, String op, Throwable cause) {
+        if (cause instanceof BlockDeviceException b) {
+            return b;
+        }
+        return new BlockDeviceException(Errno.EIO, op + " on volume " + spec.name() + " slab " + s.index + " failed: "
+                + reason(cause), cause);
+    }
+
+    private BlockDeviceException allocationError(Slab s, Throwable cause) {
+        if (cause instanceof BlockDeviceException b) {
+            return b;
+        }
+        Errno errno = cause instanceof RemoteMemoryException e && e.status() == RemoteMemoryException.Status.NO_CAPACITY
+                ? Errno.ENOSPC : Errno.EIO;
+        return new BlockDeviceException(errno, "no memory for volume " + spec.name() + " slab " + s.index + ": "
+                + reason(cause), cause);
+    }
+}
