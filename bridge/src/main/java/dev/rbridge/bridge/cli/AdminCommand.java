@@ -24,13 +24,20 @@ import java.util.regex.Pattern;
 @Command(name = "admin",
         mixinStandardHelpOptions = true,
         description = {"Operate a memserver: list clients, regions and counters; disconnect a client; revoke a region;",
-                "drain (refuse new clients and grants, exit when the last client leaves); shut down."},
-        footer = {"", "Actions: clients | regions | stats | disconnect CLIENT_ID | revoke REGION_ID | drain | shutdown",
-                "", "Example:", "  rbridge admin --memserver 127.0.0.1:7472 --token-file /etc/rbridge/token clients"})
+                "drain (refuse new clients and grants, exit when the last client leaves); shut down.",
+                "With --bridge: show a bridge's volumes, slab maps with replica states, memservers and rebuild progress."},
+        footer = {"", "Memserver actions: clients | regions | leases | stats | disconnect CLIENT_ID | revoke REGION_ID | drain | shutdown",
+                "Bridge actions (--bridge): volumes | slabs VOLUME | memservers | rebuild",
+                "", "Examples:", "  rbridge admin --memserver 127.0.0.1:7472 --token-file /etc/rbridge/token clients",
+                "  rbridge admin --bridge 127.0.0.1:7473 slabs disk"})
 final class AdminCommand implements Callable<Integer> {
     @Option(names = "--memserver", paramLabel = "HOST:PORT", defaultValue = "127.0.0.1:7472",
             description = "The memserver's admin address (its --admin). Default ${DEFAULT-VALUE}.")
     String memserver;
+
+    @Option(names = "--bridge", paramLabel = "HOST:PORT",
+            description = "Ask a bridge (its --admin, usually 127.0.0.1:7473) instead of a memserver.")
+    String bridge;
 
     @Option(names = "--token", paramLabel = "SECRET", description = "The memserver's token.")
     String token;
@@ -44,11 +51,12 @@ final class AdminCommand implements Callable<Integer> {
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn", hidden = true)
     String logLevel;
 
-    @Parameters(index = "0", paramLabel = "ACTION", description = "clients, regions, stats, disconnect, revoke, drain or shutdown.")
+    @Parameters(index = "0", paramLabel = "ACTION", description = "See below.")
     String action;
 
-    @Parameters(index = "1", arity = "0..1", paramLabel = "ID", description = "Client id (disconnect) or region id (revoke).")
-    Long id;
+    @Parameters(index = "1", arity = "0..1", paramLabel = "ARG",
+            description = "Client id (disconnect), region id (revoke) or volume name (slabs).")
+    String id;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -60,10 +68,24 @@ final class AdminCommand implements Callable<Integer> {
         String path;
         try {
             secret = Endpoints.token(token, tokenFile);
-            var address = Endpoints.parse(memserver, 7472);
+            var address = bridge != null ? Endpoints.parse(bridge, 7473) : Endpoints.parse(memserver, 7472);
             String base = "http://" + address.getHostString() + ":" + address.getPort() + "/";
-            switch (action) {
-                case "clients", "regions", "stats" -> {
+            if (bridge != null) {
+                method = "GET";
+                path = switch (action) {
+                    case "volumes", "memservers", "rebuild" -> base + action;
+                    case "slabs" -> {
+                        if (id == null) {
+                            throw new IllegalArgumentException("slabs needs a volume name");
+                        }
+                        yield base + "volumes/" + java.net.URLEncoder.encode(id, java.nio.charset.StandardCharsets.UTF_8)
+                                .replace("+", "%20") + "/slabs";
+                    }
+                    default -> throw new IllegalArgumentException("unknown bridge action '" + action
+                            + "' (volumes, slabs VOLUME, memservers, rebuild)");
+                };
+            } else switch (action) {
+                case "clients", "regions", "leases", "stats" -> {
                     method = "GET";
                     path = base + action;
                 }
@@ -72,14 +94,20 @@ final class AdminCommand implements Callable<Integer> {
                         throw new IllegalArgumentException(action + " needs an id");
                     }
                     method = "POST";
-                    path = base + (action.equals("disconnect") ? "clients/" : "regions/") + id + "/" + action;
+                    long n;
+                    try {
+                        n = Long.parseLong(id);
+                    } catch (NumberFormatException e) {
+                        throw new IllegalArgumentException(action + " needs a numeric id: " + id);
+                    }
+                    path = base + (action.equals("disconnect") ? "clients/" : "regions/") + n + "/" + action;
                 }
                 case "drain", "shutdown" -> {
                     method = "POST";
                     path = base + action;
                 }
                 default -> throw new IllegalArgumentException("unknown action '" + action
-                        + "' (clients, regions, stats, disconnect ID, revoke ID, drain, shutdown)");
+                        + "' (clients, regions, leases, stats, disconnect ID, revoke ID, drain, shutdown)");
             }
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
@@ -93,7 +121,8 @@ final class AdminCommand implements Callable<Integer> {
         try (HttpClient client = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build()) {
             response = client.send(request.build(), HttpResponse.BodyHandlers.ofString());
         } catch (java.io.IOException e) {
-            spec.commandLine().getErr().println("admin: cannot reach the memserver's admin interface at " + memserver
+            spec.commandLine().getErr().println("admin: cannot reach the " + (bridge != null ? "bridge" : "memserver")
+                    + "'s admin interface at " + (bridge != null ? bridge : memserver)
                     + ": " + (e.getMessage() == null ? e : e.getMessage()));
             return 1;
         }
@@ -104,7 +133,7 @@ final class AdminCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("admin: " + (m.find() ? m.group(1) : body));
             return 1;
         }
-        if (json || action.equals("stats") || !body.startsWith("[")) {
+        if (json || action.equals("stats") || action.equals("rebuild") || !body.startsWith("[")) {
             out.println(body);
         } else {
             table(out, body);

@@ -1,14 +1,15 @@
 package dev.rbridge.bridge.cli;
 
-import dev.rbridge.nbd.device.SparseMemoryDevice;
-import dev.rbridge.nbd.server.Export;
-import dev.rbridge.nbd.server.ListenAddress;
-import dev.rbridge.nbd.server.NbdServer;
-import dev.rbridge.nbd.server.NbdServerConfig;
+import dev.rbridge.bridge.Bridge;
+import dev.rbridge.bridge.BridgeConfig;
+import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.MemServerConfig;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
+import java.net.InetSocketAddress;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -16,22 +17,25 @@ import java.util.List;
 import java.util.concurrent.Callable;
 
 /**
- * {@code rbridge demo}: everything in one process. Until the remote-memory modules land, exports are backed by the
- * in-memory sparse device (RAM is used only for what is written).
+ * {@code rbridge demo}: the embedded default. Memservers and the bridge in one process, joined by the in-process
+ * {@code local} transport (or loopback tcp), so one command gives the same NBD behaviour as a deployment.
  */
 @Command(name = "demo",
         mixinStandardHelpOptions = true,
         description = {
-                "Run an NBD server with in-memory exports in this process (the embedded default).",
-                "Memory is used only for blocks that are written; TRIM and WRITE_ZEROES give it back.",
+                "Run memservers and a bridge in this process and serve their volumes over NBD (the embedded default).",
+                "Memory is used only for what is written; TRIM and WRITE_ZEROES give it back.",
                 "Stops gracefully on SIGTERM or Ctrl-C: in-flight requests finish, then connections close."},
         footer = {"",
+                "Export syntax: " + VolumeSpecs.SYNTAX,
+                "",
                 "Examples:",
                 "  rbridge demo                                   nbd://127.0.0.1:10809/disk, 1 GiB",
                 "  rbridge demo --size 8G --unix /tmp/rb.sock     TCP off, nbd+unix:///disk?socket=/tmp/rb.sock",
+                "  rbridge demo --memservers 2 --export disk,size=4G,replicas=2   every slab on both memservers",
                 "  rbridge demo --listen 0.0.0.0:10809 --unix /tmp/rb.sock --export disk --export iso,size=64M,ro"})
 final class DemoCommand implements Callable<Integer> {
-    static final String DEFAULT_LISTEN = "127.0.0.1:10809";
+    static final String DEFAULT_LISTEN = ServeCommand.DEFAULT_LISTEN;
 
     @Option(names = "--listen", paramLabel = "HOST:PORT",
             description = "TCP address to serve on; repeatable. Default " + DEFAULT_LISTEN + " unless only --unix is given.")
@@ -40,13 +44,26 @@ final class DemoCommand implements Callable<Integer> {
     @Option(names = "--unix", paramLabel = "PATH", description = "Also (or only) serve on this Unix socket.")
     Path unix;
 
-    @Option(names = "--export", paramLabel = "NAME[,size=SIZE][,ro][,min-block=N][,description=TEXT]",
-            description = "An export; repeatable. The first one is also the default export (empty name). Default: disk.")
+    @Option(names = "--export", paramLabel = "SPEC",
+            description = "An export (a volume); repeatable. The first one is also the default export. Default: disk.")
     List<String> exports = new ArrayList<>();
 
     @Option(names = "--size", paramLabel = "SIZE", defaultValue = "1G",
             description = "Size of exports that give none (K, M, G, T suffixes are binary). Default ${DEFAULT-VALUE}.")
     String size;
+
+    @Option(names = "--memservers", paramLabel = "N", defaultValue = "1",
+            description = "How many memservers to run in this process. Default ${DEFAULT-VALUE}.")
+    int memserverCount;
+
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "local",
+            description = "How the bridge reaches them: local (in-process calls) or tcp (loopback sockets)."
+                    + " Default ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = "none",
+            description = "Bridge operator interface for rbridge admin --bridge. Default ${DEFAULT-VALUE}.")
+    String admin;
 
     @Option(names = "--max-payload", paramLabel = "SIZE", defaultValue = "32M",
             description = "Largest READ or WRITE accepted, advertised to clients. Default ${DEFAULT-VALUE}.")
@@ -69,53 +86,49 @@ final class DemoCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        NbdServerConfig config;
+        List<VolumeSpec> volumes = new ArrayList<>();
+        int payload;
         try {
-            config = config();
+            long defaultSize = Sizes.parse(size);
+            payload = Math.toIntExact(Sizes.parse(maxPayload));
+            for (String e : exports.isEmpty() ? List.of("disk") : exports) {
+                volumes.add(VolumeSpecs.parse("export", e, defaultSize, 1));
+            }
+            if (memserverCount < 1 || memserverCount > 16) {
+                throw new IllegalArgumentException("--memservers must be 1 to 16");
+            }
+            if (!transport.equals("local") && !transport.equals("tcp")) {
+                throw new IllegalArgumentException("--transport must be local or tcp");
+            }
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        NbdServer server = NbdServer.start(config);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            server.close();
-            config.exports().forEach(e -> e.device().close());
-        }, "shutdown"));
-        for (ListenAddress a : server.addresses()) {
-            System.out.println("rbridge demo: serving " + a.uri(config.defaultExport()));
+        // Each memserver could hold every volume: capacity is a limit, memory is only used when written.
+        long capacity = 0;
+        for (VolumeSpec v : volumes) {
+            capacity += v.size();
         }
-        System.out.flush();
-        server.awaitTermination();
-        return 0;
-    }
-
-    NbdServerConfig config() {
-        NbdServerConfig.Builder b = NbdServerConfig.builder()
-                .handshakeTimeout(Duration.ofSeconds(handshakeTimeout))
-                .drainTimeout(Duration.ofSeconds(drainTimeout));
-        List<String> tcp = listen.isEmpty() && unix == null ? List.of(DEFAULT_LISTEN) : listen;
-        for (String t : tcp) {
-            b.listen(ListenAddress.parseTcp(t));
-        }
-        if (unix != null) {
-            b.listen(new ListenAddress.Unix(unix));
-        }
-        long defaultSize = Sizes.parse(size);
-        int payload = Math.toIntExact(Sizes.parse(maxPayload));
-        List<String> specs = exports.isEmpty() ? List.of("disk") : exports;
-        List<SparseMemoryDevice> created = new ArrayList<>();
+        List<MemServer> memservers = new ArrayList<>();
+        Bridge bridge;
         try {
-            for (String s : specs) {
-                ExportSpec e = ExportSpec.parse(s);
-                long bytes = e.size() != null ? e.size() : defaultSize;
-                SparseMemoryDevice device = new SparseMemoryDevice(bytes);
-                created.add(device);
-                b.export(new Export(e.name(), e.description(), device, e.readOnly(), e.minimumBlockSize(),
-                        Math.max(Export.DEFAULT_PREFERRED_BLOCK_SIZE, e.minimumBlockSize()), payload));
+            BridgeConfig.Builder b = BridgeConfig.builder().transport(transport).startWait(Duration.ZERO);
+            for (int i = 0; i < memserverCount; i++) {
+                MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity,
+                        null, transport));
+                memservers.add(m);
+                b.memserver(m.address());
             }
-            return b.build();
-        } catch (RuntimeException e) {
-            created.forEach(SparseMemoryDevice::close);
-            throw e;
+            volumes.forEach(b::volume);
+            bridge = Bridge.start(b.build());
+        } catch (IllegalArgumentException e) {
+            memservers.forEach(MemServer::close);
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        } catch (RuntimeException | java.io.IOException e) {
+            memservers.forEach(MemServer::close);
+            spec.commandLine().getErr().println("demo: " + e.getMessage());
+            return 1;
         }
+        return ServeCommand.serve(spec, bridge, ServeCommand.listenAddresses(listen, unix), payload, handshakeTimeout,
+                drainTimeout, admin, "demo", () -> memservers.forEach(MemServer::close));
     }
 }

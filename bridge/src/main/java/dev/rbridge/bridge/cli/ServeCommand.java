@@ -1,0 +1,232 @@
+package dev.rbridge.bridge.cli;
+
+import dev.rbridge.bridge.Bridge;
+import dev.rbridge.bridge.BridgeConfig;
+import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.bridge.admin.BridgeAdminHttpServer;
+import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.nbd.server.Export;
+import dev.rbridge.nbd.server.ListenAddress;
+import dev.rbridge.nbd.server.NbdServer;
+import dev.rbridge.nbd.server.NbdServerConfig;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+
+/** {@code rbridge serve}: the bridge. NBD exports backed by volumes on remote memservers. */
+@Command(name = "serve",
+        mixinStandardHelpOptions = true,
+        description = {
+                "Serve NBD exports backed by volumes on memservers (rbridge memserver).",
+                "A volume is cut into slabs; each slab is placed on REPLICAS memservers on its first write (power of",
+                "two choices on free capacity, never two replicas on one memserver). Reads go to one live replica,",
+                "writes to all of them and are acknowledged when every live replica has the data. A replica whose",
+                "memserver dies or stops answering within --timeout is taken out and rebuilt on another memserver.",
+                "A restarted bridge finds its volumes again in the memservers' region lists; a lease on every",
+                "memserver keeps a second bridge from serving the same volume.",
+                "Stops gracefully on SIGTERM or Ctrl-C."},
+        footer = {"",
+                "Volume syntax: " + VolumeSpecs.SYNTAX + " (default replicas: 1, slab: 64M)",
+                "",
+                "Options may also come from --config FILE: one 'option = value' per line, without the leading",
+                "dashes, repeated for repeatable options, '#' starts a comment. The command line adds to it.",
+                "",
+                "Example:",
+                "  rbridge memserver --listen 10.0.0.5:7471 --capacity 64G --token-file /etc/rbridge/token",
+                "  rbridge memserver --listen 10.0.0.6:7471 --capacity 64G --token-file /etc/rbridge/token",
+                "  rbridge serve --memserver 10.0.0.5:7471 --memserver 10.0.0.6:7471 --token-file /etc/rbridge/token \\",
+                "                --volume disk,size=64G,replicas=2",
+                "  nbd-client -N disk 127.0.0.1 10809 /dev/nbd0 -b 4096"})
+public final class ServeCommand implements Callable<Integer> {
+    static final String DEFAULT_LISTEN = "127.0.0.1:10809";
+    static final String DEFAULT_ADMIN = "127.0.0.1:7473";
+
+    @Option(names = "--config", paramLabel = "FILE", description = "Read options from FILE first (see below).")
+    Path configFile;
+
+    @Option(names = "--listen", paramLabel = "HOST:PORT",
+            description = "NBD TCP address; repeatable. Default " + DEFAULT_LISTEN + " unless only --unix is given.")
+    List<String> listen = new ArrayList<>();
+
+    @Option(names = "--unix", paramLabel = "PATH", description = "Also (or only) serve NBD on this Unix socket.")
+    Path unix;
+
+    @Option(names = "--memserver", paramLabel = "HOST:PORT", description = "A memserver to use; repeatable.")
+    List<String> memservers = new ArrayList<>();
+
+    @Option(names = "--volume", paramLabel = "SPEC", description = "A volume to export; repeatable. The first is also "
+            + "the default export. Syntax below.")
+    List<String> volumes = new ArrayList<>();
+
+    @Option(names = "--token", paramLabel = "SECRET", description = "The memservers' shared secret.")
+    String token;
+
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
+    Path tokenFile;
+
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
+            description = "Remote-memory transport to the memservers: tcp. Default ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "5",
+            description = "A memserver that leaves an operation unanswered this long is declared dead; requests that"
+                    + " only it could serve fail with EIO. Default ${DEFAULT-VALUE}.")
+    double timeout;
+
+    @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "10",
+            description = "Ownership lease on each volume, renewed every third of it. A bridge that stops renewing"
+                    + " (hung, cut off) can be replaced after this long; a bridge that exits frees it at once."
+                    + " Default ${DEFAULT-VALUE}.")
+    double lease;
+
+    @Option(names = "--start-wait", paramLabel = "SECONDS", defaultValue = "10",
+            description = "At start, wait this long for every memserver before serving without the missing ones."
+                    + " Default ${DEFAULT-VALUE}.")
+    double startWait;
+
+    @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = DEFAULT_ADMIN,
+            description = "Operator interface (JSON over HTTP) for rbridge admin --bridge; 'none' turns it off."
+                    + " Default ${DEFAULT-VALUE}.")
+    String admin;
+
+    @Option(names = "--max-payload", paramLabel = "SIZE", defaultValue = "32M",
+            description = "Largest NBD READ or WRITE accepted. Default ${DEFAULT-VALUE}.")
+    String maxPayload;
+
+    @Option(names = "--handshake-timeout", paramLabel = "SECONDS", defaultValue = "30",
+            description = "Close an NBD connection that has not finished its handshake by then. Default ${DEFAULT-VALUE}.")
+    int handshakeTimeout;
+
+    @Option(names = "--drain-timeout", paramLabel = "SECONDS", defaultValue = "10",
+            description = "On shutdown, how long in-flight requests may take to finish. Default ${DEFAULT-VALUE}.")
+    int drainTimeout;
+
+    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
+            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
+    String logLevel;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    @Override
+    public Integer call() throws Exception {
+        BridgeConfig bridgeConfig;
+        try {
+            if (configFile != null) {
+                ConfigFile.apply(configFile, spec);
+            }
+            bridgeConfig = bridgeConfig();
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        Bridge bridge;
+        try {
+            bridge = Bridge.start(bridgeConfig);
+        } catch (IllegalStateException | IllegalArgumentException e) {
+            spec.commandLine().getErr().println("serve: " + e.getMessage());
+            return 1;
+        }
+        return serve(spec, bridge, listenAddresses(listen, unix), Math.toIntExact(Sizes.parse(maxPayload)),
+                handshakeTimeout, drainTimeout, admin, "serve", () -> {
+                });
+    }
+
+    BridgeConfig bridgeConfig() {
+        if (memservers.isEmpty()) {
+            throw new IllegalArgumentException("give at least one --memserver HOST:PORT (or use rbridge demo)");
+        }
+        if (volumes.isEmpty()) {
+            throw new IllegalArgumentException("give at least one --volume, e.g. --volume disk,size=1G,replicas=2");
+        }
+        BridgeConfig.Builder b = BridgeConfig.builder()
+                .transport(transport)
+                .token(Endpoints.token(token, tokenFile))
+                .operationTimeout(seconds("--timeout", timeout))
+                .leaseTtl(seconds("--lease", lease))
+                .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)));
+        for (String m : memservers) {
+            b.memserver(Endpoints.parse(m, MemServerConfig.DEFAULT_PORT));
+        }
+        for (String v : volumes) {
+            b.volume(VolumeSpecs.parse("volume", v, 1L << 30, 1));
+        }
+        return b.build();
+    }
+
+    static Duration seconds(String option, double s) {
+        if (!(s > 0)) {
+            throw new IllegalArgumentException(option + " must be positive");
+        }
+        return Duration.ofNanos((long) (s * 1e9));
+    }
+
+    static List<ListenAddress> listenAddresses(List<String> tcp, Path unix) {
+        List<ListenAddress> out = new ArrayList<>();
+        for (String t : tcp.isEmpty() && unix == null ? List.of(DEFAULT_LISTEN) : tcp) {
+            out.add(ListenAddress.parseTcp(t));
+        }
+        if (unix != null) {
+            out.add(new ListenAddress.Unix(unix));
+        }
+        return out;
+    }
+
+    /** Serves the bridge's volumes over NBD until SIGTERM; shared by serve and demo. */
+    static int serve(CommandLine.Model.CommandSpec spec, Bridge bridge, List<ListenAddress> listen, int maxPayload,
+                     int handshakeTimeout, int drainTimeout, String admin, String what, Runnable afterBridge)
+            throws InterruptedException {
+        NbdServer server;
+        BridgeAdminHttpServer adminServer = null;
+        try {
+            NbdServerConfig.Builder b = NbdServerConfig.builder()
+                    .handshakeTimeout(Duration.ofSeconds(handshakeTimeout))
+                    .drainTimeout(Duration.ofSeconds(drainTimeout));
+            listen.forEach(b::listen);
+            for (Volume v : bridge.volumes()) {
+                VolumeSpec s = v.spec();
+                b.export(new Export(s.name(), s.description(), v, s.readOnly(), s.minimumBlockSize(),
+                        Math.max(Export.DEFAULT_PREFERRED_BLOCK_SIZE, s.minimumBlockSize()), maxPayload));
+            }
+            NbdServerConfig nbd = b.build();
+            if (admin != null && !admin.equals("none")) {
+                adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge);
+            }
+            server = NbdServer.start(nbd);
+            BridgeAdminHttpServer adminToClose = adminServer;
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+                server.close();
+                if (adminToClose != null) {
+                    adminToClose.close();
+                }
+                bridge.close();
+                afterBridge.run();
+            }, "shutdown"));
+            for (ListenAddress a : server.addresses()) {
+                System.out.println("rbridge " + what + ": serving " + a.uri(nbd.defaultExport()));
+            }
+            if (adminServer != null) {
+                System.out.println("rbridge " + what + ": admin http://" + adminServer.address().getHostString() + ":"
+                        + adminServer.address().getPort() + "/");
+            }
+            System.out.flush();
+        } catch (IOException | IllegalArgumentException | java.io.UncheckedIOException e) {
+            if (adminServer != null) {
+                adminServer.close();
+            }
+            bridge.close();
+            afterBridge.run();
+            spec.commandLine().getErr().println(what + ": " + e.getMessage());
+            return 1;
+        }
+        server.awaitTermination();
+        return 0;
+    }
+}
