@@ -1,6 +1,7 @@
 package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.volume.AllocationManifest;
 import dev.rbridge.bridge.volume.Rebuilder;
 import dev.rbridge.bridge.volume.Replica;
 import dev.rbridge.bridge.volume.Slab;
@@ -52,6 +53,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private final Map<MemserverLink, Long> nextAttempt = new java.util.concurrent.ConcurrentHashMap<>();
     private final Set<MemserverLink> connecting = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private final Thread health;
+    private final Map<MemserverLink, Map<Volume, RegionDescriptor>> startManifests = new HashMap<>();
     private volatile boolean running = true;
 
     private Bridge(BridgeConfig config) {
@@ -125,6 +127,16 @@ public final class Bridge implements SlabHost, AutoCloseable {
             }
             throw new IllegalStateException("no memserver is reachable (" + why + ")");
         }
+        for (var e : startManifests.entrySet()) {
+            MemserverLink l = e.getKey();
+            RemoteConnection c = l.connection();
+            try {
+                writeManifests(l, c, e.getValue(), config.operationTimeout().toMillis() * 2);
+            } catch (Exception ex) {
+                linkDown(l, "could not write the allocation manifest: " + reason(ex));
+            }
+        }
+        startManifests.clear();
         for (MemserverLink l : pending) {
             log.warn("memserver {} is not reachable ({}); serving without it, regions it may hold will be treated "
                     + "as stale when it comes back", l.label(), l.lastError());
@@ -182,6 +194,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
             }
             ServerInfo info = c.info().get(wait, TimeUnit.MILLISECONDS);
             List<RegionInfo> regions = c.list().get(wait, TimeUnit.MILLISECONDS);
+            Map<Volume, RegionDescriptor> manifests = new HashMap<>();
             for (RegionInfo ri : regions) {
                 RegionDescriptor d = ri.descriptor();
                 Volume v = volumes.get(d.tag().volume());
@@ -189,6 +202,14 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     continue;
                 }
                 RegionDescriptor opened = c.open(d.id()).get(wait, TimeUnit.MILLISECONDS);
+                if (AllocationManifest.isManifest(d.tag())) {
+                    if (manifests.putIfAbsent(v, opened) != null) {
+                        c.release(opened); // a second copy on one memserver: keep one
+                    } else if (found != null) {
+                        v.manifest().merge(c, opened);
+                    }
+                    continue;
+                }
                 Replica r = new Replica(l, c, info.serverId(), opened);
                 if (found != null) {
                     found.computeIfAbsent(v.name(), k -> new HashMap<>())
@@ -200,6 +221,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     c.release(opened);
                 }
             }
+            if (found != null) {
+                startManifests.put(l, manifests); // written once every memserver's copy has been merged
+            } else {
+                writeManifests(l, c, manifests, wait);
+            }
             if (!running) {
                 c.close();
                 return false;
@@ -209,17 +235,32 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     info.serverId(), info.freeBytes(), info.capacityBytes(), regions.stream()
                             .filter(ri -> volumes.containsKey(ri.descriptor().tag().volume())).count());
             return true;
-        } catch (ExecutionException | TimeoutException e) {
+        } catch (Exception e) {
+            if (e instanceof InterruptedException) {
+                Thread.currentThread().interrupt();
+            }
+            if (e instanceof IllegalStateException ise) {
+                throw ise;
+            }
             String why = e instanceof TimeoutException ? "no answer within " + config.operationTimeout().toMillis() * 2
                     + " ms" : reason(e);
             log.warn("memserver {}: could not attach: {}", l.label(), why);
             l.connectFailed(why);
             c.close();
             return false;
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            c.close();
-            return false;
+        }
+    }
+
+    /** Makes sure {@code l} holds a manifest copy for every volume, with the whole bitmap in it. */
+    private void writeManifests(MemserverLink l, RemoteConnection c, Map<Volume, RegionDescriptor> existing, long wait)
+            throws Exception {
+        for (Volume v : volumes.values()) {
+            RegionDescriptor d = existing.get(v);
+            if (d == null) {
+                d = c.allocate(AllocationManifest.tag(v.name()), v.manifest().regionLength())
+                        .get(wait, TimeUnit.MILLISECONDS);
+            }
+            v.manifest().adopt(l, c, d).get(wait, TimeUnit.MILLISECONDS);
         }
     }
 
@@ -312,6 +353,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         }
         log.warn("memserver {} is down: {}; its replicas are taken out", l.label(), reason);
         dead.close();
+        volumes.values().forEach(v -> v.manifest().forget(l));
         for (Volume v : volumes.values()) {
             v.connectionLost(dead, "memserver " + l.label() + " down: " + reason);
         }

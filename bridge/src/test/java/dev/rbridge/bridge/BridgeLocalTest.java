@@ -149,11 +149,12 @@ class BridgeLocalTest {
         Bridge b = bridge(volume("disk", 24 * MIB, MIB, 2));
         Volume v = b.volume("disk");
         assertArrayEquals(new byte[8192], read(v, 5 * MIB, 8192), "never-written slabs read as zeroes");
-        assertEquals(0, memservers.stream().mapToInt(MemServer::regionCount).sum(), "reads allocate nothing");
+        // One allocation manifest per memserver; reads allocate nothing else.
+        assertEquals(3, memservers.stream().mapToInt(MemServer::regionCount).sum(), "reads allocate nothing");
         randomOps(v, new byte[24 * (int) MIB], new Random(7), 60);
         Volume.VolumeStatus st = v.status();
         assertEquals("healthy", st.state());
-        assertEquals(st.allocated() * 2, memservers.stream().mapToInt(MemServer::regionCount).sum());
+        assertEquals(st.allocated() * 2 + 3, memservers.stream().mapToInt(MemServer::regionCount).sum());
         for (int i = 0; i < v.slabCount(); i++) {
             Volume.SlabStatus s = v.slabStatus(i);
             if (!s.state().equals("unallocated")) {
@@ -282,5 +283,36 @@ class BridgeLocalTest {
         assertEquals(7, v.status().allocated());
         assertArrayEquals(data, read(v, MIB / 2, data.length));
         assertArrayEquals(new byte[MIB / 2 == 0 ? 1 : (int) (MIB / 2)], read(v, 0, (int) (MIB / 2)));
+    }
+
+    @Test
+    void aSlabWhoseEveryReplicaVanishedWhileNoBridgeRanFailsWithEioInsteadOfReadingZeroes() throws Exception {
+        memserver(256 * MIB);
+        memserver(256 * MIB);
+        VolumeSpec spec = volume("disk", 8 * MIB, MIB, 1);
+        Bridge first = bridge(spec);
+        byte[] data = new byte[8 * (int) MIB];
+        new Random(9).nextBytes(data);
+        write(first.volume("disk"), 0, data);
+        first.close();
+        bridges.remove(first);
+        memservers.getFirst().close(); // its RAM is gone, and with it every slab placed there (R=1)
+
+        Bridge second = bridge(spec);
+        Volume v = second.volume("disk");
+        int lost = 0;
+        for (int s = 0; s < 8; s++) {
+            if (v.slabStatus(s).state().equals("lost")) {
+                lost++;
+                int slab = s;
+                ExecutionException e = assertThrows(ExecutionException.class, () -> read(v, slab * MIB, 4096));
+                assertTrue(e.getMessage().contains("no live replica"), e.getMessage());
+            } else {
+                assertEquals("healthy", v.slabStatus(s).state());
+                assertArrayEquals(Arrays.copyOfRange(data, s * (int) MIB, s * (int) MIB + 4096), read(v, s * MIB, 4096));
+            }
+        }
+        assertTrue(lost > 0 && lost < 8, "slabs were on both memservers; those on the dead one are lost: " + lost);
+        assertEquals("lost", v.status().state());
     }
 }

@@ -58,7 +58,14 @@ public final class Slab {
         }
         if (allocating == null) {
             int want = volume.replicas();
-            CompletableFuture<ReplicaSet> f = volume.host.place(this, want, 1, java.util.Set.of()).thenApply(rs -> {
+            CompletableFuture<ReplicaSet> f = volume.host.place(this, want, 1, java.util.Set.of())
+                    .thenCompose(rs -> volume.manifest.record(index).handle((v, e) -> {
+                        if (e != null) {
+                            rs.forEach(volume.host::release);
+                            throw new java.util.concurrent.CompletionException(e);
+                        }
+                        return rs;
+                    })).thenApply(rs -> {
                 synchronized (this) {
                     if (set == null) {
                         set = ReplicaSet.initial(rs);
@@ -123,6 +130,17 @@ public final class Slab {
             volume.host.rebuildWanted(this);
         }
         return stale;
+    }
+
+    /**
+     * Reattach found no region for a slab the manifest says was allocated: every replica was lost while no bridge was
+     * watching. It fails with EIO rather than reading as zeroes.
+     */
+    synchronized void lostEverything() {
+        log.error("volume {} slab {} (bytes {}-{}) held data but none of its replicas was found; requests on it fail "
+                + "with EIO", volume.name(), index, start, start + length - 1);
+        set = new ReplicaSet(null, 0, List.of(), null, null,
+                CompletableFuture.failedFuture(volume.lostError(this)), List.of());
     }
 
     /** The replica of this slab on {@code connection}, if it has one (live or building). */

@@ -28,6 +28,7 @@ import java.util.function.Function;
 public final class Volume implements BlockDevice {
     final VolumeSpec spec;
     final SlabHost host;
+    final AllocationManifest manifest;
     private final Slab[] slabs;
     private final int slabShift;
 
@@ -36,6 +37,7 @@ public final class Volume implements BlockDevice {
         this.host = host;
         this.slabShift = Long.numberOfTrailingZeros(spec.slabSize());
         this.slabs = new Slab[spec.slabCount()];
+        this.manifest = new AllocationManifest(spec.name(), slabs.length);
         for (int i = 0; i < slabs.length; i++) {
             long start = (long) i << slabShift;
             slabs[i] = new Slab(this, i, start, Math.min(spec.slabSize(), spec.size() - start));
@@ -52,6 +54,10 @@ public final class Volume implements BlockDevice {
 
     public int replicas() {
         return spec.replicas();
+    }
+
+    public AllocationManifest manifest() {
+        return manifest;
     }
 
     public Slab slab(int index) {
@@ -342,6 +348,11 @@ public final class Volume implements BlockDevice {
                 continue;
             }
             release.addAll(slabs[index].reattach(e.getValue()));
+        }
+        for (Slab s : slabs) {
+            if (s.set == null && manifest.allocated(s.index)) {
+                s.lostEverything();
+            }
         }
         return release;
     }

@@ -56,7 +56,7 @@ class ServeFaultTest {
     private static List<String> fio(String uri, String... extra) {
         List<String> cmd = new ArrayList<>(List.of("fio", "--name=verify", "--ioengine=nbd", "--uri=" + uri,
                 "--rw=randwrite", "--bs=64k", "--iodepth=16", "--size=160M", "--randrepeat=1", "--verify=crc32c",
-                "--do_verify=1", "--verify_fatal=1", "--output-format=json"));
+                "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--output-format=json"));
         cmd.addAll(List.of(extra));
         return cmd;
     }

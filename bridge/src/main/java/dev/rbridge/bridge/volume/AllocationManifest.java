@@ -1,0 +1,129 @@
+package dev.rbridge.bridge.volume;
+
+import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * Which slabs of a volume were ever allocated, kept as a bitmap in a small region (tagged slab {@value #SLAB}) on
+ * every memserver the bridge uses. Without it a restarted bridge could not tell a slab that was never written (reads
+ * as zeroes) from one whose every replica was lost (must fail with EIO): it would silently serve zeroes in place of
+ * data. A slab's bit is written to every reachable copy before its first write is acknowledged; bits are never
+ * cleared while the volume exists.
+ */
+public final class AllocationManifest {
+    private static final Logger log = LoggerFactory.getLogger(AllocationManifest.class);
+    /** The slab number in a manifest region's tag. */
+    public static final long SLAB = -1;
+
+    private final String volume;
+    private final long[] bits;
+    private final Map<MemserverLink, Copy> copies = new ConcurrentHashMap<>();
+
+    private record Copy(RemoteConnection connection, RegionDescriptor region) {
+    }
+
+    public AllocationManifest(String volume, int slabs) {
+        this.volume = volume;
+        this.bits = new long[(slabs + 63) / 64];
+    }
+
+    /** Bytes of the manifest region. */
+    public long regionLength() {
+        return Math.max(4096, ((long) bits.length * 8 + 4095) & -4096L);
+    }
+
+    public static RegionTag tag(String volume) {
+        return new RegionTag(volume, SLAB, 0, 1);
+    }
+
+    public static boolean isManifest(RegionTag tag) {
+        return tag.slab() == SLAB;
+    }
+
+    public synchronized boolean allocated(int slab) {
+        return (bits[slab >>> 6] & (1L << slab)) != 0;
+    }
+
+    /** At start: ORs in what one memserver's copy says. */
+    public void merge(RemoteConnection c, RegionDescriptor region) throws Exception {
+        ByteBuffer b = ByteBuffer.allocateDirect((int) Math.min(region.length(), (long) bits.length * 8));
+        if (b.capacity() > 0) {
+            c.read(region, 0, MemorySegment.ofBuffer(b)).get();
+        }
+        b.order(ByteOrder.LITTLE_ENDIAN);
+        synchronized (this) {
+            for (int i = 0; i < b.capacity() / 8; i++) {
+                bits[i] |= b.getLong(i * 8);
+            }
+        }
+    }
+
+    /** Makes {@code region} this memserver's copy and writes the whole bitmap into it. */
+    public CompletableFuture<Void> adopt(MemserverLink link, RemoteConnection c, RegionDescriptor region) {
+        copies.put(link, new Copy(c, region));
+        ByteBuffer b = ByteBuffer.allocateDirect(bits.length * 8).order(ByteOrder.LITTLE_ENDIAN);
+        synchronized (this) {
+            for (long w : bits) {
+                b.putLong(w);
+            }
+        }
+        b.flip();
+        return b.remaining() == 0 ? CompletableFuture.completedFuture(null)
+                : c.write(region, 0, MemorySegment.ofBuffer(b));
+    }
+
+    public void forget(MemserverLink link) {
+        copies.remove(link);
+    }
+
+    /**
+     * Records that {@code slab} has memory now. Completes when every reachable copy has the bit, or fails if none
+     * could be written (then the slab must not be used: after a restart nobody would know it held data).
+     */
+    public CompletableFuture<Void> record(int slab) {
+        int word = slab >>> 6;
+        long value;
+        synchronized (this) {
+            bits[word] |= 1L << slab;
+            value = bits[word];
+        }
+        List<CompletableFuture<Void>> writes = new ArrayList<>();
+        for (Copy copy : copies.values()) {
+            if (!copy.connection.isOpen()) {
+                continue;
+            }
+            ByteBuffer b = ByteBuffer.allocateDirect(8).order(ByteOrder.LITTLE_ENDIAN).putLong(0, value);
+            writes.add(copy.connection.write(copy.region, (long) word * 8, MemorySegment.ofBuffer(b)));
+        }
+        if (writes.isEmpty()) {
+            return CompletableFuture.failedFuture(new IllegalStateException("no memserver holds the allocation "
+                    + "manifest of volume " + volume));
+        }
+        CompletableFuture<Void> result = new CompletableFuture<>();
+        CompletableFuture.allOf(writes.toArray(CompletableFuture[]::new)).whenComplete((v, e) -> {
+            long ok = writes.stream().filter(f -> !f.isCompletedExceptionally()).count();
+            if (ok > 0) {
+                if (e != null) {
+                    log.debug("volume {}: manifest written to {} of {} memservers", volume, ok, writes.size());
+                }
+                result.complete(null);
+            } else {
+                result.completeExceptionally(e);
+            }
+        });
+        return result;
+    }
+}
