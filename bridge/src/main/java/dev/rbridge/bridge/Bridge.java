@@ -54,6 +54,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private final Set<MemserverLink> connecting = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private final Thread health;
     private final Map<MemserverLink, Map<Volume, RegionDescriptor>> startManifests = new HashMap<>();
+    /** Volumes whose previous bridge did not give its lease back: their replicas may differ. */
+    private final Set<Volume> unclean = new HashSet<>();
     private volatile boolean running = true;
 
     private Bridge(BridgeConfig config) {
@@ -149,6 +151,15 @@ public final class Bridge implements SlabHost, AutoCloseable {
             log.info("volume {}: {} bytes, {} slab(s) of {} bytes, {} replica(s); reattached {} slab(s) ({} healthy, "
                             + "{} degraded), released {} stale region(s)", v.name(), st.size(), st.slabs(), st.slabSize(),
                     st.replicas(), st.allocated(), st.healthy(), st.degraded() + st.rebuilding(), stale.size());
+            if (unclean.contains(v)) {
+                List<Slab> replicated = v.replicated();
+                if (!replicated.isEmpty()) {
+                    log.warn("volume {}: the previous bridge did not shut down cleanly; writes it had in flight may have "
+                            + "reached some replicas only, so {} slab(s) are resynchronized from one replica in the "
+                            + "background (reads come from that replica meanwhile)", v.name(), replicated.size());
+                    replicated.forEach(rebuilder::resync);
+                }
+            }
         }
     }
 
@@ -178,7 +189,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
             long wait = config.operationTimeout().toMillis() * 2;
             for (Volume v : volumes.values()) {
                 try {
-                    c.lease(v.name(), config.owner(), config.leaseTtl()).get(wait, TimeUnit.MILLISECONDS);
+                    dev.rbridge.rdma.Lease lease = c.lease(v.name(), config.owner(), config.leaseTtl())
+                            .get(wait, TimeUnit.MILLISECONDS);
+                    if (lease.tookOver() && found != null) {
+                        unclean.add(v);
+                    }
                 } catch (ExecutionException e) {
                     if (cause(e) instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
                         String msg = "volume '" + v.name() + "' is in use by another bridge (memserver " + l.label()

@@ -40,6 +40,12 @@ public final class Rebuilder implements Runnable, AutoCloseable {
         thread.start();
     }
 
+    /** Queues a slab to have its replicas made identical again (after an unclean exit of the previous bridge). */
+    public void resync(Slab s) {
+        s.resyncWanted.set(true);
+        offer(s);
+    }
+
     /** Queues a slab unless it is queued already. */
     public void offer(Slab s) {
         if (s.rebuildQueued.compareAndSet(false, true)) {
@@ -92,6 +98,15 @@ public final class Rebuilder implements Runnable, AutoCloseable {
 
     /** Returns false when it could not make progress (no room anywhere, or a failure), so the loop backs off. */
     private boolean rebuild(Slab s, ByteBuffer buffer) throws InterruptedException {
+        if (s.resyncWanted.get()) {
+            boolean done = resync(s, buffer);
+            if (done) {
+                s.resyncWanted.set(false);
+            } else {
+                offer(s);
+            }
+            return done;
+        }
         ReplicaSet before = s.set;
         if (before == null || before.lost() || before.building != null || before.live.size() >= s.volume.replicas()) {
             return true;
@@ -115,12 +130,58 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             return true;
         }
         log.info("volume {} slab {}: rebuilding onto {} ({} bytes)", s.volume.name(), s.index, target.describe(), s.length);
+        return fill(s, target, replaced, gate, buffer, "rebuild");
+    }
+
+    /**
+     * After an unclean exit of the previous bridge, writes that were in flight may have reached some replicas and not
+     * others. Each replica but the first is taken out of reading, overwritten from the first (writes go on reaching
+     * it) and put back, so every read returns the same bytes whichever replica serves it.
+     */
+    private boolean resync(Slab s, ByteBuffer buffer) throws InterruptedException {
+        while (true) {
+            ReplicaSet set = s.set;
+            if (set == null || set.lost() || set.live.size() < 2) {
+                return true;
+            }
+            if (set.building != null) {
+                return false; // a rebuild is running; come back later
+            }
+            Replica target = null;
+            for (Replica r : set.live.subList(1, set.live.size())) {
+                if (!s.resynced.contains(r)) {
+                    target = r;
+                    break;
+                }
+            }
+            if (target == null) {
+                s.resynced.clear();
+                return true;
+            }
+            RebuildGate gate = new RebuildGate(s.length, chunkSize);
+            ReplicaSet replaced = s.startResync(target, gate);
+            if (replaced == null) {
+                return false;
+            }
+            log.info("volume {} slab {}: resynchronizing {} from {}", s.volume.name(), s.index, target.describe(),
+                    replaced.live.getFirst().describe());
+            if (!fill(s, target, replaced, gate, buffer, "resync")) {
+                return false;
+            }
+            s.resynced.add(target);
+        }
+    }
+
+    /** Copies the whole slab into the building replica {@code target} while writes go on, then makes it live. */
+    private boolean fill(Slab s, Replica target, ReplicaSet replaced, RebuildGate gate, ByteBuffer buffer, String what)
+            throws InterruptedException {
+        long timeout = host.operationTimeout().toNanos() * 2;
         long started = System.nanoTime();
         try {
-            // Writes issued against the state without the new replica must land before their range is copied.
+            // Writes issued against the states without the new replica must land before their range is copied.
             for (ReplicaSet p = replaced; p != null; p = p.previous) {
                 ReplicaSet state = p;
-                await(() -> state.writesInFlight.get() == 0, timeout, "writes in flight before the rebuild");
+                await(() -> state.writesInFlight.get() == 0, timeout, "writes in flight before the " + what);
             }
             replaced.previous = null;
             for (int c = 0; c < gate.chunks(); c++) {
@@ -140,7 +201,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
                         .get(timeout, TimeUnit.NANOSECONDS);
                 Slab.Promotion p = s.promote(target, generation);
                 if (p == Slab.Promotion.DONE) {
-                    log.info("volume {} slab {}: rebuild copied {} bytes in {} ms", s.volume.name(), s.index, s.length,
+                    log.info("volume {} slab {}: {} copied {} bytes in {} ms", s.volume.name(), s.index, what, s.length,
                             TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
                     return true;
                 }
@@ -152,7 +213,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             s.abortRebuild(target, e.getMessage());
             return false;
         } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
-            s.abortRebuild(target, "rebuild failed: " + Volume.reason(e));
+            s.abortRebuild(target, what + " failed: " + Volume.reason(e));
             return false;
         }
     }

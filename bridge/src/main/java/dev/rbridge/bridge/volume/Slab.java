@@ -25,6 +25,10 @@ public final class Slab {
     private CompletableFuture<ReplicaSet> allocating;
     /** True while the slab waits in (or is taken by) the rebuild queue, so it is queued once. */
     final java.util.concurrent.atomic.AtomicBoolean rebuildQueued = new java.util.concurrent.atomic.AtomicBoolean();
+    /** Set when the replicas may differ (unclean exit of the previous bridge) until the rebuilder made them equal. */
+    final java.util.concurrent.atomic.AtomicBoolean resyncWanted = new java.util.concurrent.atomic.AtomicBoolean();
+    /** Replicas the running resync has already overwritten (rebuild thread only). */
+    final java.util.Set<Replica> resynced = new java.util.HashSet<>();
     /** Bytes copied by the running rebuild, for progress reports. */
     final AtomicLong rebuildCopied = new AtomicLong();
 
@@ -245,6 +249,19 @@ public final class Slab {
         }
         rebuildCopied.set(0);
         set = new ReplicaSet(cur, cur.generation, cur.live, target, gate, cur.tagged, cur.lostAtThisGeneration);
+        return cur;
+    }
+
+    /** Resync: takes {@code r} out of reading and makes it the building replica, to be overwritten from the others. */
+    synchronized ReplicaSet startResync(Replica r, RebuildGate gate) {
+        ReplicaSet cur = set;
+        if (cur == null || cur.building != null || cur.live.size() < 2 || !cur.live.contains(r)) {
+            return null;
+        }
+        List<Replica> live = new ArrayList<>(cur.live);
+        live.remove(r);
+        rebuildCopied.set(0);
+        set = new ReplicaSet(cur, cur.generation, live, r, gate, cur.tagged, cur.lostAtThisGeneration);
         return cur;
     }
 

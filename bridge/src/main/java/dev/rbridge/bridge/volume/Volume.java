@@ -397,6 +397,18 @@ public final class Volume implements BlockDevice {
         return false;
     }
 
+    /** Slabs with more than one live replica (candidates for a resync). */
+    public List<Slab> replicated() {
+        List<Slab> out = new ArrayList<>();
+        for (Slab s : slabs) {
+            ReplicaSet set = s.set;
+            if (set != null && set.live.size() > 1) {
+                out.add(s);
+            }
+        }
+        return out;
+    }
+
     /** Slabs with fewer live replicas than wanted but at least one (a rebuild can help them). */
     public List<Slab> degraded() {
         List<Slab> out = new ArrayList<>();
