@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# Benchmark the real rbridge deployment (rbridge serve + memserver processes over tcp) against rbridge demo and
+# against the comparable two-hop peer (nbdkit's nbd plugin in front of nbdkit memory) with fio's nbd engine.
+# Run with --help for usage.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TIME=10
+RAMP=2
+REPEAT=1
+SIZE=1G
+ROWS=rr1,rw1,rr32,rw32,sr,sw
+TARGETS=rb1,rb2,demo,nbdkit
+OUT=
+LAT=clat
+PIN=split
+SERVER_CPUS=
+FIO_CPUS=
+SLAB=
+START_TIMEOUT=${RBRIDGE_START_TIMEOUT:-600}
+
+usage() {
+    cat <<EOF
+Usage: bench/fio-bridge.sh [--time SEC] [--ramp SEC] [--repeat N] [--size SIZE] [--rows LIST]
+                           [--targets LIST] [--slab SIZE] [--latency clat|lat] [--pin split|none]
+                           [--server-cpus LIST] [--fio-cpus LIST] [--out DIR] [--help]
+
+Starts four NBD targets on free 127.0.0.1 ports, each exporting "disk" (1 GiB, in RAM), all at once:
+  rb1     rbridge serve --volume disk,size=1G,replicas=1 in front of ONE rbridge memserver (tcp transport):
+          every request crosses two processes, like the deployment
+  rb2     rbridge serve --volume disk,size=1G,replicas=2 in front of TWO memservers: reads go to one
+          replica, writes to both
+  demo    rbridge demo --export disk --size 1G: memserver and bridge in one process (local transport)
+  nbdkit  the two-hop peer: nbdkit's nbd plugin (nbdkit nbd hostname=127.0.0.1 port=P2) in front of
+          nbdkit memory 1G on P2, over TCP
+rbridge runs through the launcher "\$ROOT/rbridge" (built once up front, then RBRIDGE_NO_BUILD=1 so every
+process runs the same jar). Every export is filled first (sequential 1M writes over --size) so reads hit
+written data and slabs have memory. Then each row runs on every target in turn, the order rotating
+between repeats so drift on a noisy machine hits all alike; with --repeat N each number is the median.
+
+Rows (--rows, comma separated, default all):
+  rr1   4K random read,  QD1   -> IOPS, p50 and p99 completion latency (us)
+  rw1   4K random write, QD1   -> IOPS, p50 and p99 completion latency (us)
+  rr32  4K random read,  QD32  -> IOPS
+  rw32  4K random write, QD32  -> IOPS
+  sr    1M sequential read,  QD8 -> MB/s (10^6 bytes/s)
+  sw    1M sequential write, QD8 -> MB/s
+One fio job, one NBD connection (ioengine=nbd). Random rows use the whole --size working set with
+norandommap.
+
+Options:
+  --time SEC       measured time per run (default $TIME)
+  --ramp SEC       unmeasured warm-up per run (default $RAMP)
+  --repeat N       runs per target per row, median reported (default $REPEAT)
+  --size SIZE      fio working set, <= 1G (default $SIZE)
+  --rows LIST      subset of rows, e.g. rr1,sw
+  --targets LIST   subset of targets (default $TARGETS); ratios need nbdkit
+  --slab SIZE      slab size of the serve volumes (default: serve's default)
+  --latency K      clat (default): fio's completion latency; lat: total latency
+  --pin MODE       split (default when >= 2 CPUs): once a target serves, all threads of all its
+                   processes (bridge and memservers; both nbdkits) are bound to --server-cpus (default
+                   the first half of the CPUs: CPU 0 on a 2-core machine) and fio runs on --fio-cpus
+                   (default the other half), as in bench/fio-vs-nbdkit.sh. none: no pinning.
+  --server-cpus LIST, --fio-cpus LIST   taskset CPU lists for --pin split
+  --out DIR        keep fio JSON and server logs in DIR (default: temp, deleted)
+
+Reading the table: each ratio column compares one rbridge target with nbdkit-two-hop and is oriented
+so that > 1 means rbridge is better: rbridge/nbdkit for IOPS and MB/s, nbdkit/rbridge for latencies.
+
+Environment: RBRIDGE_START_TIMEOUT (seconds to wait for a target, $START_TIMEOUT), RBRIDGE_JAVA_OPTS
+(extra JVM options, read by the launcher). Every process is stopped on exit (process groups killed).
+Needs fio (with the nbd engine), nbdkit (memory and nbd plugins), nbdinfo, python3, taskset, setsid.
+EOF
+}
+
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --time) TIME=$2; shift 2 ;;
+        --ramp) RAMP=$2; shift 2 ;;
+        --repeat) REPEAT=$2; shift 2 ;;
+        --size) SIZE=$2; shift 2 ;;
+        --rows) ROWS=$2; shift 2 ;;
+        --targets) TARGETS=$2; shift 2 ;;
+        --slab) SLAB=$2; shift 2 ;;
+        --latency) LAT=$2; shift 2 ;;
+        --pin) PIN=$2; shift 2 ;;
+        --server-cpus) SERVER_CPUS=$2; shift 2 ;;
+        --fio-cpus) FIO_CPUS=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+[[ $TIME =~ ^[0-9]+$ && $TIME -ge 1 ]] || { echo "--time must be a positive integer" >&2; exit 2; }
+[[ $RAMP =~ ^[0-9]+$ ]] || { echo "--ramp must be an integer" >&2; exit 2; }
+[[ $REPEAT =~ ^[0-9]+$ && $REPEAT -ge 1 ]] || { echo "--repeat must be >= 1" >&2; exit 2; }
+[[ $LAT == clat || $LAT == lat ]] || { echo "--latency must be clat or lat" >&2; exit 2; }
+[[ $PIN == split || $PIN == none ]] || { echo "--pin must be split or none" >&2; exit 2; }
+NCPU=$(nproc)
+if [[ $PIN == split && $NCPU -lt 2 ]]; then PIN=none; fi
+if [[ $PIN == split ]]; then
+    command -v taskset >/dev/null || { echo "taskset not found (use --pin none)" >&2; exit 2; }
+    half=$((NCPU / 2))
+    SERVER_CPUS=${SERVER_CPUS:-0-$((half - 1))}
+    FIO_CPUS=${FIO_CPUS:-$half-$((NCPU - 1))}
+fi
+for t in fio nbdkit nbdinfo python3 setsid timeout pgrep; do
+    command -v "$t" >/dev/null || { echo "$t not found" >&2; exit 2; }
+done
+fio --enghelp=nbd 2>/dev/null | grep -q '^uri' || { echo "fio has no nbd engine" >&2; exit 2; }
+
+declare -A ROWARGS=(
+    [rr1]="--rw=randread --bs=4k --iodepth=1 --norandommap --randrepeat=0"
+    [rw1]="--rw=randwrite --bs=4k --iodepth=1 --norandommap --randrepeat=0"
+    [rr32]="--rw=randread --bs=4k --iodepth=32 --norandommap --randrepeat=0"
+    [rw32]="--rw=randwrite --bs=4k --iodepth=32 --norandommap --randrepeat=0"
+    [sr]="--rw=read --bs=1M --iodepth=8"
+    [sw]="--rw=write --bs=1M --iodepth=8"
+)
+IFS=, read -r -a ROWLIST <<<"$ROWS"
+for r in "${ROWLIST[@]}"; do
+    [[ -n ${ROWARGS[$r]:-} ]] || { echo "unknown row '$r' (see --help)" >&2; exit 2; }
+done
+IFS=, read -r -a TLIST <<<"$TARGETS"
+for t in "${TLIST[@]}"; do
+    case $t in rb1|rb2|demo|nbdkit) ;; *) echo "unknown target '$t' (rb1, rb2, demo, nbdkit)" >&2; exit 2 ;; esac
+done
+[[ -n $SLAB ]] && SLABSPEC=",slab=$SLAB" || SLABSPEC=
+
+if [[ -n $OUT ]]; then
+    mkdir -p "$OUT"
+    WORK=$(cd "$OUT" && pwd)
+    KEEP=1
+else
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/fio-bridge.XXXXXX")
+    KEEP=0
+fi
+
+GROUPS_STARTED=()   # process group ids (setsid), every process we started
+declare -A URI
+stop_group() { # SIGTERM a process group, SIGKILL what is left after 5 s
+    local p=$1
+    kill -TERM -- "-$p" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+}
+cleanup() {
+    local rc=$?
+    set +e
+    local i
+    # front ends first (bridges give their leases back, the nbd plugin lets go of nbdkit memory), then the rest
+    for ((i = ${#GROUPS_STARTED[@]} - 1; i >= 0; i--)); do stop_group "${GROUPS_STARTED[$i]}"; done
+    [[ $KEEP -eq 1 ]] || rm -rf "$WORK"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+spawn() { # spawn LOGNAME COMMAND... -> starts it in its own process group; sets SPAWNED
+    local log=$1; shift
+    setsid "$@" >"$WORK/$log.log" 2>&1 </dev/null &
+    SPAWNED=$!
+    GROUPS_STARTED+=("$SPAWNED")
+}
+
+pin_group() { # bind every thread of every process in group $1 to the server CPUs
+    [[ $PIN == split ]] || return 0
+    local p
+    for p in $(pgrep -g "$1"); do
+        taskset -a -p -c "$SERVER_CPUS" "$p" >/dev/null 2>&1 || true
+    done
+}
+
+await_nbd() { # await_nbd NAME URI PID TIMEOUT
+    local name=$1 uri=$2 pid=$3 tmo=$4 t0=$SECONDS
+    until timeout 10 nbdinfo --size "$uri" >"$WORK/$name.size" 2>/dev/null; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "$name exited before accepting connections; last log lines:" >&2
+            tail -n 20 "$WORK/$name.log" >&2
+            exit 1
+        fi
+        if (( SECONDS - t0 > tmo )); then
+            echo "$name did not accept connections at $uri within ${tmo}s" >&2
+            exit 1
+        fi
+        sleep 0.3
+    done
+}
+
+RB=("$ROOT/rbridge")
+start_memserver() { # start_memserver NAME -> MEMSERVER=host:port, MEMSERVER_PGID
+    local name=$1 t0=$SECONDS addr=
+    spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" memserver --listen 127.0.0.1:0 --capacity 2G --admin none
+    MEMSERVER_PGID=$SPAWNED
+    until addr=$(sed -n 's/^rbridge memserver: lending .* at \([^ ]*:[0-9]*\).*/\1/p' "$WORK/$name.log") && [[ -n $addr ]]; do
+        if ! kill -0 "$MEMSERVER_PGID" 2>/dev/null; then
+            echo "$name exited before serving; last log lines:" >&2
+            tail -n 20 "$WORK/$name.log" >&2
+            exit 1
+        fi
+        (( SECONDS - t0 <= 60 )) || { echo "$name did not start within 60s" >&2; exit 1; }
+        sleep 0.2
+    done
+    MEMSERVER=$addr
+}
+
+start_target() { # start_target NAME
+    local name=$1 port pgids=() t0=$SECONDS
+    port=$(free_port)
+    URI[$name]="nbd://127.0.0.1:$port/disk"
+    case $name in
+        rb1|rb2)
+            local n=${name#rb} ms=() i
+            for ((i = 1; i <= n; i++)); do
+                start_memserver "$name-memserver$i"
+                ms+=(--memserver "$MEMSERVER")
+                pgids+=("$MEMSERVER_PGID")
+            done
+            spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" serve --listen "127.0.0.1:$port" "${ms[@]}" \
+                --volume "disk,size=1G,replicas=$n$SLABSPEC" --admin none
+            pgids+=("$SPAWNED")
+            ;;
+        demo)
+            spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" demo --listen "127.0.0.1:$port" --export disk --size 1G
+            pgids+=("$SPAWNED")
+            ;;
+        nbdkit)
+            local back
+            back=$(free_port)
+            spawn nbdkit-memory nbdkit -f -i 127.0.0.1 -p "$back" memory 1G
+            pgids+=("$SPAWNED")
+            await_nbd nbdkit-memory "nbd://127.0.0.1:$back/" "$SPAWNED" 60
+            spawn "$name" nbdkit -f -i 127.0.0.1 -p "$port" -e disk nbd hostname=127.0.0.1 port="$back"
+            pgids+=("$SPAWNED")
+            ;;
+    esac
+    await_nbd "$name" "${URI[$name]}" "$SPAWNED" "$START_TIMEOUT"
+    local g
+    for g in "${pgids[@]}"; do pin_group "$g"; done
+    echo "# $name ready at ${URI[$name]} after $((SECONDS - t0))s, export size $(cat "$WORK/$name.size")" \
+         "(${#pgids[@]} process group(s)${FIO_CPUS:+, bound to CPU(s) $SERVER_CPUS})"
+}
+
+FIO_PREFIX=()
+if [[ $PIN == split ]]; then FIO_PREFIX=(taskset -c "$FIO_CPUS"); fi
+
+runfio() { # runfio TARGET TAG fio-args... -> JSON in $WORK/TAG.TARGET.json
+    local target=$1 tag=$2; shift 2
+    local out="$WORK/$tag.$target.json"
+    if ! timeout $((TIME + RAMP + 300)) "${FIO_PREFIX[@]}" fio --name="$tag" --ioengine=nbd --uri="${URI[$target]}" \
+            --size="$SIZE" --numjobs=1 --group_reporting --percentile_list=50:99 --lat_percentiles=1 \
+            --output-format=json --output="$out" "$@" >"$WORK/fio.$tag.$target.log" 2>&1; then
+        echo "fio failed for $tag on $target:" >&2
+        tail -n 5 "$WORK/fio.$tag.$target.log" "$out" >&2 2>/dev/null
+        exit 1
+    fi
+}
+
+# Build once (the launcher builds when sources are newer than the jar), then never again during the run.
+if [[ ",$TARGETS," == *,rb* || ",$TARGETS," == *,demo,* ]]; then
+    echo "# rbridge: $("${RB[@]}" --version 2>&1 | tail -n 1)"
+fi
+for t in "${TLIST[@]}"; do start_target "$t"; done
+
+echo "# prefilling every export ($SIZE, 1M sequential writes, QD8)"
+for t in "${TLIST[@]}"; do
+    runfio "$t" prefill --rw=write --bs=1M --iodepth=8
+done
+
+echo "# rows: $ROWS; ${TIME}s measured + ${RAMP}s ramp per run; $REPEAT run(s) per target per row;" \
+     "pin: $PIN${FIO_CPUS:+ (fio on CPU(s) $FIO_CPUS)}"
+NT=${#TLIST[@]}
+for r in "${ROWLIST[@]}"; do
+    for i in $(seq "$REPEAT"); do
+        for ((k = 0; k < NT; k++)); do
+            t=${TLIST[$(( (k + i - 1) % NT ))]}   # rotate the order between repeats
+            # shellcheck disable=SC2086
+            runfio "$t" "$r.$i" ${ROWARGS[$r]} --time_based --runtime="$TIME" --ramp_time="$RAMP"
+            echo "#   done $r run $i on $t"
+        done
+    done
+done
+
+python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" "$TARGETS" <<'EOF'
+import json, statistics, sys
+work, repeat, rows, secs, lat, targets = (sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","),
+                                          sys.argv[4], sys.argv[5], sys.argv[6].split(","))
+
+def load(tag, target):
+    txt = open("%s/%s.%s.json" % (work, tag, target)).read()
+    job = json.loads(txt[txt.index("{"):])["jobs"][0]
+    if job.get("error"):
+        sys.exit("fio job %s on %s reported error %d" % (tag, target, job["error"]))
+    return job
+
+def metric(job, side, what):
+    d = job[side]
+    if what == "iops":
+        return d["iops"]
+    if what == "mbs":
+        return d["bw_bytes"] / 1e6
+    pct = d[lat + "_ns"].get("percentile", {})
+    key = {"p50": "50.000000", "p99": "99.000000"}[what]
+    return pct[key] / 1000.0
+
+DEF = {
+    "rr1":  ("4K randread QD1",   "read",  ["iops", "p50", "p99"]),
+    "rw1":  ("4K randwrite QD1",  "write", ["iops", "p50", "p99"]),
+    "rr32": ("4K randread QD32",  "read",  ["iops"]),
+    "rw32": ("4K randwrite QD32", "write", ["iops"]),
+    "sr":   ("1M seq read QD8",   "read",  ["mbs"]),
+    "sw":   ("1M seq write QD8",  "write", ["mbs"]),
+}
+UNIT = {"iops": "IOPS", "mbs": "MB/s", "p50": "p50 %s us" % lat, "p99": "p99 %s us" % lat}
+HEAD = {"rb1": "serve R=1", "rb2": "serve R=2", "demo": "demo", "nbdkit": "nbdkit 2hop"}
+rb = [t for t in targets if t != "nbdkit"]
+ratios = "nbdkit" in targets
+out = []
+for r in rows:
+    label, side, metrics = DEF[r]
+    for m in metrics:
+        vals = {t: statistics.median(metric(load("%s.%d" % (r, i), t), side, m) for i in range(1, repeat + 1))
+                for t in targets}
+        rat = []
+        if ratios:
+            nk = vals["nbdkit"]
+            for t in rb:
+                v = vals[t]
+                if m in ("p50", "p99"):
+                    rat.append(nk / v if v else float("nan"))
+                else:
+                    rat.append(v / nk if nk else float("nan"))
+        out.append(("%s %s" % (label, UNIT[m]), m, vals, rat))
+
+w = max(len(o[0]) for o in out)
+print()
+print("fio nbd engine, %ss per run, median of %d run(s); one job, one connection" % (secs, repeat))
+if ratios:
+    print("ratio columns: each rbridge target vs nbdkit-two-hop, > 1 means rbridge is better")
+    print("(rbridge/nbdkit for IOPS and MB/s, nbdkit/rbridge for latency)")
+cols = ["%11s" % HEAD[t] for t in targets] + (["%9s" % ("%s/nk" % t) for t in rb] if ratios else [])
+print("%-*s %s" % (w, "row", " ".join(cols)))
+print("-" * (w + 1 + len(" ".join(cols))))
+for name, m, vals, rat in out:
+    fmt = "%11.0f" if m == "iops" else "%11.1f"
+    cells = [fmt % vals[t] for t in targets] + ["%9.2f" % x for x in rat]
+    print("%-*s %s" % (w, name, " ".join(cells)))
+EOF
+[[ $KEEP -eq 1 ]] && echo "# fio JSON and server logs kept in $WORK"
+exit 0
