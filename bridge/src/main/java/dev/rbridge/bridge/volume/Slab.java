@@ -29,6 +29,11 @@ public final class Slab {
     final java.util.concurrent.atomic.AtomicBoolean resyncWanted = new java.util.concurrent.atomic.AtomicBoolean();
     /** Replicas the running resync has already overwritten (rebuild thread only). */
     final java.util.Set<Replica> resynced = new java.util.HashSet<>();
+    /** Blocks known to be zero (null until the slab is first zeroed). */
+    volatile ZeroMap zeros;
+    /** Data writes issued and in flight: a zeroing only vouches for blocks no write raced with. */
+    final AtomicLong dataWritesIssued = new AtomicLong();
+    final java.util.concurrent.atomic.AtomicInteger dataWritesInFlight = new java.util.concurrent.atomic.AtomicInteger();
     /** Bytes copied by the running rebuild, for progress reports. */
     final AtomicLong rebuildCopied = new AtomicLong();
 
@@ -53,6 +58,20 @@ public final class Slab {
 
     RegionTag tag(int replicaSlot, long generation) {
         return new RegionTag(volume.name(), index, replicaSlot, generation);
+    }
+
+    ZeroMap zeroMap() {
+        ZeroMap z = zeros;
+        if (z == null) {
+            synchronized (this) {
+                z = zeros;
+                if (z == null) {
+                    z = new ZeroMap(length);
+                    zeros = z;
+                }
+            }
+        }
+        return z;
     }
 
     /** The replica set, allocating the slab on first use (a write). */

@@ -126,7 +126,7 @@ public final class Volume implements BlockDevice {
             return CompletableFuture.completedFuture(null);
         }
         MemorySegment seg = MemorySegment.ofBuffer(src);
-        return mutate(offset, length, false, (s, off, len, pos) -> {
+        return mutate(offset, length, Kind.WRITE, (s, off, len, pos) -> {
             MemorySegment piece = seg.asSlice(pos - offset, len);
             return r -> r.connection().write(r.region(), off, piece);
         });
@@ -139,21 +139,24 @@ public final class Volume implements BlockDevice {
 
     @Override
     public CompletableFuture<Void> trim(long offset, long length, boolean fua) {
-        return zeroes(offset, length);
+        return zeroes(offset, length, Kind.PUNCH);
     }
 
     @Override
     public CompletableFuture<Void> writeZeroes(long offset, long length, boolean mayPunchHole, boolean fua) {
-        return zeroes(offset, length);
+        return zeroes(offset, length, mayPunchHole ? Kind.PUNCH : Kind.ZERO);
     }
 
-    private CompletableFuture<Void> zeroes(long offset, long length) {
+    private CompletableFuture<Void> zeroes(long offset, long length, Kind kind) {
         if (length == 0) {
             return CompletableFuture.completedFuture(null);
         }
-        // The memserver zeroes with madvise where it can, so zeroing and punching a hole are the same thing there.
-        return mutate(offset, length, true, (s, off, len, pos) -> r -> r.connection().zero(r.region(), off, len));
+        // The memserver gives whole pages back with madvise either way; NO_HOLE only changes what BLOCK_STATUS says.
+        return mutate(offset, length, kind, (s, off, len, pos) -> r -> r.connection().zero(r.region(), off, len));
     }
+
+    /** What a mutation does: write data, or zero (reporting the range as a hole afterwards, or not). */
+    private enum Kind { WRITE, ZERO, PUNCH }
 
     @Override
     public boolean fastZero() {
@@ -169,22 +172,53 @@ public final class Volume implements BlockDevice {
         ReplicaOp forPiece(Slab s, long slabOffset, long length, long volumeOffset);
     }
 
-    private CompletableFuture<Void> mutate(long offset, long length, boolean zero, PieceOps ops) {
+    private CompletableFuture<Void> mutate(long offset, long length, Kind kind, PieceOps ops) {
         int first = (int) (offset >>> slabShift);
         int last = (int) ((offset + length - 1) >>> slabShift);
         if (first == last) {
             Slab s = slabs[first];
             long off = offset - s.start;
-            return mutateSlab(s, off, length, zero, ops.forPiece(s, off, length, offset));
+            return tracked(s, off, length, kind, ops.forPiece(s, off, length, offset));
         }
         CompletableFuture<?>[] parts = new CompletableFuture<?>[last - first + 1];
         for (int i = first; i <= last; i++) {
             Slab s = slabs[i];
             long from = Math.max(offset, s.start);
             long to = Math.min(offset + length, s.start + s.length);
-            parts[i - first] = mutateSlab(s, from - s.start, to - from, zero, ops.forPiece(s, from - s.start, to - from, from));
+            parts[i - first] = tracked(s, from - s.start, to - from, kind, ops.forPiece(s, from - s.start, to - from, from));
         }
         return CompletableFuture.allOf(parts);
+    }
+
+    /**
+     * Keeps the slab's zero map honest: a write forgets the blocks it touches before it is issued; a zeroing marks its
+     * blocks only if no data write was in flight when it started and none was issued before it finished (NBD leaves
+     * the order of overlapping requests open, but BLOCK_STATUS must never call data zero).
+     */
+    private CompletableFuture<Void> tracked(Slab s, long offset, long length, Kind kind, ReplicaOp op) {
+        if (kind == Kind.WRITE) {
+            s.dataWritesIssued.incrementAndGet();
+            s.dataWritesInFlight.incrementAndGet();
+            ZeroMap z = s.zeros;
+            if (z != null) {
+                z.clear(offset, length);
+            }
+            return mutateSlab(s, offset, length, false, op).whenComplete((v, e) -> s.dataWritesInFlight.decrementAndGet());
+        }
+        if (s.set == null) {
+            return mutateSlab(s, offset, length, true, op); // never written: reads as zeroes, reported as a hole
+        }
+        ZeroMap z = s.zeroMap();
+        long issued = s.dataWritesIssued.get();
+        boolean quiet = s.dataWritesInFlight.get() == 0;
+        return mutateSlab(s, offset, length, true, op).thenRun(() -> {
+            if (quiet) {
+                z.mark(offset, length, kind == Kind.PUNCH);
+                if (s.dataWritesIssued.get() != issued) {
+                    z.clear(offset, length);
+                }
+            }
+        });
     }
 
     private CompletableFuture<Void> mutateSlab(Slab s, long offset, long length, boolean zero, ReplicaOp op) {
@@ -312,8 +346,19 @@ public final class Volume implements BlockDevice {
         long runStart = pos;
         while (pos < end) {
             Slab s = slabs[(int) (pos >>> slabShift)];
-            int st = s.set == null ? (Nbd.STATE_HOLE | Nbd.STATE_ZERO) : 0;
-            long next = Math.min(end, s.start + s.length);
+            ZeroMap z = s.zeros;
+            int st;
+            long next;
+            if (s.set == null) {
+                st = Nbd.STATE_HOLE | Nbd.STATE_ZERO;
+                next = Math.min(end, s.start + s.length);
+            } else if (z == null) {
+                st = 0;
+                next = Math.min(end, s.start + s.length);
+            } else {
+                st = z.state(pos - s.start);
+                next = Math.min(end, ((pos >>> ZeroMap.BLOCK_SHIFT) + 1) << ZeroMap.BLOCK_SHIFT);
+            }
             if (state != -1 && st != state) {
                 out.add(new Extent(pos - runStart, state));
                 runStart = pos;

@@ -3,7 +3,6 @@ package dev.rbridge.bridge.serve;
 import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Disabled;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
@@ -122,19 +121,11 @@ class ServeInteropTest {
 
     @Test
     @Order(5)
-    @Disabled("trim_zero_status.py fails against the bridge in its default (non-exact) mode too: it requires the ZERO"
-            + " bit on a trimmed or zeroed MiB inside written data, while the bridge reports allocation per slab and a"
-            + " written slab stays data after TRIM/WRITE_ZEROES ('TRIM range [69206016,70254592): extent"
-            + " [67108864,+16777216) reports DATA(0), expected ZERO bit set'). NBD allows that (state 0 is always"
-            + " correct), so it is the script's sparse-server assumption, not corruption; the script lives in nbd/ and"
-            + " has no mode for coarse allocation. The bridge's semantics are checked by"
-            + " trimZeroAndBlockStatusFollowTheSlabs below. Enable once the bridge reports zeroed ranges as ZERO.")
     void trimAndWriteZeroesReadBackZeroesAndShowInBlockStatus() {
-        // Not --exact: that mode asserts the in-memory device's 4 KiB allocation map (a trimmed or zeroed MiB is
-        // HOLE|ZERO, a NO_HOLE-zeroed MiB exactly ZERO). The bridge tracks allocation per slab: a never-written slab
-        // is HOLE|ZERO, an allocated one is data, and TRIM/WRITE_ZEROES zero the bytes in place on every replica.
+        // --exact: the same 4 KiB semantics as the in-memory device. A never-written slab is HOLE|ZERO; inside an
+        // allocated slab the bridge remembers which blocks a TRIM or WRITE_ZEROES left zero (HOLE too unless NO_HOLE).
         // The fresh MiB at 7/8 of 'tz' (224 MiB) is in slab 14, which nothing writes; the area is slab 4.
-        script(120, "trim_zero_status.py", cluster.uri("tz"));
+        script(120, "trim_zero_status.py", cluster.uri("tz"), "--exact");
     }
 
     @Test
@@ -235,24 +226,36 @@ class ServeInteropTest {
                 got = status(pos, min(size - pos, 64 * MiB))
                 exts += got
                 pos = got[-1][0] + got[-1][1]
+            # Allocation is per slab (a never-written slab is HOLE|ZERO as a whole); inside an allocated slab the
+            # bridge reports, per 4 KiB block, what a TRIM / WRITE_ZEROES left zero. Never a lie: a block with the
+            # ZERO bit reads as zeroes, a block holding data reports neither HOLE nor ZERO.
+            B = 4096
             flags = {}
             for (o, l, f) in exts:
-                if o % SLAB or (o + l) % SLAB:
-                    fail("extent [%d,+%d) flags %d does not fall on %d-byte slab boundaries" % (o, l, f, SLAB))
-                for i in range(o // SLAB, (o + l) // SLAB):
-                    flags[i] = f
-                    if f & ZERO and i in content and content[i].count(0) != SLAB:
-                        fail("slab %d reports ZERO but holds data" % i)
+                if o % B or (o + l) % B:
+                    fail("extent [%d,+%d) flags %d does not fall on 4 KiB blocks" % (o, l, f))
+                for b in range(o // B, (o + l) // B):
+                    flags[b] = f & 3
+            per_slab = SLAB // B
             for i in range(n):
-                f = flags[i] & 3
+                fs = [flags[b] for b in range(i * per_slab, (i + 1) * per_slab)]
+                if i in content:
+                    for k, f in enumerate(fs):
+                        blk = content[i][k * B:(k + 1) * B]
+                        if f & ZERO and blk.count(0) != B:
+                            fail("slab %d block %d reports ZERO but holds data" % (i, k))
+                        if blk.count(0) != B and f != 0:
+                            fail("slab %d block %d holds data but reports flags %d" % (i, k, f))
                 if i in (1, 4, 7):
-                    ok, what = f == 0, "data (no HOLE, no ZERO)"
-                elif i in (2, 3):
-                    ok, what = f in (0, ZERO, HOLE | ZERO), "data, ZERO or HOLE|ZERO (it reads as zeroes)"
-                else:
-                    ok, what = f == HOLE | ZERO, "HOLE|ZERO (never written)"
-                if not ok:
-                    fail("slab %d reports flags %d, expected %s" % (i, flags[i], what))
+                    continue
+                if i in (2, 3):
+                    if any(f not in (0, ZERO, HOLE | ZERO) for f in fs):
+                        fail("slab %d (zeroed whole) reports %r" % (i, sorted(set(fs))))
+                elif any(f != HOLE | ZERO for f in fs):
+                    fail("never-written slab %d reports %r, expected HOLE|ZERO" % (i, sorted(set(fs))))
+            if flags[(S(1) + MiB) // B] != HOLE | ZERO or flags[(S(1) + 3 * MiB) // B] != ZERO:
+                fail("slab 1: a trimmed block must be HOLE|ZERO and a NO_HOLE-zeroed one ZERO, got %d and %d"
+                     % (flags[(S(1) + MiB) // B], flags[(S(1) + 3 * MiB) // B]))
 
             def one(off, count, want_flags):
                 e = status(off, count, nbd.CMD_FLAG_REQ_ONE)
