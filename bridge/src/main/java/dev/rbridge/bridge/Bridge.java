@@ -111,6 +111,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
         long deadline = System.nanoTime() + config.startWait().toNanos();
         Map<String, Map<Integer, List<Replica>>> found = new HashMap<>();
         Set<MemserverLink> pending = new HashSet<>(links);
+        long leaseEvery = config.leaseTtl().toNanos() / 3;
+        long lastLease = System.nanoTime();
         while (true) {
             for (MemserverLink l : List.copyOf(pending)) {
                 if (connect(l, found)) {
@@ -119,6 +121,10 @@ public final class Bridge implements SlabHost, AutoCloseable {
             }
             if (pending.isEmpty() || System.nanoTime() - deadline > 0) {
                 break;
+            }
+            if (System.nanoTime() - lastLease > leaseEvery) {
+                renewLeases(); // the ones already taken must not lapse while we wait for the others
+                lastLease = System.nanoTime();
             }
             sleep(200);
         }
@@ -146,6 +152,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         for (Volume v : volumes.values()) {
             Map<Integer, List<Replica>> mine = found.getOrDefault(v.name(), Map.of());
             List<Replica> stale = v.reattach(mine);
+            v.failClosedReplicas(); // a memserver that died while we were attaching
             stale.forEach(this::release);
             Volume.VolumeStatus st = v.status();
             log.info("volume {}: {} bytes, {} slab(s) of {} bytes, {} replica(s); reattached {} slab(s) ({} healthy, "
@@ -220,8 +227,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 if (AllocationManifest.isManifest(d.tag())) {
                     if (manifests.putIfAbsent(v, opened) != null) {
                         c.release(opened); // a second copy on one memserver: keep one
-                    } else if (found != null) {
-                        v.manifest().merge(c, opened);
+                    } else {
+                        v.manifest().merge(c, opened); // a late memserver may know of slabs the others forgot
                     }
                     continue;
                 }
@@ -231,9 +238,19 @@ public final class Bridge implements SlabHost, AutoCloseable {
                             .computeIfAbsent((int) Math.min(Integer.MAX_VALUE, opened.tag().slab()), k -> new ArrayList<>())
                             .add(r);
                 } else if (!v.holds(info.serverId(), d.id()) && !v.adoptLost(r)) {
-                    log.info("memserver {}: releasing stale region {} of volume {} slab {} (generation {})", l.label(),
-                            d.id(), v.name(), d.tag().slab(), d.tag().generation());
-                    c.release(opened);
+                    long current = v.currentGeneration(d.tag().slab());
+                    if (d.tag().generation() != 0 && d.tag().generation() >= current) {
+                        // Not older than what this bridge serves: it may be the newer copy of a slab this bridge
+                        // reattached without it. Never used, never freed: an operator decides (rbridge admin).
+                        log.warn("memserver {}: region {} of volume {} slab {} carries generation {} (this bridge "
+                                        + "serves generation {}); kept but not used; revoke it on the memserver if "
+                                        + "it is not needed", l.label(), d.id(), v.name(), d.tag().slab(),
+                                d.tag().generation(), current);
+                    } else {
+                        log.info("memserver {}: releasing stale region {} of volume {} slab {} (generation {})",
+                                l.label(), d.id(), v.name(), d.tag().slab(), d.tag().generation());
+                        c.release(opened);
+                    }
                 }
             }
             if (found != null) {
@@ -283,7 +300,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
 
     private void healthLoop() {
         long leaseEvery = Math.max(TICK_MILLIS, config.leaseTtl().toMillis() / 3);
-        long lastLease = System.currentTimeMillis();
+        long lastLease = 0; // renew at once: attaching may have taken a good part of the lease
         long lastInfo = 0;
         while (running) {
             long now = System.currentTimeMillis();
@@ -314,6 +331,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     lastInfo = now;
                     refreshCapacity();
                     for (Volume v : volumes.values()) {
+                        v.failClosedReplicas();
                         v.degraded().forEach(rebuilder::offer);
                     }
                 }
@@ -378,11 +396,12 @@ public final class Bridge implements SlabHost, AutoCloseable {
 
     @Override
     public CompletableFuture<List<Replica>> place(Slab slab, int count, long generation, Set<MemserverLink> exclude) {
-        return placeNext(slab, count, generation, new HashSet<>(exclude), new ArrayList<>(), null);
+        // Replica slot numbers are informational (shown by admin): new copies number on from the existing ones.
+        return placeNext(slab, count, generation, new HashSet<>(exclude), new ArrayList<>(), null, exclude.size());
     }
 
     private CompletableFuture<List<Replica>> placeNext(Slab slab, int count, long generation, Set<MemserverLink> tried,
-                                                       List<Replica> got, Throwable lastError) {
+                                                       List<Replica> got, Throwable lastError, int firstSlot) {
         if (got.size() == count) {
             return CompletableFuture.completedFuture(got);
         }
@@ -390,6 +409,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
         if (l == null) {
             if (!got.isEmpty()) {
                 return CompletableFuture.completedFuture(got);
+            }
+            boolean anyUp = links.stream().anyMatch(x -> x.connection() != null);
+            if (!anyUp) {
+                return CompletableFuture.failedFuture(new RemoteMemoryException(Status.CONNECTION_LOST,
+                        "no memserver is reachable for volume " + slab.volume().name() + " slab " + slab.index()));
             }
             String why = "no reachable memserver has " + slab.length() + " bytes free for volume "
                     + slab.volume().name() + " slab " + slab.index()
@@ -399,21 +423,21 @@ public final class Bridge implements SlabHost, AutoCloseable {
         tried.add(l);
         RemoteConnection c = l.connection();
         if (c == null) {
-            return placeNext(slab, count, generation, tried, got, lastError);
+            return placeNext(slab, count, generation, tried, got, lastError, firstSlot);
         }
         long length = slab.length();
         l.reserved.addAndGet(length);
-        int slot = got.size() + (generation == 0 ? slab.volume().replicas() : 0);
+        int slot = firstSlot + got.size();
         return c.allocate(new dev.rbridge.rdma.RegionTag(slab.volume().name(), slab.index(), slot, generation), length)
                 .handle((d, e) -> {
                     if (e == null) {
                         got.add(new Replica(l, c, l.serverId(), d));
-                        return placeNext(slab, count, generation, tried, got, lastError);
+                        return placeNext(slab, count, generation, tried, got, lastError, firstSlot);
                     }
                     l.reserved.addAndGet(-length);
                     log.debug("memserver {} refused a region for volume {} slab {}: {}", l.label(),
                             slab.volume().name(), slab.index(), reason(e));
-                    return placeNext(slab, count, generation, tried, got, cause(e));
+                    return placeNext(slab, count, generation, tried, got, cause(e), firstSlot);
                 }).thenCompose(Function.identity());
     }
 

@@ -315,4 +315,25 @@ class BridgeLocalTest {
         assertTrue(lost > 0 && lost < 8, "slabs were on both memservers; those on the dead one are lost: " + lost);
         assertEquals("lost", v.status().state());
     }
+
+    @Test
+    void anOutageOnTheBridgeSideCuttingEveryConnectionLosesNothingOnceTheMemserversAreBack() throws Exception {
+        memserver(256 * MIB);
+        memserver(256 * MIB);
+        Bridge b = bridge(volume("disk", 8 * MIB, MIB, 2));
+        Volume v = b.volume("disk");
+        byte[] data = new byte[8 * (int) MIB];
+        new Random(21).nextBytes(data);
+        write(v, 0, data);
+        // Every connection dies at once (the bridge's network went away); the memservers and their RAM stay.
+        b.memservers().forEach(l -> l.connection().close());
+        assertThrows(ExecutionException.class, () -> read(v, 0, 4096), "no replica is reachable");
+        // The health duty reconnects; each slab takes back a replica that held every acknowledged write.
+        await("slabs served again", () -> v.status().state().equals("healthy"));
+        assertArrayEquals(data, read(v, 0, data.length));
+        byte[] more = new byte[4096];
+        Arrays.fill(more, (byte) 7);
+        write(v, MIB, more);
+        assertArrayEquals(more, read(v, MIB, 4096));
+    }
 }

@@ -72,13 +72,13 @@ public final class AllocationManifest {
     }
 
     /** Makes {@code region} this memserver's copy and writes the whole bitmap into it. */
-    public CompletableFuture<Void> adopt(MemserverLink link, RemoteConnection c, RegionDescriptor region) {
+    public synchronized CompletableFuture<Void> adopt(MemserverLink link, RemoteConnection c, RegionDescriptor region) {
+        // Issued under the lock, like record's: a connection applies writes in the order they were issued, so an
+        // older snapshot can never land after a newer bit.
         copies.put(link, new Copy(c, region));
         ByteBuffer b = ByteBuffer.allocateDirect(bits.length * 8).order(ByteOrder.LITTLE_ENDIAN);
-        synchronized (this) {
-            for (long w : bits) {
-                b.putLong(w);
-            }
+        for (long w : bits) {
+            b.putLong(w);
         }
         b.flip();
         return b.remaining() == 0 ? CompletableFuture.completedFuture(null)
@@ -95,18 +95,17 @@ public final class AllocationManifest {
      */
     public CompletableFuture<Void> record(int slab) {
         int word = slab >>> 6;
-        long value;
+        List<CompletableFuture<Void>> writes = new ArrayList<>();
         synchronized (this) {
             bits[word] |= 1L << slab;
-            value = bits[word];
-        }
-        List<CompletableFuture<Void>> writes = new ArrayList<>();
-        for (Copy copy : copies.values()) {
-            if (!copy.connection.isOpen()) {
-                continue;
+            long value = bits[word];
+            for (Copy copy : copies.values()) {
+                if (!copy.connection.isOpen()) {
+                    continue;
+                }
+                ByteBuffer b = ByteBuffer.allocateDirect(8).order(ByteOrder.LITTLE_ENDIAN).putLong(0, value);
+                writes.add(copy.connection.write(copy.region, (long) word * 8, MemorySegment.ofBuffer(b)));
             }
-            ByteBuffer b = ByteBuffer.allocateDirect(8).order(ByteOrder.LITTLE_ENDIAN).putLong(0, value);
-            writes.add(copy.connection.write(copy.region, (long) word * 8, MemorySegment.ofBuffer(b)));
         }
         if (writes.isEmpty()) {
             return CompletableFuture.failedFuture(new IllegalStateException("no memserver holds the allocation "

@@ -115,10 +115,11 @@ public final class Rebuilder implements Runnable, AutoCloseable {
         before.live.forEach(r -> exclude.add(r.link()));
         Replica target;
         long timeout = host.operationTimeout().toNanos() * 2;
+        java.util.concurrent.CompletableFuture<List<Replica>> placing = host.place(s, 1, ReplicaSet.BUILDING, exclude);
         try {
-            List<Replica> placed = host.place(s, 1, ReplicaSet.BUILDING, exclude).get(timeout, TimeUnit.NANOSECONDS);
-            target = placed.getFirst();
+            target = placing.get(timeout, TimeUnit.NANOSECONDS).getFirst();
         } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+            placing.thenAccept(late -> late.forEach(host::release)); // answered after we gave up: give it back
             log.debug("volume {} slab {}: no memserver can take a new replica now: {}", s.volume.name(), s.index,
                     Volume.reason(e));
             return false;
@@ -212,7 +213,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
         } catch (RebuildAborted e) {
             s.abortRebuild(target, e.getMessage());
             return false;
-        } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+        } catch (java.util.concurrent.ExecutionException | TimeoutException | RuntimeException e) {
             s.abortRebuild(target, what + " failed: " + Volume.reason(e));
             return false;
         }
@@ -230,7 +231,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             if (set.lost()) {
                 throw new RebuildAborted("no live replica left to copy from");
             }
-            Replica source = set.forRead();
+            Replica source = s.resyncWanted.get() ? set.live.getFirst() : set.forRead();
             try {
                 source.connection().read(source.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
             } catch (java.util.concurrent.ExecutionException | TimeoutException e) {

@@ -20,8 +20,16 @@ final class ReplicaSet {
     final Replica building;
     final RebuildGate gate;
     final CompletableFuture<Void> tagged;
-    /** Replicas lost with this generation, so a memserver that comes back with exactly that region can be believed. */
+    /**
+     * In a lost state: the replicas that held every acknowledged write when the last one died, so a memserver that
+     * comes back with exactly such a region, tagged from {@code lostMinGeneration} up to {@code generation}, can be
+     * believed again.
+     */
     final List<Replica> lostAtThisGeneration;
+    final long lostMinGeneration;
+    /** The newest state known to be tagged on all its replicas before this one (see {@link #confirmedLive()}). */
+    private final long confirmedGenerationBefore;
+    private final List<Replica> confirmedLiveBefore;
     /** Writes issued against this state and not yet complete: a rebuild waits for them before copying. */
     final AtomicInteger writesInFlight = new AtomicInteger();
     /**
@@ -33,7 +41,22 @@ final class ReplicaSet {
 
     ReplicaSet(ReplicaSet previous, long generation, List<Replica> live, Replica building, RebuildGate gate,
                CompletableFuture<Void> tagged, List<Replica> lostAtThisGeneration) {
+        this(previous, generation, live, building, gate, tagged, lostAtThisGeneration, generation);
+    }
+
+    ReplicaSet(ReplicaSet previous, long generation, List<Replica> live, Replica building, RebuildGate gate,
+               CompletableFuture<Void> tagged, List<Replica> lostAtThisGeneration, long lostMinGeneration) {
         this.previous = previous;
+        this.lostMinGeneration = lostMinGeneration;
+        if (previous != null) {
+            this.confirmedGenerationBefore = previous.confirmedGeneration();
+            this.confirmedLiveBefore = previous.confirmedLive();
+        } else {
+            // A fresh state (placement, reattach, adoption): its replicas carry this generation, or the one before
+            // it while the re-tagging that introduced it is still under way.
+            this.confirmedGenerationBefore = tagged.isDone() ? generation : generation - 1;
+            this.confirmedLiveBefore = List.copyOf(live);
+        }
         this.generation = generation;
         this.live = List.copyOf(live);
         this.building = building;
@@ -54,6 +77,23 @@ final class ReplicaSet {
         }
         int i = readCursor++;
         return live.get(Math.floorMod(i, n));
+    }
+
+    private boolean taggedOk() {
+        return tagged.isDone() && !tagged.isCompletedExceptionally();
+    }
+
+    /** The generation every replica of {@link #confirmedLive()} is known to carry. */
+    long confirmedGeneration() {
+        return taggedOk() ? generation : confirmedGenerationBefore;
+    }
+
+    /**
+     * The replicas of the newest state whose tagging completed. Writes are acknowledged only in confirmed states, so
+     * these hold every acknowledged write even if they failed since (their failure was never made durable).
+     */
+    List<Replica> confirmedLive() {
+        return taggedOk() ? live : confirmedLiveBefore;
     }
 
     boolean lost() {

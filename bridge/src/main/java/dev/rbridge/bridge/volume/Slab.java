@@ -81,14 +81,17 @@ public final class Slab {
         }
         if (allocating == null) {
             int want = volume.replicas();
-            CompletableFuture<ReplicaSet> f = volume.host.place(this, want, 1, java.util.Set.of())
+            // Placed as generation 0 and tagged 1 only once placement succeeded: a grant that answers after the
+            // bridge gave up on it (a frozen memserver) is then an orphan that nobody can mistake for a replica.
+            CompletableFuture<ReplicaSet> f = volume.host.place(this, want, ReplicaSet.BUILDING, java.util.Set.of())
                     .thenCompose(rs -> volume.manifest.record(index).handle((v, e) -> {
                         if (e != null) {
                             rs.forEach(volume.host::release);
                             throw new java.util.concurrent.CompletionException(e);
                         }
                         return rs;
-                    })).thenApply(rs -> {
+                    }))
+                    .thenCompose(this::tagFirstGeneration).thenApply(rs -> {
                 synchronized (this) {
                     if (set == null) {
                         set = ReplicaSet.initial(rs);
@@ -113,6 +116,30 @@ public final class Slab {
             return f;
         }
         return allocating;
+    }
+
+    /** Tags freshly placed regions with generation 1; keeps the ones that took it (at least one, or fails). */
+    private CompletableFuture<List<Replica>> tagFirstGeneration(List<Replica> placed) {
+        List<CompletableFuture<dev.rbridge.rdma.RegionDescriptor>> fs = new ArrayList<>();
+        for (Replica r : placed) {
+            fs.add(r.connection().retag(r.region(), tag(r.region().tag().replica(), 1)));
+        }
+        return CompletableFuture.allOf(fs.toArray(CompletableFuture[]::new)).handle((v, e) -> {
+            List<Replica> ok = new ArrayList<>();
+            Throwable first = null;
+            for (int i = 0; i < placed.size(); i++) {
+                if (fs.get(i).isCompletedExceptionally()) {
+                    first = first == null ? fs.get(i).exceptionNow() : first;
+                    volume.host.release(placed.get(i));
+                } else {
+                    ok.add(placed.get(i));
+                }
+            }
+            if (ok.isEmpty()) {
+                throw new java.util.concurrent.CompletionException(first);
+            }
+            return ok;
+        });
     }
 
     /**
@@ -166,6 +193,22 @@ public final class Slab {
                 CompletableFuture.failedFuture(volume.lostError(this)), List.of());
     }
 
+    /** Fails replicas whose connection has closed (one that died before the replica was published). */
+    void failClosed() {
+        ReplicaSet cur = set;
+        if (cur == null) {
+            return;
+        }
+        for (Replica r : cur.live) {
+            if (!r.connection().isOpen()) {
+                fail(r, "its connection to " + r.link().label() + " is closed");
+            }
+        }
+        if (cur.building != null && !cur.building.connection().isOpen()) {
+            fail(cur.building, "its connection to " + cur.building.link().label() + " is closed");
+        }
+    }
+
     /** The replica of this slab on {@code connection}, if it has one (live or building). */
     Replica replicaOn(dev.rbridge.rdma.RemoteConnection connection) {
         ReplicaSet cur = set;
@@ -193,12 +236,24 @@ public final class Slab {
                 return CompletableFuture.completedFuture(null);
             }
             if (r.equals(cur.building)) {
-                log.warn("volume {} slab {}: rebuild target {} failed ({}); the rebuild will be retried",
+                log.warn("volume {} slab {}: copy target {} failed ({}); the copy will be retried",
                         volume.name(), index, r.describe(), reason);
                 cur.gate.open();
-                set = new ReplicaSet(cur, cur.generation, cur.live, null, null, cur.tagged, cur.lostAtThisGeneration);
                 toRelease.add(r);
-                result = cur.tagged;
+                if (cur.lost()) {
+                    set = new ReplicaSet(cur, cur.generation, cur.live, null, null, cur.tagged,
+                            cur.lostAtThisGeneration, cur.lostMinGeneration);
+                    result = cur.tagged;
+                } else {
+                    // The target may already carry the current generation (a resync target, or a rebuilt copy
+                    // tagged just before it would have joined): writes from now on must not be acknowledged at a
+                    // generation it could be believed at.
+                    long generation = cur.generation + 1;
+                    CompletableFuture<Void> tagged = new CompletableFuture<>();
+                    set = new ReplicaSet(cur, generation, cur.live, null, null, tagged, List.of());
+                    retag(cur.live, generation, tagged);
+                    result = tagged;
+                }
                 volume.host.rebuildWanted(this);
             } else if (!cur.live.contains(r)) {
                 return cur.tagged; // already out; the latest state decides
@@ -206,16 +261,28 @@ public final class Slab {
                 List<Replica> survivors = new ArrayList<>(cur.live);
                 survivors.remove(r);
                 if (survivors.isEmpty()) {
-                    log.error("volume {} slab {} (bytes {}-{}) lost its last replica {}: {}; requests on it fail with EIO",
-                            volume.name(), index, start, start + length - 1, r.describe(), reason);
                     if (cur.building != null) {
                         cur.gate.open();
                         toRelease.add(cur.building);
                     }
+                    // Every replica of the last confirmed state holds every acknowledged write: any of them that
+                    // comes back may serve again (a bridge-side outage can cut all connections at once).
                     List<Replica> lost = new ArrayList<>(cur.lostAtThisGeneration);
-                    lost.add(r);
+                    for (Replica c : cur.confirmedLive()) {
+                        if (!lost.contains(c)) {
+                            lost.add(c);
+                        }
+                    }
+                    if (!lost.contains(r)) {
+                        lost.add(r);
+                    }
+                    long minGeneration = Math.min(cur.confirmedGeneration(),
+                            cur.lostAtThisGeneration.isEmpty() ? Long.MAX_VALUE : cur.lostMinGeneration);
+                    log.error("volume {} slab {} (bytes {}-{}) lost its last replica {}: {}; requests on it fail with EIO"
+                                    + " until one of {} comes back", volume.name(), index, start, start + length - 1,
+                            r.describe(), reason, describe(lost));
                     set = new ReplicaSet(cur, cur.generation, List.of(), null, null,
-                            CompletableFuture.failedFuture(volume.lostError(this)), lost);
+                            CompletableFuture.failedFuture(volume.lostError(this)), lost, minGeneration);
                     result = set.tagged;
                 } else {
                     long generation = cur.generation + 1;
@@ -225,6 +292,7 @@ public final class Slab {
                     set = new ReplicaSet(cur, generation, survivors, cur.building, cur.gate, tagged, List.of());
                     retag(survivors, generation, tagged);
                     result = tagged;
+                    toRelease.add(r); // the survivors have everything; free its memory if its memserver still answers
                 }
                 volume.host.rebuildWanted(this);
             }
@@ -250,6 +318,10 @@ public final class Slab {
                             + Volume.reason(fs.get(i).exceptionNow()));
                 }
             }
+            if (next == null || next == tagged) {
+                tagged.completeExceptionally(volume.lostError(this));
+                return;
+            }
             next.whenComplete((v2, e2) -> {
                 if (e2 == null) {
                     tagged.complete(null);
@@ -263,7 +335,8 @@ public final class Slab {
     /** Rebuild: adds {@code target} as the building replica; returns the state it replaced, or null if not wanted now. */
     synchronized ReplicaSet startRebuild(Replica target, RebuildGate gate) {
         ReplicaSet cur = set;
-        if (cur == null || cur.lost() || cur.building != null || cur.live.size() >= volume.replicas()) {
+        if (cur == null || cur.lost() || cur.building != null || cur.live.size() >= volume.replicas()
+                || cur.confirmedGeneration() != cur.generation) {
             return null;
         }
         rebuildCopied.set(0);
@@ -274,7 +347,8 @@ public final class Slab {
     /** Resync: takes {@code r} out of reading and makes it the building replica, to be overwritten from the others. */
     synchronized ReplicaSet startResync(Replica r, RebuildGate gate) {
         ReplicaSet cur = set;
-        if (cur == null || cur.building != null || cur.live.size() < 2 || !cur.live.contains(r)) {
+        if (cur == null || cur.building != null || cur.live.size() < 2 || !cur.live.contains(r)
+                || cur.confirmedGeneration() != cur.generation) {
             return null;
         }
         List<Replica> live = new ArrayList<>(cur.live);
@@ -309,20 +383,25 @@ public final class Slab {
     }
 
     /**
-     * A memserver came back holding a region this slab lost with its last replica, at the current generation: nothing
-     * can have been written since, so it is believed again.
+     * A memserver came back holding a region this slab lost with its last replica (one that held every acknowledged
+     * write when the slab was lost, at a generation of that time): nothing can have been written since, so it is
+     * believed again, at a new generation.
      */
     synchronized boolean adoptLost(Replica candidate, long generation) {
         ReplicaSet cur = set;
-        if (cur == null || !cur.lost() || cur.generation != generation) {
+        if (cur == null || !cur.lost() || generation < cur.lostMinGeneration || generation > cur.generation) {
             return false;
         }
         for (Replica l : cur.lostAtThisGeneration) {
             if (l.sameRegionAs(candidate)) {
-                set = new ReplicaSet(null, generation, List.of(candidate), null, null,
-                        CompletableFuture.completedFuture(null), List.of());
-                log.info("volume {} slab {}: {} came back with generation {}; serving again", volume.name(), index,
-                        candidate.describe(), generation);
+                // A new generation, so the other lost replicas (which will not see the writes from now on) can never
+                // be believed over this one.
+                long next = cur.generation + 1;
+                CompletableFuture<Void> tagged = new CompletableFuture<>();
+                set = new ReplicaSet(null, next, List.of(candidate), null, null, tagged, List.of());
+                log.info("volume {} slab {}: {} came back holding every acknowledged write; serving again at generation"
+                        + " {}", volume.name(), index, candidate.describe(), next);
+                retag(List.of(candidate), next, tagged);
                 volume.host.rebuildWanted(this);
                 return true;
             }

@@ -106,7 +106,8 @@ public final class Volume implements BlockDevice {
         if (set.lost()) {
             return CompletableFuture.failedFuture(lostError(s));
         }
-        Replica r = set.forRead();
+        // Until a resync has made the replicas equal, every read comes from the one the others are copied from.
+        Replica r = s.resyncWanted.get() ? set.live.getFirst() : set.forRead();
         return r.connection().read(r.region(), offset, dst).handle((v, e) -> {
             if (e == null) {
                 return CompletableFuture.<Void>completedFuture(null);
@@ -115,7 +116,8 @@ public final class Volume implements BlockDevice {
             if (!replicaFault(cause) || attempt >= spec.replicas() + 1) {
                 return CompletableFuture.<Void>failedFuture(ioError(s, "read", cause));
             }
-            return s.fail(r, reason(cause)).handle((x, y) -> null).thenCompose(x -> readSlab(s, offset, dst, attempt + 1));
+            s.fail(r, reason(cause)); // takes it out at once; the retry need not wait for the re-tagging
+            return readSlab(s, offset, dst, attempt + 1);
         }).thenCompose(Function.identity());
     }
 
@@ -197,8 +199,8 @@ public final class Volume implements BlockDevice {
      */
     private CompletableFuture<Void> tracked(Slab s, long offset, long length, Kind kind, ReplicaOp op) {
         if (kind == Kind.WRITE) {
+            s.dataWritesInFlight.incrementAndGet(); // before "issued": a zeroing that sees neither is truly alone
             s.dataWritesIssued.incrementAndGet();
-            s.dataWritesInFlight.incrementAndGet();
             ZeroMap z = s.zeros;
             if (z != null) {
                 z.clear(offset, length);
@@ -320,9 +322,8 @@ public final class Volume implements BlockDevice {
             if (first == null) {
                 first = t;
             }
-            if (replicaFault(t)) {
-                removals.add(s.fail(targets.get(i), reason(t)));
-            }
+            // Whatever the error, a live replica that missed an acknowledged write must not serve reads again.
+            removals.add(s.fail(targets.get(i), reason(t)));
         }
         if (okLive == 0) {
             return CompletableFuture.failedFuture(ioError(s, zero ? "zero" : "write", first));
@@ -392,6 +393,14 @@ public final class Volume implements BlockDevice {
                 release.addAll(e.getValue()); // a slab beyond the configured size: the volume shrank
                 continue;
             }
+            for (Replica r : e.getValue()) {
+                if (r.region().length() != slabs[index].length) {
+                    throw new IllegalStateException("volume '" + spec.name() + "': memserver " + r.link().label()
+                            + " holds slab " + index + " as " + r.region().length() + " bytes, but the configured size "
+                            + spec.size() + " and slab size " + spec.slabSize() + " make it " + slabs[index].length
+                            + " bytes; start with the size and slab size the volume was created with");
+                }
+            }
             release.addAll(slabs[index].reattach(e.getValue()));
         }
         for (Slab s : slabs) {
@@ -422,6 +431,15 @@ public final class Volume implements BlockDevice {
                 candidate.region().tag().generation());
     }
 
+    /** The generation a slab is served at (0 if it was never written or the index is out of range). */
+    public long currentGeneration(long slab) {
+        if (slab < 0 || slab >= slabs.length) {
+            return 0;
+        }
+        ReplicaSet set = slabs[(int) slab].set;
+        return set == null ? 0 : set.generation;
+    }
+
     /** True if the region is one of this volume's current replicas (live or building). */
     public boolean holds(String serverId, long regionId) {
         for (Slab s : slabs) {
@@ -440,6 +458,13 @@ public final class Volume implements BlockDevice {
             }
         }
         return false;
+    }
+
+    /** Fails every replica whose connection has closed (health duty). */
+    public void failClosedReplicas() {
+        for (Slab s : slabs) {
+            s.failClosed();
+        }
     }
 
     /** Slabs with more than one live replica (candidates for a resync). */
