@@ -24,7 +24,7 @@ import java.util.concurrent.Executors;
  * <pre>
  * GET /volumes              each volume: size, slab size, replicas, state, slab counts by state
  * GET /volumes/{name}/slabs every allocated slab: state, generation, replicas, rebuild progress (?all=1: every slab)
- * GET /memservers           each memserver: state, instance, capacity, free bytes, last error
+ * GET /memservers           each memserver: state, instance, capacity, free bytes, operations in flight, last error
  * GET /rebuild              the slab being rebuilt, its progress, and how many wait
  * </pre>
  */
@@ -144,7 +144,8 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
             b.append("{\"memserver\":").append(str(l.label())).append(",\"state\":")
                     .append(str(l.state().name().toLowerCase(java.util.Locale.ROOT))).append(",\"instance\":")
                     .append(str(l.serverId())).append(",\"capacity\":").append(l.capacityBytes())
-                    .append(",\"free\":").append(l.freeBytes()).append(",\"downForMs\":").append(l.downForMillis())
+                    .append(",\"free\":").append(l.freeBytes()).append(",\"inFlight\":").append(l.inFlight.get())
+                    .append(",\"downForMs\":").append(l.downForMillis())
                     .append(",\"lastError\":").append(str(l.lastError())).append('}');
         }
         return b.append(']').toString();

@@ -24,6 +24,8 @@ public final class MemserverLink {
     private volatile long downSinceNanos = System.nanoTime();
     /** Regions this bridge placed on it since it came up and has not yet seen in a capacity report. */
     public final AtomicLong reserved = new AtomicLong();
+    /** Data operations issued to it and not yet complete (reads, writes, zeroes of the data path and rebuilds). */
+    public final AtomicLong inFlight = new AtomicLong();
 
     public MemserverLink(InetSocketAddress address) {
         this.address = address;

@@ -108,7 +108,7 @@ public final class Volume implements BlockDevice {
         }
         // Until a resync has made the replicas equal, every read comes from the one the others are copied from.
         Replica r = s.resyncWanted.get() ? set.live.getFirst() : set.forRead();
-        return r.connection().read(r.region(), offset, dst).handle((v, e) -> {
+        return counted(r, r.connection().read(r.region(), offset, dst)).handle((v, e) -> {
             if (e == null) {
                 return CompletableFuture.<Void>completedFuture(null);
             }
@@ -163,6 +163,18 @@ public final class Volume implements BlockDevice {
     @Override
     public boolean fastZero() {
         return true;
+    }
+
+    /** Counts a remote operation as in flight on its memserver until it completes. */
+    private static CompletableFuture<Void> counted(Replica r, CompletableFuture<Void> f) {
+        java.util.concurrent.atomic.AtomicLong n = r.link().inFlight;
+        n.incrementAndGet();
+        if (f.isDone()) {
+            n.decrementAndGet();
+        } else {
+            f.whenComplete((v, e) -> n.decrementAndGet());
+        }
+        return f;
     }
 
     /** One remote operation for one replica of a slab piece. */
@@ -253,7 +265,7 @@ public final class Volume implements BlockDevice {
         Replica only = n == 1 ? set.live.getFirst() : null;
         if (only != null) {
             // One replica (R=1, or a degraded slab): no bookkeeping beyond the one future.
-            return op.apply(only).handle((v, e) -> {
+            return counted(only, op.apply(only)).handle((v, e) -> {
                 set.writesInFlight.decrementAndGet();
                 if (e == null) {
                     return set.tagged;
@@ -273,7 +285,7 @@ public final class Volume implements BlockDevice {
         CompletableFuture<Void> result = new CompletableFuture<>();
         for (int i = 0; i < n; i++) {
             int k = i;
-            op.apply(targets[i]).whenComplete((v, e) -> {
+            counted(targets[i], op.apply(targets[i])).whenComplete((v, e) -> {
                 if (e != null) {
                     errors[k] = unwrap(e);
                 }

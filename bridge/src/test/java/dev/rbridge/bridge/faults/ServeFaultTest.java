@@ -260,4 +260,36 @@ class ServeFaultTest {
             assertTrue(c.bridge().log().contains("releasing stale region"), "stale regions were released");
         }
     }
+
+    @Test
+    void an128DeepNbdPipelineKeeps128RemoteOperationsInFlight() throws Exception {
+        try (ServeCluster c = LOGS.watch(ServeCluster.builder("pipeline").memservers(1).timeout("20")
+                .volume("disk,size=16M,replicas=1,slab=4M").start())) {
+            String uri = c.uri("disk");
+            PeerTool.check(60, "python3", script("stamp_blocks.py"), uri, "128");
+            // With the memserver frozen nothing completes, so whatever the bridge has issued stays visible as
+            // in flight: every NBD request must have become a remote operation, none held back in a queue.
+            c.memserver(0).freeze();
+            Process reads = new ProcessBuilder("/usr/bin/python3", script("inflight_reads.py"), uri, "128")
+                    .redirectErrorStream(true).start();
+            try {
+                BufferedReader out = new BufferedReader(new InputStreamReader(reads.getInputStream(),
+                        StandardCharsets.UTF_8));
+                String first = out.readLine();
+                assertTrue(first != null && first.startsWith("submitted"), String.valueOf(first));
+                c.awaitAdmin("/memservers", v -> ((Number) c.memserverStatus().getFirst().get("inFlight")).longValue()
+                        == 128, Duration.ofSeconds(10));
+                c.memserver(0).thaw();
+                assertTrue(reads.waitFor(60, TimeUnit.SECONDS));
+                String rest = new String(reads.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+                assertEquals(0, reads.exitValue(), rest);
+                assertTrue(rest.contains("done 128"), rest);
+            } finally {
+                c.memserver(0).thaw();
+                reads.destroyForcibly();
+            }
+            c.awaitAdmin("/memservers", v -> ((Number) c.memserverStatus().getFirst().get("inFlight")).longValue() == 0,
+                    Duration.ofSeconds(10));
+        }
+    }
 }
