@@ -103,10 +103,11 @@ final class DemoCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        // Each memserver could hold every volume: capacity is a limit, memory is only used when written.
+        // Each memserver could hold every volume, plus its allocation manifest: capacity is a limit, memory is only
+        // used when written.
         long capacity = 0;
         for (VolumeSpec v : volumes) {
-            capacity += v.size();
+            capacity += v.size() + (1 << 20);
         }
         List<MemServer> memservers = new ArrayList<>();
         Bridge bridge;

@@ -67,6 +67,36 @@ class DemoCommandTest {
     }
 
     @Test
+    void everyByteOfEveryExportCanBeWrittenWithTwoReplicas() throws Exception {
+        Path dir = Files.createTempDirectory("demo-full");
+        Path log = dir.resolve("demo.log");
+        Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--memservers", "2",
+                "--export", "a,size=24M,replicas=2,slab=4M", "--export", "b,size=8M,replicas=2");
+        try {
+            String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))
+                    .readLine();
+            Matcher m = SERVING.matcher(String.valueOf(line));
+            assertTrue(m.find(), line + "\n" + Files.readString(log));
+            String base = m.group(1).substring(0, m.group(1).lastIndexOf('/') + 1);
+            for (String export : List.of("a", "b")) {
+                Path image = dir.resolve(export + ".img");
+                int size = export.equals("a") ? 24 << 20 : 8 << 20;
+                byte[] data = new byte[size];
+                new java.util.Random(export.hashCode()).nextBytes(data);
+                Files.write(image, data);
+                PeerTool.check(60, "nbdcopy", image.toString(), base + export);
+                Path back = dir.resolve(export + ".back");
+                PeerTool.check(60, "nbdcopy", base + export, back.toString());
+                assertTrue(java.util.Arrays.equals(data, Files.readAllBytes(back)), "export " + export + " round trip");
+            }
+        } finally {
+            p.destroy();
+            p.waitFor(30, TimeUnit.SECONDS);
+            p.destroyForcibly();
+        }
+    }
+
+    @Test
     void badArgumentsGetOneClearSentenceAndExitCode2() throws Exception {
         Path log = Files.createTempFile("demo", ".log");
         Process p = rbridge(log, "demo", "--size", "banana");
