@@ -61,7 +61,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private Bridge(BridgeConfig config) {
         this.config = config;
         this.provider = Providers.byName(config.transport());
-        config.memservers().forEach(a -> links.add(new MemserverLink(a)));
+        config.memservers().forEach(a -> links.add(new MemserverLink(a, config.metrics())));
         config.volumes().forEach(v -> volumes.put(v.name(), new Volume(v, this)));
         this.rebuilder = new Rebuilder(this, config.rebuildChunk());
         this.health = Thread.ofPlatform().name("bridge-health").daemon().unstarted(this::healthLoop);

@@ -21,6 +21,7 @@ public final class BridgeConfig {
     private final Duration leaseTtl;
     private final Duration startWait;
     private final int rebuildChunk;
+    private final BridgeMetrics metrics;
 
     private BridgeConfig(Builder b) {
         if (b.memservers.isEmpty()) {
@@ -58,6 +59,7 @@ public final class BridgeConfig {
             throw new IllegalArgumentException("rebuild chunk must be a power of two from 4K to 16M");
         }
         this.rebuildChunk = b.rebuildChunk;
+        this.metrics = Objects.requireNonNull(b.metrics, "metrics");
     }
 
     private static Duration positive(String what, Duration d) {
@@ -108,6 +110,20 @@ public final class BridgeConfig {
         return rebuildChunk;
     }
 
+    public BridgeMetrics metrics() {
+        return metrics;
+    }
+
+    /** This configuration reporting to {@code m} instead. */
+    public BridgeConfig withMetrics(BridgeMetrics m) {
+        Builder b = new Builder();
+        memservers.forEach(b::memserver);
+        volumes.forEach(b::volume);
+        return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
+                .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
+                .metrics(m).build();
+    }
+
     public static final class Builder {
         private final List<InetSocketAddress> memservers = new java.util.ArrayList<>();
         private final List<VolumeSpec> volumes = new java.util.ArrayList<>();
@@ -118,6 +134,7 @@ public final class BridgeConfig {
         private Duration leaseTtl = Duration.ofSeconds(10);
         private Duration startWait = Duration.ofSeconds(10);
         private int rebuildChunk = 1 << 20;
+        private BridgeMetrics metrics = BridgeMetrics.NONE;
 
         public Builder memserver(InetSocketAddress a) {
             memservers.add(Objects.requireNonNull(a));
@@ -161,6 +178,11 @@ public final class BridgeConfig {
 
         public Builder rebuildChunk(int bytes) {
             this.rebuildChunk = bytes;
+            return this;
+        }
+
+        public Builder metrics(BridgeMetrics m) {
+            this.metrics = m;
             return this;
         }
 

@@ -60,6 +60,10 @@ public final class MemServer implements RegionService, AutoCloseable {
     private final AtomicLong nextRegionId = new AtomicLong(1);
     private final AtomicLong nextClientId = new AtomicLong(1);
     private final AtomicLong refusedAuth = new AtomicLong();
+    /** Refused peers by reason ({@code token}, {@code draining}, and the transport's reasons). */
+    private final Map<String, AtomicLong> refused = new ConcurrentHashMap<>();
+    /** Transport counters of clients that have left, so totals over all clients never go backwards. */
+    private final ConnectionStats departed = new ConnectionStats();
     /**
      * Guards {@link #leases} and makes each control operation's lease check and its effect on the region table one
      * step, so a key rotation never interleaves with an open that hands out a key or an allocate that adds a region.
@@ -105,6 +109,43 @@ public final class MemServer implements RegionService, AutoCloseable {
         return refusedAuth.get();
     }
 
+    /** The transport refused a peer before it could present a token (another protocol version, garbage). */
+    @Override
+    public void refused(String reason, SocketAddress peer) {
+        refused.computeIfAbsent(reason, k -> new AtomicLong()).incrementAndGet();
+    }
+
+    /**
+     * Everything a metrics binding polls, in one consistent-enough pass (each figure is read once; none is on the data
+     * path). Transport counters are totals over every client since start, departed ones included.
+     */
+    public Stats stats() {
+        long resident = 0;
+        for (Region r : regions.values()) {
+            resident += r.residentBytes();
+        }
+        ConnectionStats.Snapshot total = departed.snapshot();
+        for (Client c : clients) {
+            ConnectionStats st = c.stats;
+            if (st != null) {
+                total = total.plus(st.snapshot());
+            }
+        }
+        Map<String, Long> refusedNow = new java.util.TreeMap<>();
+        refused.forEach((k, v) -> refusedNow.put(k, v.get()));
+        return new Stats(config.transport(), config.capacityBytes(), granted.get(), resident, regions.size(),
+                clients.size(), Map.copyOf(refusedNow), draining, total);
+    }
+
+    /**
+     * @param refused peers turned away since start, by reason: {@code token} (wrong token), {@code draining}, and the
+     *                transport's ({@code version}, {@code malformed}, {@code hello_timeout})
+     */
+    public record Stats(String transport, long capacityBytes, long grantedBytes, long residentBytes, int regions,
+                        int clients, Map<String, Long> refused, boolean draining,
+                        ConnectionStats.Snapshot transportTotals) {
+    }
+
     public int regionCount() {
         return regions.size();
     }
@@ -114,11 +155,14 @@ public final class MemServer implements RegionService, AutoCloseable {
     @Override
     public Session open(String token, String clientName, SocketAddress peer) throws RemoteMemoryException {
         if (draining) {
+            refused.computeIfAbsent("draining", k -> new AtomicLong()).incrementAndGet();
+            log.info("refused client '{}' from {}: draining", clientName, peer);
             throw new RemoteMemoryException(Status.SHUTTING_DOWN, "memserver is draining; no new clients");
         }
         if (config.token() != null && !MessageDigest.isEqual(config.token().getBytes(StandardCharsets.UTF_8),
                 token.getBytes(StandardCharsets.UTF_8))) {
             refusedAuth.incrementAndGet();
+            refused.computeIfAbsent("token", k -> new AtomicLong()).incrementAndGet();
             log.warn("refused client '{}' from {}: wrong token", clientName, peer);
             throw new RemoteMemoryException(Status.AUTH_FAILED, "wrong token");
         }
@@ -592,6 +636,10 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         public void closed() {
             ended = true;
+            ConnectionStats st = stats;
+            if (st != null) {
+                departed.add(st.snapshot());
+            }
             leasesEnded(this);
             clients.remove(this);
             log.info("client {} '{}' from {} disconnected", id, name, peer);

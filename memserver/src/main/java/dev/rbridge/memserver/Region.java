@@ -48,6 +48,11 @@ final class Region {
         }
     }
 
+    /** RAM backing this region now; 0 once unmapped. */
+    long residentBytes() {
+        return memory.residentBytes();
+    }
+
     /** Drops the alive reference; true the first time. */
     synchronized boolean release() {
         if (released) {

@@ -21,7 +21,24 @@ public final class ConnectionStats {
                 readBytes.sum(), writeOps.sum(), writeBytes.sum());
     }
 
+    /** Adds a snapshot's figures to these counters (for example a departed connection's, into a running total). */
+    public void add(Snapshot s) {
+        sendMessages.add(s.sendMessages);
+        sendBytes.add(s.sendBytes);
+        recvMessages.add(s.recvMessages);
+        recvBytes.add(s.recvBytes);
+        readOps.add(s.readOps);
+        readBytes.add(s.readBytes);
+        writeOps.add(s.writeOps);
+        writeBytes.add(s.writeBytes);
+    }
+
     public record Snapshot(long sendMessages, long sendBytes, long recvMessages, long recvBytes, long readOps,
                            long readBytes, long writeOps, long writeBytes) {
+        public Snapshot plus(Snapshot o) {
+            return new Snapshot(sendMessages + o.sendMessages, sendBytes + o.sendBytes, recvMessages + o.recvMessages,
+                    recvBytes + o.recvBytes, readOps + o.readOps, readBytes + o.readBytes, writeOps + o.writeOps,
+                    writeBytes + o.writeBytes);
+        }
     }
 }

@@ -16,6 +16,15 @@ public interface RegionService {
      */
     Session open(String token, String clientName, SocketAddress peer) throws RemoteMemoryException;
 
+    /**
+     * The transport turned a peer away before {@link #open} (it speaks another protocol version, or sent garbage
+     * where its greeting belonged, or no greeting in time); the transport has logged why. For counting only.
+     *
+     * @param reason a short label: {@code version}, {@code malformed}, {@code hello_timeout}
+     */
+    default void refused(String reason, SocketAddress peer) {
+    }
+
     /** One admitted client. Methods may be called from the connection's thread only. */
     interface Session {
         ServerInfo serverInfo();

@@ -2,6 +2,9 @@ package dev.rbridge.bridge.cli;
 
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
+import dev.rbridge.bridge.metrics.BridgeMeters;
+import dev.rbridge.bridge.metrics.MemServerMeters;
+import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
@@ -65,6 +68,10 @@ final class DemoCommand implements Callable<Integer> {
             description = "Bridge operator interface for rbridge admin --bridge. Default ${DEFAULT-VALUE}.")
     String admin;
 
+    @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_BRIDGE,
+            description = MetricsEndpoint.HELP)
+    String metrics;
+
     @Option(names = "--max-payload", paramLabel = "SIZE", defaultValue = "32M",
             description = "Largest READ or WRITE accepted, advertised to clients. Default ${DEFAULT-VALUE}.")
     String maxPayload;
@@ -110,14 +117,23 @@ final class DemoCommand implements Callable<Integer> {
             capacity += v.size() + (1 << 20);
         }
         List<MemServer> memservers = new ArrayList<>();
+        Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
         Bridge bridge;
         try {
             BridgeConfig.Builder b = BridgeConfig.builder().transport(transport).startWait(Duration.ZERO);
+            if (telemetry != null) {
+                b.metrics(new BridgeMeters(telemetry.registry()));
+            }
             for (int i = 0; i < memserverCount; i++) {
                 MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity,
                         null, transport));
                 memservers.add(m);
                 b.memserver(m.address());
+                if (telemetry != null) {
+                    // Several memservers in one registry: the memserver tag tells them apart, as the bridge names them.
+                    MemServerMeters.bind(telemetry.registry(), m, io.micrometer.core.instrument.Tags.of("memserver",
+                            m.address().getHostString() + ":" + m.address().getPort()));
+                }
             }
             volumes.forEach(b::volume);
             bridge = Bridge.start(b.build());
@@ -130,6 +146,6 @@ final class DemoCommand implements Callable<Integer> {
             return 1;
         }
         return ServeCommand.serve(spec, bridge, ServeCommand.listenAddresses(listen, unix), payload, handshakeTimeout,
-                drainTimeout, admin, "demo", () -> memservers.forEach(MemServer::close));
+                drainTimeout, admin, telemetry, metrics, "demo", () -> memservers.forEach(MemServer::close));
     }
 }

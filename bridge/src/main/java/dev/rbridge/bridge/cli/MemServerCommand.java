@@ -1,5 +1,8 @@
 package dev.rbridge.bridge.cli;
 
+import dev.rbridge.bridge.metrics.MemServerMeters;
+import dev.rbridge.bridge.metrics.MetricsHttpServer;
+import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.memserver.AdminHttpServer;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
@@ -9,6 +12,7 @@ import picocli.CommandLine.Option;
 
 import java.io.IOException;
 import java.nio.file.Path;
+import java.util.List;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 
@@ -54,6 +58,10 @@ final class MemServerCommand implements Callable<Integer> {
             description = "Remote-memory transport: tcp or local. Default ${DEFAULT-VALUE}.")
     String transport;
 
+    @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_MEMSERVER,
+            description = MetricsEndpoint.HELP)
+    String metrics;
+
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
             description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
     String logLevel;
@@ -87,11 +95,32 @@ final class MemServerCommand implements Callable<Integer> {
                 return 1;
             }
         }
+        MetricsHttpServer metricsServer = null;
+        if (!metrics.equals("none")) {
+            Telemetry telemetry = new Telemetry();
+            MemServerMeters.bind(telemetry.registry(), server, io.micrometer.core.instrument.Tags.empty());
+            telemetry.readinessCheck(() -> server.draining()
+                    ? List.of(Telemetry.Problem.fatal("draining: refusing new clients and grants")) : List.of());
+            try {
+                metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_MEMSERVER, 7474, telemetry);
+            } catch (IOException | IllegalArgumentException e) {
+                if (adminServer != null) {
+                    adminServer.close();
+                }
+                server.close();
+                spec.commandLine().getErr().println("memserver: " + e.getMessage());
+                return 1;
+            }
+        }
         AdminHttpServer adminToClose = adminServer;
+        MetricsHttpServer metricsToClose = metricsServer;
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             if (adminToClose != null) {
                 adminToClose.close();
+            }
+            if (metricsToClose != null) {
+                metricsToClose.close();
             }
             server.close();
             stopped.countDown();
@@ -99,7 +128,7 @@ final class MemServerCommand implements Callable<Integer> {
         System.out.println("rbridge memserver: lending " + Sizes.format(config.capacityBytes()) + " at "
                 + server.address().getHostString() + ":" + server.address().getPort()
                 + (adminServer == null ? "" : " admin " + adminServer.address().getHostString() + ":"
-                + adminServer.address().getPort()));
+                + adminServer.address().getPort()) + MetricsEndpoint.describe(metricsServer));
         System.out.flush();
         stopped.await();
         return 0;

@@ -4,6 +4,10 @@ import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.bridge.admin.BridgeAdminHttpServer;
+import dev.rbridge.bridge.metrics.BridgeMeters;
+import dev.rbridge.bridge.metrics.MetricsHttpServer;
+import dev.rbridge.bridge.metrics.NbdMeters;
+import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.nbd.server.Export;
@@ -97,6 +101,10 @@ public final class ServeCommand implements Callable<Integer> {
                     + " Default ${DEFAULT-VALUE}.")
     String admin;
 
+    @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_BRIDGE,
+            description = MetricsEndpoint.HELP)
+    String metrics;
+
     @Option(names = "--max-payload", paramLabel = "SIZE", defaultValue = "32M",
             description = "Largest NBD READ or WRITE accepted. Default ${DEFAULT-VALUE}.")
     String maxPayload;
@@ -127,15 +135,17 @@ public final class ServeCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
+        Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
         Bridge bridge;
         try {
-            bridge = Bridge.start(bridgeConfig);
+            bridge = Bridge.start(telemetry == null ? bridgeConfig : bridgeConfig.withMetrics(
+                    new BridgeMeters(telemetry.registry())));
         } catch (IllegalStateException | IllegalArgumentException e) {
             spec.commandLine().getErr().println("serve: " + e.getMessage());
             return 1;
         }
         return serve(spec, bridge, listenAddresses(listen, unix), Math.toIntExact(Sizes.parse(maxPayload)),
-                handshakeTimeout, drainTimeout, admin, "serve", () -> {
+                handshakeTimeout, drainTimeout, admin, telemetry, metrics, "serve", () -> {
                 });
     }
 
@@ -181,14 +191,25 @@ public final class ServeCommand implements Callable<Integer> {
 
     /** Serves the bridge's volumes over NBD until SIGTERM; shared by serve and demo. */
     static int serve(CommandLine.Model.CommandSpec spec, Bridge bridge, List<ListenAddress> listen, int maxPayload,
-                     int handshakeTimeout, int drainTimeout, String admin, String what, Runnable afterBridge)
-            throws InterruptedException {
+                     int handshakeTimeout, int drainTimeout, String admin, Telemetry telemetry, String metrics,
+                     String what, Runnable afterBridge) throws InterruptedException {
         NbdServer server;
         BridgeAdminHttpServer adminServer = null;
+        MetricsHttpServer metricsServer = null;
         try {
             NbdServerConfig.Builder b = NbdServerConfig.builder()
                     .handshakeTimeout(Duration.ofSeconds(handshakeTimeout))
                     .drainTimeout(Duration.ofSeconds(drainTimeout));
+            if (telemetry != null) {
+                NbdMeters nbdMeters = new NbdMeters(telemetry.registry());
+                bridge.volumes().forEach(v -> nbdMeters.register(v.spec().name()));
+                b.metrics(nbdMeters);
+                if (bridge.config().metrics() instanceof BridgeMeters m) {
+                    m.bind(bridge);
+                }
+                telemetry.readinessCheck(() -> MetricsEndpoint.bridgeReadiness(bridge));
+                metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_BRIDGE, 7475, telemetry);
+            }
             listen.forEach(b::listen);
             for (Volume v : bridge.volumes()) {
                 VolumeSpec s = v.spec();
@@ -201,10 +222,20 @@ public final class ServeCommand implements Callable<Integer> {
             }
             server = NbdServer.start(nbd);
             BridgeAdminHttpServer adminToClose = adminServer;
+            MetricsHttpServer metricsToClose = metricsServer;
+            java.util.concurrent.atomic.AtomicBoolean stopping = new java.util.concurrent.atomic.AtomicBoolean();
+            if (telemetry != null) {
+                telemetry.readinessCheck(() -> stopping.get()
+                        ? List.of(Telemetry.Problem.fatal("shutting down")) : List.of());
+            }
             Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+                stopping.set(true);
                 server.close();
                 if (adminToClose != null) {
                     adminToClose.close();
+                }
+                if (metricsToClose != null) {
+                    metricsToClose.close();
                 }
                 bridge.close();
                 afterBridge.run();
@@ -216,10 +247,16 @@ public final class ServeCommand implements Callable<Integer> {
                 System.out.println("rbridge " + what + ": admin http://" + adminServer.address().getHostString() + ":"
                         + adminServer.address().getPort() + "/");
             }
+            if (metricsServer != null) {
+                System.out.println("rbridge " + what + ":" + MetricsEndpoint.describe(metricsServer));
+            }
             System.out.flush();
         } catch (IOException | IllegalArgumentException | java.io.UncheckedIOException e) {
             if (adminServer != null) {
                 adminServer.close();
+            }
+            if (metricsServer != null) {
+                metricsServer.close();
             }
             bridge.close();
             afterBridge.run();

@@ -27,9 +27,13 @@ public final class MemserverLink {
     /** Data operations issued to it and not yet complete (reads, writes, zeroes of the data path and rebuilds). */
     public final AtomicLong inFlight = new AtomicLong();
 
-    public MemserverLink(InetSocketAddress address) {
+    /** Where this memserver's data-path operations are recorded. */
+    public final RemoteOpMetrics metrics;
+
+    public MemserverLink(InetSocketAddress address, dev.rbridge.bridge.BridgeMetrics metrics) {
         this.address = address;
         this.label = address.getHostString() + ":" + address.getPort();
+        this.metrics = metrics.memserver(label);
     }
 
     public String label() {

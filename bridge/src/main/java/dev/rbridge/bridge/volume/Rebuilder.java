@@ -29,6 +29,11 @@ public final class Rebuilder implements Runnable, AutoCloseable {
     private volatile boolean running = true;
     private volatile Slab current;
     private volatile long backoffUntilNanos;
+    /** Totals since start, for metrics: bytes copied into new or resynchronized replicas, copies done and failed. */
+    private final java.util.concurrent.atomic.LongAdder copiedBytes = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder rebuildsDone = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder resyncsDone = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder copiesFailed = new java.util.concurrent.atomic.LongAdder();
 
     public Rebuilder(SlabHost host, int chunkSize) {
         this.host = host;
@@ -56,6 +61,23 @@ public final class Rebuilder implements Runnable, AutoCloseable {
     /** The slab being copied now, or null. */
     public Slab current() {
         return current;
+    }
+
+    public long copiedBytes() {
+        return copiedBytes.sum();
+    }
+
+    public long rebuildsDone() {
+        return rebuildsDone.sum();
+    }
+
+    public long resyncsDone() {
+        return resyncsDone.sum();
+    }
+
+    /** Rebuilds and resyncs given up (the target or every source failed, or the slab changed under them). */
+    public long copiesFailed() {
+        return copiesFailed.sum();
     }
 
     public int queued() {
@@ -195,6 +217,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
                     gate.open();
                 }
                 s.rebuildCopied.set(offset + len);
+                copiedBytes.add(len);
             }
             while (true) {
                 long generation = s.set.generation;
@@ -204,17 +227,21 @@ public final class Rebuilder implements Runnable, AutoCloseable {
                 if (p == Slab.Promotion.DONE) {
                     log.info("volume {} slab {}: {} copied {} bytes in {} ms", s.volume.name(), s.index, what, s.length,
                             TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
+                    (what.equals("resync") ? resyncsDone : rebuildsDone).increment();
                     return true;
                 }
                 if (p == Slab.Promotion.ABORTED) {
+                    copiesFailed.increment();
                     return false;
                 }
             }
         } catch (RebuildAborted e) {
             s.abortRebuild(target, e.getMessage());
+            copiesFailed.increment();
             return false;
         } catch (java.util.concurrent.ExecutionException | TimeoutException | RuntimeException e) {
             s.abortRebuild(target, what + " failed: " + Volume.reason(e));
+            copiesFailed.increment();
             return false;
         }
     }

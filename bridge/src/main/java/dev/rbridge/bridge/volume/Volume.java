@@ -1,5 +1,8 @@
 package dev.rbridge.bridge.volume;
 
+import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.memservers.RemoteOpMetrics;
+
 import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.nbd.device.BlockDevice;
 import dev.rbridge.nbd.device.BlockDeviceException;
@@ -108,7 +111,8 @@ public final class Volume implements BlockDevice {
         }
         // Until a resync has made the replicas equal, every read comes from the one the others are copied from.
         Replica r = s.resyncWanted.get() ? set.live.getFirst() : set.forRead();
-        return counted(r, r.connection().read(r.region(), offset, dst)).handle((v, e) -> {
+        return counted(r, RemoteOpMetrics.Op.READ, dst.byteSize(), x -> x.connection().read(x.region(), offset, dst))
+                .handle((v, e) -> {
             if (e == null) {
                 return CompletableFuture.<Void>completedFuture(null);
             }
@@ -166,14 +170,21 @@ public final class Volume implements BlockDevice {
     }
 
     /** Counts a remote operation as in flight on its memserver until it completes. */
-    private static CompletableFuture<Void> counted(Replica r, CompletableFuture<Void> f) {
-        java.util.concurrent.atomic.AtomicLong n = r.link().inFlight;
+    private static CompletableFuture<Void> counted(Replica r, RemoteOpMetrics.Op kind, long bytes, ReplicaOp op) {
+        MemserverLink link = r.link();
+        java.util.concurrent.atomic.AtomicLong n = link.inFlight;
         n.incrementAndGet();
-        if (f.isDone()) {
-            n.decrementAndGet();
-        } else {
-            f.whenComplete((v, e) -> n.decrementAndGet());
+        long start = System.nanoTime();
+        CompletableFuture<Void> f;
+        try {
+            f = op.apply(r);
+        } catch (RuntimeException e) {
+            f = CompletableFuture.failedFuture(e);
         }
+        f.whenComplete((v, e) -> {
+            n.decrementAndGet();
+            link.metrics.completed(kind, bytes, System.nanoTime() - start, e != null);
+        });
         return f;
     }
 
@@ -265,7 +276,8 @@ public final class Volume implements BlockDevice {
         Replica only = n == 1 ? set.live.getFirst() : null;
         if (only != null) {
             // One replica (R=1, or a degraded slab): no bookkeeping beyond the one future.
-            return counted(only, op.apply(only)).handle((v, e) -> {
+            return counted(only, zero ? RemoteOpMetrics.Op.ZERO : RemoteOpMetrics.Op.WRITE, length, op)
+                    .handle((v, e) -> {
                 set.writesInFlight.decrementAndGet();
                 if (e == null) {
                     return set.tagged;
@@ -285,7 +297,8 @@ public final class Volume implements BlockDevice {
         CompletableFuture<Void> result = new CompletableFuture<>();
         for (int i = 0; i < n; i++) {
             int k = i;
-            counted(targets[i], op.apply(targets[i])).whenComplete((v, e) -> {
+            counted(targets[i], zero ? RemoteOpMetrics.Op.ZERO : RemoteOpMetrics.Op.WRITE, length, op)
+                    .whenComplete((v, e) -> {
                 if (e != null) {
                     errors[k] = unwrap(e);
                 }

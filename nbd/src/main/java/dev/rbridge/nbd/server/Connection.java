@@ -49,6 +49,7 @@ final class Connection implements Runnable {
     private final String peer;
     private final ByteBuffer in = ByteBuffer.allocateDirect(READ_BUFFER).flip();
     private final NbdServerMetrics metrics;
+    private NbdServerMetrics.ExportMetrics exportMetrics = NbdServerMetrics.ExportMetrics.NONE;
 
     // negotiated during the handshake
     private ClientFlags clientFlags = new ClientFlags(0);
@@ -270,7 +271,8 @@ final class Connection implements Runnable {
         outbox = new Outbox(channel, server.bufferPool(), this::closeChannel);
         inFlight = new Semaphore(server.config().maxInFlightPerConnection());
         inTransmission = true;
-        metrics.connectionOpened(e.name());
+        exportMetrics = metrics.export(e.name());
+        exportMetrics.connectionOpened();
         log.info("connection {} from {}: serving export '{}' ({} bytes{}{})", id, peer, e.name(), e.size(),
                 e.readOnly() ? ", read-only" : "", structured ? ", structured replies" : "");
     }
@@ -311,6 +313,7 @@ final class Connection implements Runnable {
     private void dispatch(Request r) {
         requests++;
         long start = System.nanoTime();
+        exportMetrics.requestStarted(r.type());
         if (draining) {
             fail(r, start, Errno.ESHUTDOWN, "server is shutting down");
             return;
@@ -500,7 +503,7 @@ final class Connection implements Runnable {
 
     private void complete(Request r, long start, Errno errno, Reply reply) {
         long bytes = r.type() == Nbd.CMD_READ || r.type() == Nbd.CMD_WRITE ? r.length() : 0;
-        metrics.requestCompleted(export.name(), r.type(), bytes, System.nanoTime() - start, errno);
+        exportMetrics.requestCompleted(r.type(), bytes, System.nanoTime() - start, errno);
         outbox.send(reply);
         inFlight.release();
     }
@@ -533,7 +536,7 @@ final class Connection implements Runnable {
             while (!quiescent() && System.nanoTime() < deadline && !outbox.broken()) {
                 sleepQuietly();
             }
-            metrics.connectionClosed(export.name());
+            exportMetrics.connectionClosed();
         }
         closeChannel();
         if (inTransmission) {

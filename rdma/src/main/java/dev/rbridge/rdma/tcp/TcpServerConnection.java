@@ -68,7 +68,16 @@ final class TcpServerConnection implements Runnable {
     void helloDeadline() {
         if (session == null && channel.isOpen()) {
             log.info("client {} did not say hello in time; disconnected", peer);
+            service.refused("hello_timeout", channelPeer());
             close();
+        }
+    }
+
+    private SocketAddress channelPeer() {
+        try {
+            return channel.getRemoteAddress();
+        } catch (IOException e) {
+            return null;
         }
     }
 
@@ -86,6 +95,9 @@ final class TcpServerConnection implements Runnable {
             log.debug("client {} disconnected", peer);
         } catch (Wire.MalformedMessageException e) {
             log.warn("client {} sent a malformed message ({}); closing its connection", peer, e.getMessage());
+            if (session == null) {
+                service.refused("malformed", channelPeer());
+            }
             tryError(0, 0, Status.BAD_REQUEST, "malformed message: " + e.getMessage());
         } catch (IOException e) {
             log.debug("client {}: {}", peer, e.getMessage());
@@ -116,6 +128,7 @@ final class TcpServerConnection implements Runnable {
         ByteBuffer body = take(h.length);
         if (h.version != Wire.VERSION) {
             log.warn("client {} speaks protocol v{}, this memserver v{}; refused", peer, h.version, Wire.VERSION);
+            service.refused("version", channelPeer());
             tryError(h.id, h.opcode, Status.VERSION_MISMATCH, "this memserver speaks protocol v" + Wire.VERSION
                     + ", the client v" + h.version + "; upgrade the older side");
             return false;

@@ -1,0 +1,142 @@
+package dev.rbridge.bridge.metrics;
+
+import dev.rbridge.nbd.protocol.Errno;
+import dev.rbridge.nbd.protocol.Nbd;
+import dev.rbridge.nbd.server.NbdServerMetrics;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * The NBD server's metrics on a Micrometer registry. Every meter of an export is made when its first connection
+ * arrives, so the per-request path is array indexing and a few adders; error counters are made on first use (errors
+ * are rare, and their errno values unknown in advance).
+ *
+ * <pre>
+ * rbridge_nbd_requests_total{export,op}             requests completed (errors included)
+ * rbridge_nbd_request_bytes_total{export,op}        payload bytes of READ and WRITE
+ * rbridge_nbd_errors_total{export,op,errno}         requests answered with an error
+ * rbridge_nbd_request_duration_seconds{export,op}   histogram, decode to reply queued
+ * rbridge_nbd_requests_in_flight{export}            decoded and not yet answered
+ * rbridge_nbd_connections{export}                   sessions in transmission
+ * rbridge_nbd_protocol_violations_total             sessions closed because the peer broke the protocol
+ * </pre>
+ */
+public final class NbdMeters implements NbdServerMetrics {
+    /** Commands with meters, indexed by command number; DISC has none (it is not answered). */
+    private static final int[] COMMANDS = {Nbd.CMD_READ, Nbd.CMD_WRITE, Nbd.CMD_FLUSH, Nbd.CMD_TRIM, Nbd.CMD_CACHE,
+            Nbd.CMD_WRITE_ZEROES, Nbd.CMD_BLOCK_STATUS};
+    private static final int TABLE = Nbd.CMD_BLOCK_STATUS + 1;
+
+    private final MeterRegistry registry;
+    private final Map<String, Export> exports = new ConcurrentHashMap<>();
+    private final Counter violations;
+
+    public NbdMeters(MeterRegistry registry) {
+        this.registry = registry;
+        this.violations = Counter.builder("rbridge.nbd.protocol.violations")
+                .description("NBD sessions closed because the client broke the protocol").register(registry);
+    }
+
+    /** Makes an export's meters now, so its series exist (at zero) before the first client connects. */
+    public void register(String export) {
+        export(export);
+    }
+
+    @Override
+    public ExportMetrics export(String export) {
+        return exports.computeIfAbsent(export, Export::new);
+    }
+
+    @Override
+    public void protocolViolation() {
+        violations.increment();
+    }
+
+    static String op(int command) {
+        return Nbd.commandName(command).toLowerCase(Locale.ROOT);
+    }
+
+    private final class Export implements ExportMetrics {
+        private final String name;
+        private final Counter[] requests = new Counter[TABLE];
+        private final Counter[] bytes = new Counter[TABLE];
+        private final Timer[] durations = new Timer[TABLE];
+        private final Map<Long, Counter> errors = new ConcurrentHashMap<>();
+        private final LongAdder inFlight = new LongAdder();
+        private final AtomicLong connections = new AtomicLong();
+
+        Export(String name) {
+            this.name = name;
+            for (int c : COMMANDS) {
+                String op = op(c);
+                requests[c] = Counter.builder("rbridge.nbd.requests").tag("export", name).tag("op", op)
+                        .description("NBD requests completed, errors included").register(registry);
+                if (c == Nbd.CMD_READ || c == Nbd.CMD_WRITE) {
+                    bytes[c] = Counter.builder("rbridge.nbd.request.bytes").baseUnit("bytes").tag("export", name)
+                            .tag("op", op).description("NBD payload bytes read or written").register(registry);
+                }
+                durations[c] = Timer.builder("rbridge.nbd.request.duration").tag("export", name).tag("op", op)
+                        .description("NBD request time from decode to reply queued")
+                        .serviceLevelObjectives(Buckets.LATENCY).publishPercentileHistogram(false)
+                        .register(registry);
+            }
+            Gauge.builder("rbridge.nbd.requests.in.flight", inFlight, LongAdder::sum).tag("export", name)
+                    .description("NBD requests decoded and not yet answered").strongReference(true).register(registry);
+            Gauge.builder("rbridge.nbd.connections", connections, AtomicLong::get).tag("export", name)
+                    .description("NBD sessions in transmission").strongReference(true).register(registry);
+        }
+
+        @Override
+        public void connectionOpened() {
+            connections.incrementAndGet();
+        }
+
+        @Override
+        public void connectionClosed() {
+            connections.decrementAndGet();
+        }
+
+        @Override
+        public void requestStarted(int command) {
+            inFlight.increment();
+        }
+
+        @Override
+        public void requestCompleted(int command, long moved, long nanos, Errno error) {
+            inFlight.decrement();
+            boolean known = command >= 0 && command < TABLE && requests[command] != null;
+            if (!known) {
+                // Validation answered a command this server does not know: only an error, under one bounded label.
+                if (error != null) {
+                    error(-1, "unknown", error);
+                }
+                return;
+            }
+            requests[command].increment();
+            durations[command].record(nanos, TimeUnit.NANOSECONDS);
+            if (error == null) {
+                Counter b = bytes[command];
+                if (b != null) {
+                    b.increment(moved);
+                }
+            } else {
+                error(command, op(command), error);
+            }
+        }
+
+        private void error(int command, String op, Errno error) {
+            errors.computeIfAbsent(((long) command << 32) | error.code(), k -> Counter.builder("rbridge.nbd.errors")
+                    .tag("export", name).tag("op", op).tag("errno", error.name())
+                    .description("NBD requests answered with an error").register(registry)).increment();
+        }
+    }
+}
