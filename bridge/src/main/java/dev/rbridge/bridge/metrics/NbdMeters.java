@@ -17,8 +17,7 @@ import java.util.concurrent.atomic.LongAdder;
 
 /**
  * The NBD server's metrics on a Micrometer registry. Every meter of an export is made when its first connection
- * arrives, so the per-request path is array indexing and a few adders; error counters are made on first use (errors
- * are rare, and their errno values unknown in advance).
+ * arrives (or at {@link #register}), so the per-request path is array indexing and a few adders.
  *
  * <pre>
  * rbridge_nbd_requests_total{export,op}             requests completed (errors included)
@@ -70,7 +69,9 @@ public final class NbdMeters implements NbdServerMetrics {
         private final Counter[] requests = new Counter[TABLE];
         private final Counter[] bytes = new Counter[TABLE];
         private final Timer[] durations = new Timer[TABLE];
-        private final Map<Long, Counter> errors = new ConcurrentHashMap<>();
+        /** By command and errno, all made up front: a dashboard's error panel has series (at 0) to show. */
+        private final Counter[][] errors = new Counter[TABLE][];
+        private final Map<Long, Counter> unknownCommandErrors = new ConcurrentHashMap<>();
         private final LongAdder inFlight = new LongAdder();
         private final AtomicLong connections = new AtomicLong();
 
@@ -83,6 +84,12 @@ public final class NbdMeters implements NbdServerMetrics {
                 if (c == Nbd.CMD_READ || c == Nbd.CMD_WRITE) {
                     bytes[c] = Counter.builder("rbridge.nbd.request.bytes").baseUnit("bytes").tag("export", name)
                             .tag("op", op).description("NBD payload bytes read or written").register(registry);
+                }
+                errors[c] = new Counter[Errno.values().length];
+                for (Errno e : Errno.values()) {
+                    errors[c][e.ordinal()] = Counter.builder("rbridge.nbd.errors").tag("export", name).tag("op", op)
+                            .tag("errno", e.name()).description("NBD requests answered with an error")
+                            .register(registry);
                 }
                 durations[c] = Timer.builder("rbridge.nbd.request.duration").tag("export", name).tag("op", op)
                         .description("NBD request time from decode to reply queued")
@@ -117,7 +124,9 @@ public final class NbdMeters implements NbdServerMetrics {
             if (!known) {
                 // Validation answered a command this server does not know: only an error, under one bounded label.
                 if (error != null) {
-                    error(-1, "unknown", error);
+                    unknownCommandErrors.computeIfAbsent((long) error.code(), k -> Counter.builder("rbridge.nbd.errors")
+                            .tag("export", name).tag("op", "unknown").tag("errno", error.name())
+                            .description("NBD requests answered with an error").register(registry)).increment();
                 }
                 return;
             }
@@ -129,14 +138,8 @@ public final class NbdMeters implements NbdServerMetrics {
                     b.increment(moved);
                 }
             } else {
-                error(command, op(command), error);
+                errors[command][error.ordinal()].increment();
             }
-        }
-
-        private void error(int command, String op, Errno error) {
-            errors.computeIfAbsent(((long) command << 32) | error.code(), k -> Counter.builder("rbridge.nbd.errors")
-                    .tag("export", name).tag("op", op).tag("errno", error.name())
-                    .description("NBD requests answered with an error").register(registry)).increment();
         }
     }
 }

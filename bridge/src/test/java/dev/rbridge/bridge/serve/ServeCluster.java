@@ -52,6 +52,7 @@ public final class ServeCluster implements AutoCloseable {
     private static final Pattern LENDING = Pattern.compile("rbridge memserver: lending \\S+ at (\\S+):(\\d+)");
     private static final Pattern SERVING = Pattern.compile("rbridge serve: serving (\\S+)");
     private static final Pattern ADMIN = Pattern.compile("rbridge serve: admin http://([^/\\s]+)/");
+    private static final Pattern METRICS = Pattern.compile("metrics http://([^/\\s]+)/metrics");
     private static final Pattern TCP_URI = Pattern.compile("nbd://([^/]+):(\\d+)/");
     private static final Duration START_TIMEOUT = Duration.ofSeconds(60);
     private static final AtomicInteger SEQ = new AtomicInteger();
@@ -76,6 +77,7 @@ public final class ServeCluster implements AutoCloseable {
     private String unixUri;
     private int nbdPort;
     private String adminAddress;
+    private String metricsAddress;
     private boolean closed;
 
     private ServeCluster(Builder config) throws IOException {
@@ -97,6 +99,7 @@ public final class ServeCluster implements AutoCloseable {
         private final List<String> volumes = new ArrayList<>();
         private boolean unix;
         private boolean admin = true;
+        private boolean metrics;
         private String token;
         private String timeout = "5";
         private final List<String> bridgeArgs = new ArrayList<>();
@@ -134,6 +137,15 @@ public final class ServeCluster implements AutoCloseable {
         /** The bridge's admin interface on a free port (default on); off gives {@code --admin none}. */
         public Builder admin(boolean admin) {
             this.admin = admin;
+            return this;
+        }
+
+        /**
+         * Prometheus endpoints on free ports for every process ({@link #metricsAddress()}, {@link
+         * Memserver#metricsAddress()}); default off ({@code --metrics none}).
+         */
+        public Builder metrics(boolean metrics) {
+            this.metrics = metrics;
             return this;
         }
 
@@ -361,6 +373,7 @@ public final class ServeCluster implements AutoCloseable {
         private int starts;
         private String host;
         private int port;
+        private String metricsAddress;
 
         private Memserver(ServeCluster cluster, int index) {
             this.cluster = cluster;
@@ -369,7 +382,8 @@ public final class ServeCluster implements AutoCloseable {
 
         private void start(int onPort) throws IOException {
             List<String> args = new ArrayList<>(List.of("memserver", "--listen", "127.0.0.1:" + onPort,
-                    "--capacity", cluster.config.capacity, "--admin", "none"));
+                    "--capacity", cluster.config.capacity, "--admin", "none", "--metrics",
+                    !cluster.config.metrics ? "none" : metricsAddress == null ? "127.0.0.1:0" : metricsAddress));
             if (cluster.config.token != null) {
                 args.addAll(List.of("--token", cluster.config.token));
             }
@@ -379,6 +393,14 @@ public final class ServeCluster implements AutoCloseable {
             Matcher m = process.await(LENDING, 1, START_TIMEOUT);
             host = m.group(1);
             port = Integer.parseInt(m.group(2));
+            if (cluster.config.metrics) {
+                metricsAddress = process.await(METRICS, 1, START_TIMEOUT).group(1);
+            }
+        }
+
+        /** {@code host:port} of its /metrics (kept across restarts), or null without {@link Builder#metrics}. */
+        public String metricsAddress() {
+            return metricsAddress;
         }
 
         public int index() {
@@ -445,6 +467,8 @@ public final class ServeCluster implements AutoCloseable {
             args.addAll(List.of("--volume", v));
         }
         args.addAll(List.of("--admin", config.admin ? (adminAddress == null ? "127.0.0.1:0" : adminAddress) : "none"));
+        args.addAll(List.of("--metrics", !config.metrics ? "none" : metricsAddress == null ? "127.0.0.1:0"
+                : metricsAddress));
         args.addAll(List.of("--timeout", config.timeout));
         if (config.token != null) {
             args.addAll(List.of("--token", config.token));
@@ -473,6 +497,9 @@ public final class ServeCluster implements AutoCloseable {
                     adminAddress = a.group(1);
                 } else {
                     bridge.await(SERVING, serving, START_TIMEOUT);
+                }
+                if (config.metrics) {
+                    metricsAddress = bridge.await(METRICS, 1, START_TIMEOUT).group(1);
                 }
                 break;
             } catch (IllegalStateException e) {
@@ -513,6 +540,11 @@ public final class ServeCluster implements AutoCloseable {
             stopBridge();
         }
         startBridge();
+    }
+
+    /** The bridge's /metrics {@code host:port} (kept across restarts), or null without {@link Builder#metrics}. */
+    public String metricsAddress() {
+        return metricsAddress;
     }
 
     public RbridgeProcess bridge() {
@@ -766,7 +798,7 @@ public final class ServeCluster implements AutoCloseable {
     // ------------------------------------------------------------------------------------------------ JSON
 
     /** Just enough JSON for the admin interface: objects, arrays, strings, numbers, booleans, null. */
-    static final class Json {
+    public static final class Json {
         private final String s;
         private int i;
 
@@ -774,7 +806,7 @@ public final class ServeCluster implements AutoCloseable {
             this.s = s;
         }
 
-        static Object parse(String text) {
+        public static Object parse(String text) {
             Json j = new Json(text);
             Object v = j.value();
             j.ws();
