@@ -28,6 +28,8 @@ Usage: bench/fio-bridge.sh [--time SEC] [--ramp SEC] [--repeat N] [--size SIZE] 
 Starts four NBD targets on free 127.0.0.1 ports, each exporting "disk" (1 GiB, in RAM), all at once:
   rb1     rbridge serve --volume disk,size=1G,replicas=1 in front of ONE rbridge memserver (tcp transport):
           every request crosses two processes, like the deployment
+  rb1nm   (not in the default list) rb1 with --metrics none on the bridge and its memserver: with
+          --targets rb1,rb1nm the table gains an "on/off" column, the hot-path cost of metrics
   rb2     rbridge serve --volume disk,size=1G,replicas=2 in front of TWO memservers: reads go to one
           replica, writes to both
   demo    rbridge demo --export disk --size 1G: memserver and bridge in one process (local transport)
@@ -123,7 +125,7 @@ for r in "${ROWLIST[@]}"; do
 done
 IFS=, read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
-    case $t in rb1|rb2|demo|nbdkit) ;; *) echo "unknown target '$t' (rb1, rb2, demo, nbdkit)" >&2; exit 2 ;; esac
+    case $t in rb1|rb1nm|rb2|demo|nbdkit) ;; *) echo "unknown target '$t' (rb1, rb1nm, rb2, demo, nbdkit)" >&2; exit 2 ;; esac
 done
 [[ -n $SLAB ]] && SLABSPEC=",slab=$SLAB" || SLABSPEC=
 
@@ -193,9 +195,10 @@ await_nbd() { # await_nbd NAME URI PID TIMEOUT
 }
 
 RB=("$ROOT/rbridge")
-start_memserver() { # start_memserver NAME -> MEMSERVER=host:port, MEMSERVER_PGID
-    local name=$1 t0=$SECONDS addr=
-    spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" memserver --listen 127.0.0.1:0 --capacity 2G --admin none
+start_memserver() { # start_memserver NAME METRICS -> MEMSERVER=host:port, MEMSERVER_PGID
+    local name=$1 metrics=$2 t0=$SECONDS addr=
+    spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" memserver --listen 127.0.0.1:0 --capacity 2G --admin none \
+        --metrics "$metrics"
     MEMSERVER_PGID=$SPAWNED
     until addr=$(sed -n 's/^rbridge memserver: lending .* at \([^ ]*:[0-9]*\).*/\1/p' "$WORK/$name.log") && [[ -n $addr ]]; do
         if ! kill -0 "$MEMSERVER_PGID" 2>/dev/null; then
@@ -214,19 +217,22 @@ start_target() { # start_target NAME
     port=$(free_port)
     URI[$name]="nbd://127.0.0.1:$port/disk"
     case $name in
-        rb1|rb2)
-            local n=${name#rb} ms=() i
+        rb1|rb1nm|rb2)
+            # Metrics on a free port each (several targets run at once), or off for rb1nm.
+            local n=${name#rb} ms=() i metrics=127.0.0.1:0
+            [[ $name == rb1nm ]] && { n=1; metrics=none; }
             for ((i = 1; i <= n; i++)); do
-                start_memserver "$name-memserver$i"
+                start_memserver "$name-memserver$i" "$metrics"
                 ms+=(--memserver "$MEMSERVER")
                 pgids+=("$MEMSERVER_PGID")
             done
             spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" serve --listen "127.0.0.1:$port" "${ms[@]}" \
-                --volume "disk,size=1G,replicas=$n$SLABSPEC" --admin none
+                --volume "disk,size=1G,replicas=$n$SLABSPEC" --admin none --metrics "$metrics"
             pgids+=("$SPAWNED")
             ;;
         demo)
-            spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" demo --listen "127.0.0.1:$port" --export disk --size 1G
+            spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" demo --listen "127.0.0.1:$port" --export disk --size 1G \
+                --metrics 127.0.0.1:0
             pgids+=("$SPAWNED")
             ;;
         nbdkit)
@@ -317,9 +323,10 @@ DEF = {
     "sw":   ("1M seq write QD8",  "write", ["mbs"]),
 }
 UNIT = {"iops": "IOPS", "mbs": "MB/s", "p50": "p50 %s us" % lat, "p99": "p99 %s us" % lat}
-HEAD = {"rb1": "serve R=1", "rb2": "serve R=2", "demo": "demo", "nbdkit": "nbdkit 2hop"}
+HEAD = {"rb1": "serve R=1", "rb1nm": "R=1 nometr", "rb2": "serve R=2", "demo": "demo", "nbdkit": "nbdkit 2hop"}
 rb = [t for t in targets if t != "nbdkit"]
 ratios = "nbdkit" in targets
+onoff = "rb1" in targets and "rb1nm" in targets
 out = []
 for r in rows:
     label, side, metrics = DEF[r]
@@ -335,6 +342,9 @@ for r in rows:
                     rat.append(nk / v if v else float("nan"))
                 else:
                     rat.append(v / nk if nk else float("nan"))
+        if onoff:
+            on, off = vals["rb1"], vals["rb1nm"]
+            rat.append((off / on if on else float("nan")) if m in ("p50", "p99") else (on / off if off else float("nan")))
         out.append(("%s %s" % (label, UNIT[m]), m, vals, rat))
 
 w = max(len(o[0]) for o in out)
@@ -343,7 +353,10 @@ print("fio nbd engine, %ss per run, median of %d run(s); one job, one connection
 if ratios:
     print("ratio columns: each rbridge target vs nbdkit-two-hop, > 1 means rbridge is better")
     print("(rbridge/nbdkit for IOPS and MB/s, nbdkit/rbridge for latency)")
-cols = ["%11s" % HEAD[t] for t in targets] + (["%9s" % ("%s/nk" % t) for t in rb] if ratios else [])
+if onoff:
+    print("on/off: rb1 (metrics on) vs rb1nm (--metrics none), > 1 means metrics on is better")
+cols = (["%11s" % HEAD[t] for t in targets] + (["%9s" % ("%s/nk" % t) for t in rb] if ratios else [])
+        + (["%9s" % "on/off"] if onoff else []))
 print("%-*s %s" % (w, "row", " ".join(cols)))
 print("-" * (w + 1 + len(" ".join(cols))))
 for name, m, vals, rat in out:
