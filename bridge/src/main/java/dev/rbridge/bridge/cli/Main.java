@@ -15,7 +15,9 @@ import picocli.CommandLine.Command;
                 "  qemu-img info nbd://127.0.0.1:10809/disk",
                 "  nbd-client -N disk 127.0.0.1 10809 /dev/nbd0 -b 4096",
                 "  nbdinfo 'nbd+unix:///disk?socket=/run/rbridge.sock'   (with --unix)"},
-        subcommands = {DemoCommand.class, ServeCommand.class, MemServerCommand.class, PingCommand.class, BenchCommand.class, AdminCommand.class, MemCommand.class, CommandLine.HelpCommand.class})
+        subcommands = {DemoCommand.class, ServeCommand.class, MemServerCommand.class, PingCommand.class, BenchCommand.class,
+                AdminCommand.class, MemCommand.class, AttachCommand.class, DetachCommand.class, StatusCommand.class,
+                CommandLine.HelpCommand.class})
 public final class Main implements Runnable {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
