@@ -20,6 +20,8 @@ import java.util.function.BooleanSupplier;
  */
 public final class Attacher {
     private static final Logger log = LoggerFactory.getLogger(Attacher.class);
+    /** A server that accepts but does not finish the handshake in this long is given up on. */
+    private static final long HANDSHAKE_TIMEOUT_MILLIS = 30_000;
 
     /** An export to attach: over TCP or a Unix socket. */
     public record Target(InetSocketAddress tcp, Path unix, String export) {
@@ -263,7 +265,9 @@ public final class Attacher {
         for (int i = 0; i < n; i++) {
             NativeSocket s = target.open();
             sockets.add(s);
+            s.receiveTimeout(HANDSHAKE_TIMEOUT_MILLIS);
             NbdClientHandshake.ExportInfo info = NbdClientHandshake.go(s, target.export());
+            s.receiveTimeout(0); // the kernel's receive thread must block without a timeout of ours
             if (first == null) {
                 first = info;
             } else if (info.size() != first.size()) {

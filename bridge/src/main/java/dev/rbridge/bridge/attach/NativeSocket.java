@@ -92,6 +92,22 @@ final class NativeSocket implements AutoCloseable {
         }
     }
 
+    /**
+     * Bounds every blocking receive (0: none). Set it for the handshake, and back to 0 before the hand-over: the
+     * kernel's receive thread would otherwise take the timeout for a dead connection.
+     */
+    void receiveTimeout(long millis) throws IOException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment tv = a.allocate(16);
+            tv.set(ValueLayout.JAVA_LONG, 0, millis / 1000);
+            tv.set(ValueLayout.JAVA_LONG, 8, (millis % 1000) * 1000);
+            int rc = Libc.setsockopt(fd, Libc.SOL_SOCKET, Libc.SO_RCVTIMEO, tv);
+            if (rc < 0) {
+                throw new IOException("setsockopt(SO_RCVTIMEO): " + Libc.strerror(-rc));
+            }
+        }
+    }
+
     int fd() {
         return fd;
     }
@@ -112,6 +128,9 @@ final class NativeSocket implements AutoCloseable {
                 long n = Libc.recv(fd, buf.asSlice(got), want - got);
                 if (n == -Libc.EINTR) {
                     continue;
+                }
+                if (n == -Libc.EAGAIN) {
+                    throw new IOException(peer + " did not answer the handshake in time");
                 }
                 if (n < 0) {
                     throw new IOException("reading from " + peer + ": " + Libc.strerror((int) -n));
