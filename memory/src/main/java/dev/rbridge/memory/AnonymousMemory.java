@@ -9,6 +9,12 @@ import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.VarHandle;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 
 /**
  * A private anonymous mapping (Linux {@code mmap}): address space is reserved up front, the kernel backs a page with
@@ -38,9 +44,6 @@ public final class AnonymousMemory implements AutoCloseable {
             ValueLayout.ADDRESS, ValueLayout.JAVA_LONG));
     private static final MethodHandle MADVISE = downcall("madvise", FunctionDescriptor.of(ValueLayout.JAVA_INT,
             ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT));
-    private static final MethodHandle MINCORE = downcall("mincore", FunctionDescriptor.of(ValueLayout.JAVA_INT,
-            ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.ADDRESS));
-
     private static final MethodHandle MLOCK2 = downcall("mlock2", FunctionDescriptor.of(ValueLayout.JAVA_INT,
             ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT));
 
@@ -137,31 +140,61 @@ public final class AnonymousMemory implements AutoCloseable {
     }
 
     /**
-     * Bytes of this mapping backed by RAM right now ({@code mincore}): what writing (and not yet releasing) cost.
-     * Returns 0 once closed. Costs one system call and a byte per 4 KiB page, so it is for scrapes, not the data path.
+     * Bytes of this mapping backed by RAM of its own right now: pages written and not released. Read from
+     * {@code /proc/self/pagemap} (present and exclusively mapped), not {@code mincore}: a page that was only read maps
+     * the kernel's shared zero page, which mincore counts as resident although it costs nothing. Returns 0 once
+     * closed. Reads 8 bytes per page of the mapping, so it is for scrapes, not the data path.
      */
     public synchronized long residentBytes() {
         if (closed) {
             return 0;
         }
-        long length = segment.byteSize();
-        long pages = (length + PAGE_SIZE - 1) / PAGE_SIZE; // mincore reports in base pages, huge-page mappings too
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CALL_STATE);
-            MemorySegment vector = arena.allocate(pages);
-            int rc = (int) MINCORE.invokeExact(state, segment, length, vector);
-            if (rc != 0) {
-                throw new IllegalStateException("mincore failed: errno " + (int) ERRNO.get(state, 0L));
+        long page = SYSTEM_PAGE_SIZE;
+        long first = segment.address() / page;
+        long pages = (segment.byteSize() + page - 1) / page;
+        ByteBuffer window = PAGEMAP_WINDOW.get();
+        long resident = 0;
+        try (FileChannel pagemap = FileChannel.open(Path.of("/proc/self/pagemap"), StandardOpenOption.READ)) {
+            for (long done = 0; done < pages; ) {
+                int n = (int) Math.min(pages - done, window.capacity() / 8);
+                window.clear().limit(n * 8);
+                long at = (first + done) * 8;
+                while (window.hasRemaining()) {
+                    int r = pagemap.read(window, at + window.position());
+                    if (r < 0) {
+                        throw new IllegalStateException("/proc/self/pagemap ended early");
+                    }
+                }
+                window.flip();
+                for (int i = 0; i < n; i++) {
+                    long e = window.getLong(i * 8);
+                    if ((e & PM_PRESENT) != 0 && (e & PM_MMAP_EXCLUSIVE) != 0) {
+                        resident++;
+                    }
+                }
+                done += n;
             }
-            long resident = 0;
-            for (long i = 0; i < pages; i++) {
-                resident += vector.get(ValueLayout.JAVA_BYTE, i) & 1;
-            }
-            return resident * PAGE_SIZE;
-        } catch (RuntimeException | Error e) {
-            throw e;
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot read /proc/self/pagemap: " + e.getMessage(), e);
+        }
+        return resident * page;
+    }
+
+    private static final long PM_PRESENT = 1L << 63;
+    private static final long PM_MMAP_EXCLUSIVE = 1L << 56;
+    /** 64 Ki pagemap entries (256 MiB of 4 KiB pages) per read, reused. */
+    private static final ThreadLocal<ByteBuffer> PAGEMAP_WINDOW = ThreadLocal.withInitial(
+            () -> ByteBuffer.allocateDirect(512 << 10).order(ByteOrder.nativeOrder()));
+    /** The kernel's base page size (pagemap has one entry per base page, 4 KiB on x86-64, 64 KiB on some arm64). */
+    static final long SYSTEM_PAGE_SIZE = systemPageSize();
+
+    private static long systemPageSize() {
+        try {
+            MethodHandle getpagesize = LINKER.downcallHandle(LINKER.defaultLookup().find("getpagesize").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT));
+            return (int) getpagesize.invokeExact();
         } catch (Throwable t) {
-            throw new IllegalStateException("mincore failed", t);
+            return PAGE_SIZE;
         }
     }
 

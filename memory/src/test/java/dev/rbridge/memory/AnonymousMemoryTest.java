@@ -19,6 +19,10 @@ class AnonymousMemoryTest {
                 "transparent huge pages are 'always' on this host");
         try (AnonymousMemory m = AnonymousMemory.map(64L << 20)) {
             assertEquals(0, m.residentBytes(), "nothing is backed before the first write");
+            for (long off = 0; off < (1 << 20); off += 4096) {
+                m.segment().get(ValueLayout.JAVA_BYTE, off); // maps the shared zero page: costs no RAM
+            }
+            assertEquals(0, m.residentBytes(), "reading unwritten memory is not resident memory");
             m.segment().set(ValueLayout.JAVA_BYTE, 0, (byte) 1);
             m.segment().set(ValueLayout.JAVA_BYTE, 5 * 4096 + 17, (byte) 1);
             m.segment().set(ValueLayout.JAVA_BYTE, (64L << 20) - 1, (byte) 1);

@@ -65,6 +65,12 @@ public final class MemServer implements RegionService, AutoCloseable {
     /** Transport counters of clients that have left, so totals over all clients never go backwards. */
     private final ConnectionStats departed = new ConnectionStats();
     /**
+     * Makes "a departing client's counters move into {@link #departed} and the client leave {@link #clients}" one step
+     * for {@link #stats()}, which reads both: otherwise a scrape in between counts it twice or not at all, and a
+     * Prometheus counter that dips reads as a reset.
+     */
+    private final Object transportTotals = new Object();
+    /**
      * Guards {@link #leases} and makes each control operation's lease check and its effect on the region table one
      * step, so a key rotation never interleaves with an open that hands out a key or an allocate that adds a region.
      */
@@ -124,11 +130,14 @@ public final class MemServer implements RegionService, AutoCloseable {
         for (Region r : regions.values()) {
             resident += r.residentBytes();
         }
-        ConnectionStats.Snapshot total = departed.snapshot();
-        for (Client c : clients) {
-            ConnectionStats st = c.stats;
-            if (st != null) {
-                total = total.plus(st.snapshot());
+        ConnectionStats.Snapshot total;
+        synchronized (transportTotals) {
+            total = departed.snapshot();
+            for (Client c : clients) {
+                ConnectionStats st = c.stats;
+                if (st != null) {
+                    total = total.plus(st.snapshot());
+                }
             }
         }
         Map<String, Long> refusedNow = new java.util.TreeMap<>();
@@ -636,12 +645,14 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         public void closed() {
             ended = true;
-            ConnectionStats st = stats;
-            if (st != null) {
-                departed.add(st.snapshot());
-            }
             leasesEnded(this);
-            clients.remove(this);
+            synchronized (transportTotals) {
+                ConnectionStats st = stats;
+                if (st != null) {
+                    departed.add(st.snapshot());
+                }
+                clients.remove(this);
+            }
             log.info("client {} '{}' from {} disconnected", id, name, peer);
             if (draining && clients.isEmpty()) {
                 drained.complete(null);

@@ -196,6 +196,7 @@ public final class ServeCommand implements Callable<Integer> {
         NbdServer server;
         BridgeAdminHttpServer adminServer = null;
         MetricsHttpServer metricsServer = null;
+        java.util.concurrent.atomic.AtomicReference<NbdServer> listening = new java.util.concurrent.atomic.AtomicReference<>();
         try {
             NbdServerConfig.Builder b = NbdServerConfig.builder()
                     .handshakeTimeout(Duration.ofSeconds(handshakeTimeout))
@@ -207,6 +208,8 @@ public final class ServeCommand implements Callable<Integer> {
                 if (bridge.config().metrics() instanceof BridgeMeters m) {
                     m.bind(bridge);
                 }
+                telemetry.readinessCheck(() -> listening.get() == null
+                        ? List.of(Telemetry.Problem.fatal("NBD listeners not up yet")) : List.of());
                 telemetry.readinessCheck(() -> MetricsEndpoint.bridgeReadiness(bridge));
                 metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_BRIDGE, 7475, telemetry);
             }
@@ -221,6 +224,7 @@ public final class ServeCommand implements Callable<Integer> {
                 adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge);
             }
             server = NbdServer.start(nbd);
+            listening.set(server);
             BridgeAdminHttpServer adminToClose = adminServer;
             MetricsHttpServer metricsToClose = metricsServer;
             java.util.concurrent.atomic.AtomicBoolean stopping = new java.util.concurrent.atomic.AtomicBoolean();

@@ -32,6 +32,7 @@ import java.util.function.ToDoubleFunction;
  * rbridge_volume_replicas{export}                     configured replicas per slab
  * rbridge_volume_slabs{export,state}                  slabs by state: unallocated, healthy, degraded, rebuilding, lost
  * rbridge_rebuild_queue_slabs                         slabs waiting for a rebuild or resync
+ * rbridge_rebuild_remaining_bytes                     bytes still to copy (current slab's rest + queued slabs)
  * rbridge_rebuild_active                              1 while a slab is being copied
  * rbridge_rebuild_copied_bytes_total                  bytes copied into new or resynchronized replicas
  * rbridge_rebuild_completed_total{kind}               rebuilds and resyncs finished (kind: rebuild, resync)
@@ -82,6 +83,9 @@ public final class BridgeMeters implements BridgeMetrics {
         Rebuilder r = bridge.rebuilder();
         Gauge.builder("rbridge.rebuild.queue.slabs", r, Rebuilder::queued)
                 .description("Slabs waiting for a rebuild or resync").strongReference(true).register(registry);
+        Gauge.builder("rbridge.rebuild.remaining", r, Rebuilder::remainingBytes).baseUnit("bytes")
+                .description("Bytes still to copy: the rest of the slab being copied and every queued slab")
+                .strongReference(true).register(registry);
         Gauge.builder("rbridge.rebuild.active", r, x -> x.current() != null ? 1 : 0)
                 .description("1 while a slab is being copied").strongReference(true).register(registry);
         counter("rbridge.rebuild.copied", r, Rebuilder::copiedBytes, "bytes",

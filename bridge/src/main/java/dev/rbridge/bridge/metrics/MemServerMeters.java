@@ -8,6 +8,7 @@ import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.function.ToDoubleFunction;
 
@@ -22,7 +23,7 @@ import java.util.function.ToDoubleFunction;
  * rbridge_memserver_regions                           regions granted
  * rbridge_memserver_clients                           clients connected
  * rbridge_memserver_draining                          1 while draining
- * rbridge_memserver_refused_connections_total{reason} token, draining, version, malformed, hello_timeout
+ * rbridge_memserver_refused_connections_total{reason} token, draining, version, malformed, hello_timeout, other
  * rbridge_transport_send_messages_total{transport}    two-sided messages sent (and _bytes_total)
  * rbridge_transport_recv_messages_total{transport}    two-sided messages received (and _bytes_total)
  * rbridge_transport_read_ops_total{transport}         one-sided reads served (and _bytes_total)
@@ -45,7 +46,8 @@ public final class MemServerMeters {
         gauge(registry, "rbridge.memserver.granted", c, s -> s.stats().grantedBytes(), "bytes",
                 "Bytes of all granted regions");
         gauge(registry, "rbridge.memserver.resident", c, s -> s.stats().residentBytes(), "bytes",
-                "RAM backing the granted regions now (written and not released)");
+                "RAM backing the granted regions now: pages written and not released (reads of unwritten pages cost"
+                        + " nothing and do not count)");
         gauge(registry, "rbridge.memserver.regions", c, s -> s.stats().regions(), null, "Regions granted");
         gauge(registry, "rbridge.memserver.clients", c, s -> s.stats().clients(), null, "Clients connected");
         gauge(registry, "rbridge.memserver.draining", c, s -> s.stats().draining() ? 1 : 0, null,
@@ -55,6 +57,10 @@ public final class MemServerMeters {
                             s -> s.stats().refused().getOrDefault(reason, 0L))
                     .tags(tags).tag("reason", reason).description("Connections refused, by reason").register(registry);
         }
+        // A reason a transport adds later is counted, under "other", rather than lost.
+        FunctionCounter.builder("rbridge.memserver.refused.connections", c, s -> s.stats().refused().entrySet()
+                        .stream().filter(e -> !REFUSAL_REASONS.contains(e.getKey())).mapToLong(Map.Entry::getValue).sum())
+                .tags(tags).tag("reason", "other").description("Connections refused, by reason").register(registry);
         String transport = server.stats().transport();
         transport(registry, transport, c, "send.messages", ConnectionStats.Snapshot::sendMessages, null,
                 "Two-sided messages sent");

@@ -53,24 +53,38 @@ public final class MetricsHttpServer implements AutoCloseable {
                 send(ex, 405, "text/plain; charset=utf-8", "only GET\n");
                 return;
             }
-            switch (ex.getRequestURI().getPath()) {
-                case "/metrics" -> send(ex, 200, TEXT_004, telemetry.scrape());
-                case "/healthz" -> send(ex, 200, "text/plain; charset=utf-8", "ok\n");
-                case "/readyz" -> {
-                    List<Telemetry.Problem> problems = telemetry.readiness();
-                    boolean ready = problems.stream().noneMatch(Telemetry.Problem::fatal);
-                    StringBuilder body = new StringBuilder(ready ? "ready\n" : "not ready\n");
-                    for (Telemetry.Problem p : problems) {
-                        body.append(p.fatal() ? "not ready: " : "warning: ").append(p.text()).append('\n');
+            String body;
+            int status = 200;
+            String type = "text/plain; charset=utf-8";
+            try {
+                switch (ex.getRequestURI().getPath()) {
+                    case "/metrics" -> {
+                        body = telemetry.scrape();
+                        type = TEXT_004;
                     }
-                    send(ex, ready ? 200 : 503, "text/plain; charset=utf-8", body.toString());
+                    case "/healthz" -> body = "ok\n";
+                    case "/readyz" -> {
+                        List<Telemetry.Problem> problems = telemetry.readiness();
+                        boolean ready = problems.stream().noneMatch(Telemetry.Problem::fatal);
+                        StringBuilder b = new StringBuilder(ready ? "ready\n" : "not ready\n");
+                        for (Telemetry.Problem p : problems) {
+                            b.append(p.fatal() ? "not ready: " : "warning: ").append(p.text()).append('\n');
+                        }
+                        body = b.toString();
+                        status = ready ? 200 : 503;
+                    }
+                    default -> {
+                        body = "not found; try /metrics, /healthz or /readyz\n";
+                        status = 404;
+                    }
                 }
-                default -> send(ex, 404, "text/plain; charset=utf-8",
-                        "not found; try /metrics, /healthz or /readyz\n");
+            } catch (RuntimeException e) {
+                log.warn("metrics request {} failed", ex.getRequestURI(), e);
+                body = "internal error: " + e + "\n";
+                status = 500;
+                type = "text/plain; charset=utf-8";
             }
-        } catch (RuntimeException e) {
-            log.warn("metrics request {} failed", ex.getRequestURI(), e);
-            throw e;
+            send(ex, status, type, body);
         }
     }
 

@@ -13,7 +13,6 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.atomic.LongAdder;
 
 /**
  * The NBD server's metrics on a Micrometer registry. Every meter of an export is made when its first connection
@@ -72,7 +71,8 @@ public final class NbdMeters implements NbdServerMetrics {
         /** By command and errno, all made up front: a dashboard's error panel has series (at 0) to show. */
         private final Counter[][] errors = new Counter[TABLE][];
         private final Map<Long, Counter> unknownCommandErrors = new ConcurrentHashMap<>();
-        private final LongAdder inFlight = new LongAdder();
+        /** An AtomicLong, not a LongAdder: a LongAdder's sum is no snapshot and could read -1 mid-request. */
+        private final AtomicLong inFlight = new AtomicLong();
         private final AtomicLong connections = new AtomicLong();
 
         Export(String name) {
@@ -96,7 +96,7 @@ public final class NbdMeters implements NbdServerMetrics {
                         .serviceLevelObjectives(Buckets.LATENCY).publishPercentileHistogram(false)
                         .register(registry);
             }
-            Gauge.builder("rbridge.nbd.requests.in.flight", inFlight, LongAdder::sum).tag("export", name)
+            Gauge.builder("rbridge.nbd.requests.in.flight", inFlight, AtomicLong::get).tag("export", name)
                     .description("NBD requests decoded and not yet answered").strongReference(true).register(registry);
             Gauge.builder("rbridge.nbd.connections", connections, AtomicLong::get).tag("export", name)
                     .description("NBD sessions in transmission").strongReference(true).register(registry);
@@ -114,12 +114,12 @@ public final class NbdMeters implements NbdServerMetrics {
 
         @Override
         public void requestStarted(int command) {
-            inFlight.increment();
+            inFlight.incrementAndGet();
         }
 
         @Override
         public void requestCompleted(int command, long moved, long nanos, Errno error) {
-            inFlight.decrement();
+            inFlight.decrementAndGet();
             boolean known = command >= 0 && command < TABLE && requests[command] != null;
             if (!known) {
                 // Validation answered a command this server does not know: only an error, under one bounded label.

@@ -80,6 +80,19 @@ public final class Rebuilder implements Runnable, AutoCloseable {
         return copiesFailed.sum();
     }
 
+    /** Bytes still to copy: the rest of the slab being copied plus every queued slab (progress for metrics). */
+    public long remainingBytes() {
+        long n = 0;
+        for (Slab s : queue) {
+            n += s.length;
+        }
+        Slab c = current;
+        if (c != null) {
+            n += Math.max(0, c.length - c.rebuildCopied.get());
+        }
+        return n;
+    }
+
     public int queued() {
         return queue.size();
     }

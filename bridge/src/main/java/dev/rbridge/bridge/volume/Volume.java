@@ -173,18 +173,29 @@ public final class Volume implements BlockDevice {
     private static CompletableFuture<Void> counted(Replica r, RemoteOpMetrics.Op kind, long bytes, ReplicaOp op) {
         MemserverLink link = r.link();
         java.util.concurrent.atomic.AtomicLong n = link.inFlight;
+        RemoteOpMetrics metrics = link.metrics;
+        boolean timed = metrics != RemoteOpMetrics.NONE;
         n.incrementAndGet();
-        long start = System.nanoTime();
+        long start = timed ? System.nanoTime() : 0;
         CompletableFuture<Void> f;
         try {
             f = op.apply(r);
         } catch (RuntimeException e) {
-            f = CompletableFuture.failedFuture(e);
+            f = CompletableFuture.failedFuture(e); // a synchronous throw must not leak the in-flight counts
         }
-        f.whenComplete((v, e) -> {
+        if (f.isDone()) { // completed inline (the local transport, an early failure): no completion stage needed
             n.decrementAndGet();
-            link.metrics.completed(kind, bytes, System.nanoTime() - start, e != null);
-        });
+            if (timed) {
+                metrics.completed(kind, bytes, System.nanoTime() - start, f.isCompletedExceptionally());
+            }
+        } else if (timed) {
+            f.whenComplete((v, e) -> {
+                n.decrementAndGet();
+                metrics.completed(kind, bytes, System.nanoTime() - start, e != null);
+            });
+        } else {
+            f.whenComplete((v, e) -> n.decrementAndGet());
+        }
         return f;
     }
 
