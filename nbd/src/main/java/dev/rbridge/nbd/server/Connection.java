@@ -315,7 +315,17 @@ final class Connection implements Runnable {
         long start = System.nanoTime();
         exportMetrics.requestStarted(r.type());
         if (draining) {
-            fail(r, start, Errno.ESHUTDOWN, "server is shutting down");
+            if (structured) {
+                fail(r, start, Errno.ESHUTDOWN, "server is shutting down");
+            } else {
+                // Simple replies mean the Linux kernel (it uses nothing else), which turns any error reply into EIO
+                // for the filesystem. Left unanswered, the request is requeued by the kernel once the connection
+                // closes and its timeout passes, onto a reconnected socket (rbridge attach, nbd-client -persist): a
+                // bridge restart then costs a pause, not an I/O error. The spec's ESHUTDOWN is a MAY-speed-up.
+                server.bufferPool().release(r.payload());
+                exportMetrics.requestCompleted(r.type(), 0, System.nanoTime() - start, Errno.ESHUTDOWN);
+                log.debug("connection {}: {} left unanswered: shutting down", id, r);
+            }
             return;
         }
         Rejection rejection = validate(r);
@@ -510,7 +520,10 @@ final class Connection implements Runnable {
 
     // ----------------------------------------------------------------------------------------------- lifecycle
 
-    /** Stops taking new requests (they get ESHUTDOWN) so in-flight ones can finish. */
+    /**
+     * Stops taking new requests so in-flight ones can finish: with structured replies they get ESHUTDOWN; with simple
+     * replies (the kernel) they get no answer, and the client retries them after the connection closes.
+     */
     void beginDrain() {
         draining = true;
     }
