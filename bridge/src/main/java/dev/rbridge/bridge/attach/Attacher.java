@@ -102,8 +102,17 @@ public final class Attacher {
     private Attacher() {
     }
 
-    /** Connects, hands the sockets over, and returns the device. */
+    /**
+     * Connects, hands the sockets over, and returns the device. A device given with {@code --device} that is already
+     * attached to this same URI (a restarted attach service) is adopted as it is, for watching.
+     */
     public static Attached attach(Target target, Options o) throws IOException {
+        if (o.index() >= 0) {
+            Attached adopted = adopt(target, o);
+            if (adopted != null) {
+                return adopted;
+            }
+        }
         List<NativeSocket> sockets = new ArrayList<>();
         try {
             NbdClientHandshake.ExportInfo info = handshake(target, o.connections(), sockets, -1);
@@ -134,6 +143,25 @@ public final class Attacher {
         } finally {
             sockets.forEach(NativeSocket::close); // the kernel holds its own references now
         }
+    }
+
+    private static Attached adopt(Target target, Options o) throws IOException {
+        try (NbdNetlink nl = NbdNetlink.open(10_000)) {
+            List<NbdNetlink.Device> st = nl.status(o.index());
+            if (st.stream().noneMatch(NbdNetlink.Device::connected)) {
+                return null;
+            }
+        }
+        Path sys = Path.of("/sys/block/nbd" + o.index());
+        String backend = read(sys.resolve("backend"));
+        if (!backend.equals(target.uri())) {
+            throw new IOException("/dev/nbd" + o.index() + " is already attached"
+                    + (backend.isEmpty() ? "" : " to " + backend) + "; detach it first (rbridge detach /dev/nbd"
+                    + o.index() + ") or choose another --device");
+        }
+        long size = readLong(sys.resolve("size")) * 512;
+        log.info("/dev/nbd{} is already attached to {}; adopting it", o.index(), target.uri());
+        return new Attached(o.index(), size, o.connections(), "1".equals(read(sys.resolve("ro"))));
     }
 
     private static final List<NbdNetlink> KEEP_OPEN = new java.util.concurrent.CopyOnWriteArrayList<>();

@@ -163,7 +163,7 @@ final class GenericNetlink implements AutoCloseable {
     /** Subscribes this socket to a multicast group of a family. */
     void join(int group) throws IOException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment g = a.allocate(ValueLayout.JAVA_INT, group);
+            MemorySegment g = a.allocateFrom(ValueLayout.JAVA_INT, group);
             int rc = Libc.setsockopt(fd, Libc.SOL_NETLINK, Libc.NETLINK_ADD_MEMBERSHIP, g);
             if (rc < 0) {
                 throw new NetlinkException("join netlink multicast group " + group, -rc);

@@ -64,7 +64,7 @@ final class NativeSocket implements AutoCloseable {
                 Libc.close(fd);
                 throw new IOException("cannot connect to " + peer + ": " + Libc.strerror(-rc));
             }
-            MemorySegment one = a.allocate(ValueLayout.JAVA_INT, 1);
+            MemorySegment one = a.allocateFrom(ValueLayout.JAVA_INT, 1);
             Libc.setsockopt(fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, one); // requests are small; latency matters
             return new NativeSocket(fd, peer);
         }

@@ -124,6 +124,10 @@ class AttachPartsTest {
             GenericNetlink.Family ctrl = g.family("nlctrl"); // the controller itself: every kernel has it
             assertEquals(0x10, ctrl.id());
             assertTrue(ctrl.groups().containsKey("notify"), "nlctrl's multicast group: " + ctrl.groups());
+            try (GenericNetlink events = GenericNetlink.open(200)) {
+                events.join(ctrl.groups().get("notify")); // what attach does with nbd's group
+                assertEquals(null, events.receiveEvent(ctrl.id()), "nothing happened: the receive times out");
+            }
             GenericNetlink.NetlinkException e = assertThrows(GenericNetlink.NetlinkException.class,
                     () -> g.family("rbnosuchfam"));
             assertEquals(2, e.errno, "ENOENT");

@@ -26,6 +26,39 @@ final class KmodHooks {
         throw new IllegalStateException("kmod-hooks/ not found from " + Path.of("").toAbsolutePath());
     }
 
+    /**
+     * Copies this JVM's runtime classpath (jars, and the modules' main class folders; no test classes) into
+     * {@code dir/cp}, so that a guest can run {@code java -cp 'cp/*:cp/classes-*' dev.rbridge.bridge.cli.Main}: the
+     * same code the tests run, without depending on the shaded jar (Maven packages it after the tests).
+     * Returns the {@code -cp} value relative to {@code dir}.
+     */
+    static String copyClasspath(Path dir) throws java.io.IOException {
+        Path cp = Files.createDirectories(dir.resolve("cp"));
+        List<String> entries = new java.util.ArrayList<>(List.of("cp/*"));
+        int n = 0;
+        for (String e : System.getProperty("java.class.path").split(java.io.File.pathSeparator)) {
+            Path p = Path.of(e);
+            if (Files.isRegularFile(p) && e.endsWith(".jar")) {
+                Files.copy(p, cp.resolve(p.getFileName()), java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+            } else if (Files.isDirectory(p) && p.getFileName().toString().equals("classes")) {
+                String name = "classes-" + (n++);
+                Path to = cp.resolve(name);
+                try (var walk = Files.walk(p)) {
+                    for (Path f : (Iterable<Path>) walk::iterator) {
+                        Path t = to.resolve(p.relativize(f).toString());
+                        if (Files.isDirectory(f)) {
+                            Files.createDirectories(t);
+                        } else {
+                            Files.copy(f, t, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+                        }
+                    }
+                }
+                entries.add("cp/" + name);
+            }
+        }
+        return String.join(":", entries);
+    }
+
     /** Builds {@code write_data} into target/kmod-hooks once per JVM and returns its path. */
     static synchronized Path writeData() {
         if (writeData == null) {
