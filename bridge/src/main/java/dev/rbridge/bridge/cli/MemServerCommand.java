@@ -51,7 +51,7 @@ final class MemServerCommand implements Callable<Integer> {
     boolean mlock;
 
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
-            description = "Remote-memory transport: tcp or local. Default ${DEFAULT-VALUE}.")
+            description = "Remote-memory transport: tcp, ucx or local. Default ${DEFAULT-VALUE}.")
     String transport;
 
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",

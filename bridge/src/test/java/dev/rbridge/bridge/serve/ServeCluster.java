@@ -99,6 +99,7 @@ public final class ServeCluster implements AutoCloseable {
         private boolean admin = true;
         private String token;
         private String timeout = "5";
+        private String transport = "tcp";
         private final List<String> bridgeArgs = new ArrayList<>();
         private final List<String> memserverArgs = new ArrayList<>();
         private final List<String> jvmArgs = new ArrayList<>();
@@ -146,6 +147,16 @@ public final class ServeCluster implements AutoCloseable {
         /** The bridge's --timeout in seconds (default 5). */
         public Builder timeout(String seconds) {
             this.timeout = seconds;
+            return this;
+        }
+
+        /**
+         * The remote-memory transport of the memservers and the bridge (default tcp). For ucx every process gets
+         * UCX_TLS=tcp unless the environment chose otherwise (no RDMA device on test hosts; without it local
+         * processes would use shared memory) and UCX's signal handlers off, as the launcher does.
+         */
+        public Builder transport(String transport) {
+            this.transport = transport;
             return this;
         }
 
@@ -344,7 +355,12 @@ public final class ServeCluster implements AutoCloseable {
         Path out = dir.resolve(label + ".out");
         Path log = dir.resolve(label + ".log");
         Files.writeString(dir.resolve(label + ".cmd"), String.join(" ", args) + "\n");
-        Process p = new ProcessBuilder(cmd).redirectOutput(out.toFile()).redirectError(log.toFile())
+        ProcessBuilder pb = new ProcessBuilder(cmd);
+        pb.environment().putIfAbsent("UCX_ERROR_SIGNALS", "");
+        if (config.transport.equals("ucx")) {
+            pb.environment().putIfAbsent("UCX_TLS", "tcp");
+        }
+        Process p = pb.redirectOutput(out.toFile()).redirectError(log.toFile())
                 .redirectInput(ProcessBuilder.Redirect.from(Path.of("/dev/null").toFile())).start();
         RbridgeProcess rp = new RbridgeProcess(label, p, out, log);
         LIVE.add(rp);
@@ -369,7 +385,8 @@ public final class ServeCluster implements AutoCloseable {
 
         private void start(int onPort) throws IOException {
             List<String> args = new ArrayList<>(List.of("memserver", "--listen", "127.0.0.1:" + onPort,
-                    "--capacity", cluster.config.capacity, "--admin", "none"));
+                    "--capacity", cluster.config.capacity, "--admin", "none", "--transport",
+                    cluster.config.transport));
             if (cluster.config.token != null) {
                 args.addAll(List.of("--token", cluster.config.token));
             }
@@ -446,6 +463,7 @@ public final class ServeCluster implements AutoCloseable {
         }
         args.addAll(List.of("--admin", config.admin ? (adminAddress == null ? "127.0.0.1:0" : adminAddress) : "none"));
         args.addAll(List.of("--timeout", config.timeout));
+        args.addAll(List.of("--transport", config.transport));
         if (config.token != null) {
             args.addAll(List.of("--token", config.token));
         }

@@ -13,6 +13,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.SymbolLookup;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
 import java.nio.file.Files;
@@ -174,7 +175,11 @@ final class Ucx {
     /** The endpoint configurations UCX logged ("ep_cfg[..]: tag(tcp/lo) rma_am(tcp/lo)" and the like). */
     static List<String> lanes() {
         Path p = laneLog;
-        if (p == null || !Files.exists(p)) {
+        if (p == null) {
+            return List.of();
+        }
+        flushLog();
+        if (!Files.exists(p)) {
             return List.of();
         }
         try {
@@ -188,6 +193,18 @@ final class Ucx {
             return out;
         } catch (IOException e) {
             return List.of();
+        }
+    }
+
+    /** UCX flushes its log file only for errors: flush it so the lanes are there to read. */
+    private static void flushLog() {
+        try {
+            Linker linker = Linker.nativeLinker();
+            MemorySegment f = SymbolLookup.libraryLookup("libucs.so.0", Arena.global()).find("ucs_log_flush")
+                    .orElseThrow();
+            linker.downcallHandle(f, FunctionDescriptor.ofVoid()).invokeExact();
+        } catch (Throwable e) {
+            log.debug("cannot flush UCX's log", e);
         }
     }
 
