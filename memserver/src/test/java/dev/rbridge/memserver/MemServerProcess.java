@@ -20,15 +20,26 @@ final class MemServerProcess implements AutoCloseable {
     }
 
     static MemServerProcess start(long capacity, String token) throws IOException, InterruptedException {
+        return start(capacity, token, "tcp");
+    }
+
+    /**
+     * A memserver on {@code transport}. For ucx the JVM gets what the launcher gives it (native access, UCX's signal
+     * handlers off) and UCX_TLS=tcp unless the environment chose otherwise: this host has no RDMA device, and without
+     * it two local processes would quietly use shared memory.
+     */
+    static MemServerProcess start(long capacity, String token, String transport)
+            throws IOException, InterruptedException {
         Path dir = Files.createTempDirectory("memserver");
         Path portFile = dir.resolve("port");
         Path log = dir.resolve("memserver.log");
-        Process p = new ProcessBuilder(List.of(
+        ProcessBuilder pb = new ProcessBuilder(List.of(
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "-Xmx256m",
                 "-cp", System.getProperty("java.class.path"),
-                StandaloneMemServer.class.getName(), portFile.toString(), String.valueOf(capacity), token))
-                .redirectErrorStream(true).redirectOutput(log.toFile()).start();
+                StandaloneMemServer.class.getName(), portFile.toString(), String.valueOf(capacity), token, transport));
+        ucxEnvironment(pb.environment());
+        Process p = pb.redirectErrorStream(true).redirectOutput(log.toFile()).start();
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
         while (!Files.exists(portFile)) {
             if (!p.isAlive() || System.nanoTime() > deadline) {
@@ -39,6 +50,12 @@ final class MemServerProcess implements AutoCloseable {
         }
         int port = Integer.parseInt(Files.readString(portFile).trim());
         return new MemServerProcess(p, new InetSocketAddress("127.0.0.1", port), log);
+    }
+
+    /** What a JVM that may use UCX needs in its environment (the ./rbridge launcher sets the same). */
+    static void ucxEnvironment(java.util.Map<String, String> env) {
+        env.putIfAbsent("UCX_ERROR_SIGNALS", "");
+        env.putIfAbsent("UCX_TLS", "tcp");
     }
 
     void kill() throws InterruptedException {

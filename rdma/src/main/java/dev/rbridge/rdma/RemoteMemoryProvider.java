@@ -2,7 +2,7 @@ package dev.rbridge.rdma;
 
 import java.io.IOException;
 
-/** A transport for remote memory: {@code tcp} (pure Java) today; {@code local} and {@code ucx} follow. */
+/** A transport for remote memory: {@code tcp} (pure Java), {@code local} (in-process) and {@code ucx} (JUCX). */
 public interface RemoteMemoryProvider {
     String name();
 

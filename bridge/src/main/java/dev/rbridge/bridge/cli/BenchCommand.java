@@ -1,5 +1,6 @@
 package dev.rbridge.bridge.cli;
 
+import dev.rbridge.rdma.ucx.UcxProvider;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -8,6 +9,7 @@ import java.io.PrintWriter;
 import java.lang.foreign.MemorySegment;
 import java.lang.management.ManagementFactory;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
@@ -93,6 +95,7 @@ final class BenchCommand implements Callable<Integer> {
         boolean latency = test == Test.READ_LAT || test == Test.WRITE_LAT;
         int slots = latency ? 1 : txDepth;
         long wait = remote.timeout * 2L;
+        boolean lanes = remote.transport.equals("ucx") && UcxProvider.reportLanes(); // before UCX loads
         return remote.withScratchRegion(spec, "bench", (long) bytes * slots, (c, region, arena) -> {
             MemorySegment[] buffers = new MemorySegment[slots];
             for (int i = 0; i < slots; i++) {
@@ -102,6 +105,12 @@ final class BenchCommand implements Callable<Integer> {
             Op op = (slot, read) -> read ? c.read(region, (long) slot * bytes, buffers[slot])
                     : c.write(region, (long) slot * bytes, buffers[slot]);
             out.println("Transport: " + remote.transport + " (" + c + "), memserver " + c.server().serverId());
+            if (lanes) {
+                // UCX's own account of the transports it chose: rma(rc_verbs/...) is RDMA, rma_am(tcp/...) is not.
+                List<String> chosen = UcxProvider.lanes();
+                out.println("UCX lanes: " + (chosen.isEmpty() ? "not reported (set UCX_LOG_LEVEL=info to see them)"
+                        : String.join(" | ", chosen)));
+            }
             if (latency) {
                 latency(out, op, test == Test.READ_LAT, bytes);
             } else {

@@ -34,7 +34,7 @@ final class MemServerClientOptions {
     int timeout;
 
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
-            description = "Remote-memory transport: tcp. Default ${DEFAULT-VALUE}.")
+            description = "Remote-memory transport: tcp or ucx (the memserver's). Default ${DEFAULT-VALUE}.")
     String transport;
 
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
@@ -45,7 +45,7 @@ final class MemServerClientOptions {
     RemoteMemoryProvider provider() {
         if (transport.equals("local")) {
             throw new IllegalArgumentException("the local transport exists only inside one process (rbridge demo); "
-                    + "use --transport tcp to reach a memserver");
+                    + "use --transport tcp or ucx to reach a memserver");
         }
         return Providers.byName(transport);
     }

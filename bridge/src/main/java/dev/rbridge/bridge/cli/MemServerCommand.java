@@ -55,7 +55,7 @@ final class MemServerCommand implements Callable<Integer> {
     boolean mlock;
 
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
-            description = "Remote-memory transport: tcp or local. Default ${DEFAULT-VALUE}.")
+            description = "Remote-memory transport: tcp, ucx or local. Default ${DEFAULT-VALUE}.")
     String transport;
 
     @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_MEMSERVER,

@@ -77,7 +77,7 @@ public final class ServeCommand implements Callable<Integer> {
     Path tokenFile;
 
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
-            description = "Remote-memory transport to the memservers: tcp. Default ${DEFAULT-VALUE}.")
+            description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
     String transport;
 
     @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "5",

@@ -102,6 +102,7 @@ public final class ServeCluster implements AutoCloseable {
         private boolean metrics;
         private String token;
         private String timeout = "5";
+        private String transport = "tcp";
         private final List<String> bridgeArgs = new ArrayList<>();
         private final List<String> memserverArgs = new ArrayList<>();
         private final List<String> jvmArgs = new ArrayList<>();
@@ -158,6 +159,16 @@ public final class ServeCluster implements AutoCloseable {
         /** The bridge's --timeout in seconds (default 5). */
         public Builder timeout(String seconds) {
             this.timeout = seconds;
+            return this;
+        }
+
+        /**
+         * The remote-memory transport of the memservers and the bridge (default tcp). For ucx every process gets
+         * UCX_TLS=tcp unless the environment chose otherwise (no RDMA device on test hosts; without it local
+         * processes would use shared memory) and UCX's signal handlers off, as the launcher does.
+         */
+        public Builder transport(String transport) {
+            this.transport = transport;
             return this;
         }
 
@@ -356,7 +367,12 @@ public final class ServeCluster implements AutoCloseable {
         Path out = dir.resolve(label + ".out");
         Path log = dir.resolve(label + ".log");
         Files.writeString(dir.resolve(label + ".cmd"), String.join(" ", args) + "\n");
-        Process p = new ProcessBuilder(cmd).redirectOutput(out.toFile()).redirectError(log.toFile())
+        ProcessBuilder pb = new ProcessBuilder(cmd);
+        pb.environment().putIfAbsent("UCX_ERROR_SIGNALS", "");
+        if (config.transport.equals("ucx")) {
+            pb.environment().putIfAbsent("UCX_TLS", "tcp");
+        }
+        Process p = pb.redirectOutput(out.toFile()).redirectError(log.toFile())
                 .redirectInput(ProcessBuilder.Redirect.from(Path.of("/dev/null").toFile())).start();
         RbridgeProcess rp = new RbridgeProcess(label, p, out, log);
         LIVE.add(rp);
@@ -382,7 +398,8 @@ public final class ServeCluster implements AutoCloseable {
 
         private void start(int onPort) throws IOException {
             List<String> args = new ArrayList<>(List.of("memserver", "--listen", "127.0.0.1:" + onPort,
-                    "--capacity", cluster.config.capacity, "--admin", "none", "--metrics",
+                    "--capacity", cluster.config.capacity, "--admin", "none", "--transport",
+                    cluster.config.transport, "--metrics",
                     !cluster.config.metrics ? "none" : metricsAddress == null ? "127.0.0.1:0" : metricsAddress));
             if (cluster.config.token != null) {
                 args.addAll(List.of("--token", cluster.config.token));
@@ -470,6 +487,7 @@ public final class ServeCluster implements AutoCloseable {
         args.addAll(List.of("--metrics", !config.metrics ? "none" : metricsAddress == null ? "127.0.0.1:0"
                 : metricsAddress));
         args.addAll(List.of("--timeout", config.timeout));
+        args.addAll(List.of("--transport", config.transport));
         if (config.token != null) {
             args.addAll(List.of("--token", config.token));
         }

@@ -1,0 +1,231 @@
+package dev.rbridge.rdma.ucx;
+
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import org.openucx.jucx.NativeLibs;
+import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpParams;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.SymbolLookup;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandle;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.stream.Stream;
+
+/**
+ * UCX for this JVM: loads JUCX and the system's libucx0 the first time the ucx transport is used (never before: the
+ * other transports must run where UCX is not installed), and holds the one {@link UcpContext} every worker is made
+ * from, for the life of the JVM. Loading problems become one sentence saying what to install or which transport to
+ * use.
+ */
+final class Ucx {
+    private static final Logger log = LoggerFactory.getLogger(Ucx.class);
+
+    /** Transports that exist only on an RDMA device (InfiniBand, RoCE, soft-RoCE). */
+    private static final Set<String> RDMA_TLS = Set.of("rc", "rc_v", "rc_verbs", "rc_x", "rc_mlx5", "ud", "ud_v",
+            "ud_verbs", "ud_x", "ud_mlx5", "dc", "dc_x", "dc_mlx5", "ib", "rdmacm");
+
+    private static UcpContext context;
+    private static RemoteMemoryException failure;
+    private static Path laneLog;
+
+    private Ucx() {
+    }
+
+    /** The JVM's UCX context, created on first use; fails with CONNECT_FAILED and the sentence to act on. */
+    static synchronized UcpContext context() throws RemoteMemoryException {
+        if (context != null) {
+            return context;
+        }
+        if (failure != null) {
+            throw failure;
+        }
+        try {
+            checkRdmaDevice(System.getenv(), rdmaDevices());
+            if (System.getenv("UCX_ERROR_SIGNALS") == null) {
+                // UCX's own SIGSEGV/SIGBUS handlers would replace the JVM's (which relies on them): keep them out.
+                try {
+                    setenv("UCX_ERROR_SIGNALS", "");
+                } catch (Throwable e) {
+                    log.warn("could not set UCX_ERROR_SIGNALS; set it empty in the environment", e);
+                }
+            }
+            try {
+                NativeLibs.load();
+            } catch (LinkageError e) {
+                throw new RemoteMemoryException(Status.CONNECT_FAILED, loadFailure(e));
+            }
+            try {
+                context = new UcpContext(new UcpParams().requestRmaFeature().requestWakeupFeature());
+            } catch (LinkageError e) {
+                throw new RemoteMemoryException(Status.CONNECT_FAILED, loadFailure(e));
+            } catch (RuntimeException e) {
+                throw new RemoteMemoryException(Status.CONNECT_FAILED, "UCX could not start (" + e.getMessage()
+                        + "); check UCX_TLS and UCX_NET_DEVICES (ucx_info -d lists what this host has), "
+                        + "or use --transport tcp");
+            }
+            if (rdmaDevices().isEmpty()) {
+                log.info("no RDMA device on this host: UCX will move data over its tcp or shared-memory transports, "
+                        + "not RDMA");
+            }
+            return context;
+        } catch (RemoteMemoryException e) {
+            failure = e;
+            throw e;
+        }
+    }
+
+    /** The message for a JUCX or libucx0 that would not load. */
+    static String loadFailure(Throwable e) {
+        String m = String.valueOf(e.getMessage());
+        if (m.contains("libuc") || m.contains("cannot open shared object")) {
+            return "the ucx transport needs UCX 1.13 or newer (libucp.so.0 could not be loaded: " + m.trim()
+                    + "); install it with 'apt-get install libucx0' (Debian 12), or use --transport tcp";
+        }
+        return "the ucx transport could not load JUCX's native library (" + m.trim() + "); install libucx0 "
+                + "('apt-get install libucx0'), or use --transport tcp";
+    }
+
+    /** The RDMA devices this host has (/sys/class/infiniband), empty when none. */
+    static List<String> rdmaDevices() {
+        Path dir = Path.of("/sys/class/infiniband");
+        if (!Files.isDirectory(dir)) {
+            return List.of();
+        }
+        try (Stream<Path> s = Files.list(dir)) {
+            return s.map(p -> p.getFileName().toString()).sorted().toList();
+        } catch (IOException e) {
+            return List.of();
+        }
+    }
+
+    /**
+     * Refuses to start when UCX_TLS (or UCX_NET_DEVICES) asks for RDMA and the host has no RDMA device: UCX itself
+     * would fail later with "no such device" or quietly fall back.
+     */
+    static void checkRdmaDevice(Map<String, String> env, List<String> devices) throws RemoteMemoryException {
+        if (!devices.isEmpty()) {
+            return;
+        }
+        String tls = env.getOrDefault("UCX_TLS", "").trim().toLowerCase(Locale.ROOT);
+        List<String> wanted = new ArrayList<>();
+        if (!tls.startsWith("^")) {
+            for (String t : tls.split(",")) {
+                String name = t.trim().startsWith("\\") ? t.trim().substring(1) : t.trim();
+                if (RDMA_TLS.contains(name)) {
+                    wanted.add(name);
+                }
+            }
+        }
+        String nets = env.getOrDefault("UCX_NET_DEVICES", "");
+        for (String d : nets.split(",")) {
+            if (d.trim().matches("[A-Za-z0-9_]+:\\d+")) { // mlx5_0:1, rxe0:1: an RDMA port
+                wanted.add(d.trim());
+            }
+        }
+        if (!wanted.isEmpty()) {
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "no RDMA device on this host (/sys/class/"
+                    + "infiniband is empty) but " + (tls.isEmpty() ? "UCX_NET_DEVICES=" + nets : "UCX_TLS=" + tls)
+                    + " asks for one; load soft-RoCE (see kmod-hooks) or use an RDMA NIC, set UCX_TLS=tcp, or use "
+                    + "--transport tcp");
+        }
+    }
+
+    /**
+     * Makes UCX log the transports it picks for each endpoint ("lanes") to a file that {@link #lanes} reads, unless
+     * the user already chose a log level or file. Only works before UCX is loaded (UCX reads its log settings then);
+     * returns false when it is too late.
+     */
+    static synchronized boolean reportLanes() {
+        if (context != null || laneLog != null) {
+            return laneLog != null;
+        }
+        try {
+            if (System.getenv("UCX_LOG_FILE") == null) {
+                laneLog = Files.createTempFile("rbridge-ucx-", ".log");
+                laneLog.toFile().deleteOnExit();
+                setenv("UCX_LOG_FILE", laneLog.toString());
+            } else {
+                laneLog = Path.of(System.getenv("UCX_LOG_FILE").replace("%p",
+                        String.valueOf(ProcessHandle.current().pid())));
+            }
+            if (System.getenv("UCX_LOG_LEVEL") == null) {
+                setenv("UCX_LOG_LEVEL", "info");
+            }
+            return true;
+        } catch (Throwable e) {
+            log.debug("cannot set up the UCX lane report", e);
+            return false;
+        }
+    }
+
+    /** The endpoint configurations UCX logged ("ep_cfg[..]: tag(tcp/lo) rma_am(tcp/lo)" and the like). */
+    static List<String> lanes() {
+        Path p = laneLog;
+        if (p == null) {
+            return List.of();
+        }
+        flushLog();
+        if (!Files.exists(p)) {
+            return List.of();
+        }
+        try {
+            List<String> out = new ArrayList<>();
+            for (String line : Files.readAllLines(p)) {
+                int at = line.indexOf("ep_cfg[");
+                if (at >= 0 && !out.contains(line.substring(at).trim())) {
+                    out.add(line.substring(at).trim());
+                }
+            }
+            return out;
+        } catch (IOException e) {
+            return List.of();
+        }
+    }
+
+    /** UCX flushes its log file only for errors: flush it so the lanes are there to read. */
+    private static void flushLog() {
+        try {
+            Linker linker = Linker.nativeLinker();
+            MemorySegment f = SymbolLookup.libraryLookup("libucs.so.0", Arena.global()).find("ucs_log_flush")
+                    .orElseThrow();
+            linker.downcallHandle(f, FunctionDescriptor.ofVoid()).invokeExact();
+        } catch (Throwable e) {
+            log.debug("cannot flush UCX's log", e);
+        }
+    }
+
+    private static void setenv(String name, String value) throws Throwable {
+        Linker linker = Linker.nativeLinker();
+        MethodHandle setenv = linker.downcallHandle(linker.defaultLookup().find("setenv").orElseThrow(),
+                FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.ADDRESS,
+                        ValueLayout.JAVA_INT));
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment n = a.allocateFrom(name);
+            MemorySegment v = a.allocateFrom(value);
+            int rc = (int) setenv.invokeExact(n, v, 1);
+            if (rc != 0) {
+                throw new IOException("setenv " + name + " failed");
+            }
+        }
+    }
+
+    /** A UCX status code as the exception of the contract: the peer is gone or the endpoint broke. */
+    static RemoteMemoryException failure(String what, String peer, int ucsStatus, String message) {
+        return new RemoteMemoryException(Status.CONNECTION_LOST, what + " to memserver " + peer + " failed in UCX: "
+                + message + " (status " + ucsStatus + ")");
+    }
+}

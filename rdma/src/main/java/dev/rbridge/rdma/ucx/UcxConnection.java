@@ -1,0 +1,843 @@
+package dev.rbridge.rdma.ucx;
+
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.Lease;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.ServerInfo;
+import org.openucx.jucx.UcxCallback;
+import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpEndpoint;
+import org.openucx.jucx.ucp.UcpEndpointParams;
+import org.openucx.jucx.ucp.UcpRemoteKey;
+import org.openucx.jucx.ucp.UcpRequest;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.BufferUnderflowException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Consumer;
+
+/**
+ * The client end of a ucx-provider connection. Control operations go over a TCP connection (one reader thread matches
+ * replies by id); READ and WRITE are UCX GET and PUT from the caller's memory straight to the region, on one UCX
+ * worker whose progress thread alone touches it. Callers queue operations; the progress thread posts everything
+ * queued, then one endpoint flush for the PUTs of that batch: a write completes when that flush does (remote
+ * completion: the bytes are in the memserver's memory), so a burst of writes costs one flush, not one each.
+ *
+ * <p>Remote keys come from {@link Control#MAP} (the memserver checks the access key) and are cached per region; an
+ * {@link Control#INVALIDATE} from the memserver (a release, a lease takeover) drops them, flushes what was issued
+ * with them, and only then answers. A watchdog fails everything when any operation is older than the operation
+ * timeout; a lost control connection or a UCX endpoint error fails everything at once.
+ */
+final class UcxConnection implements RemoteConnection {
+    private static final Logger log = LoggerFactory.getLogger(UcxConnection.class);
+
+    private final SocketChannel control;
+    private final String peer;
+    private final long timeoutNanos;
+    private final ServerInfo server;
+    private final ConnectionStats stats = new ConnectionStats();
+    private final UcxLoop loop;
+    /** Held for the life of the connection: JUCX keeps only a weak reference for its error handler. */
+    private UcpEndpoint endpoint;
+    private final AtomicLong ids = new AtomicLong(1);
+    private final Object writeLock = new Object();
+    /** Control requests and data operations not yet completed, by id: what the watchdog and a close fail. */
+    private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
+    private final Map<MapKey, CompletableFuture<Mapping>> mappings = new ConcurrentHashMap<>();
+    /** Operations issued but not yet on the queue (waiting for a remote key, zeroes): a flush waits for them. */
+    private final Set<CompletableFuture<?>> offQueue = ConcurrentHashMap.newKeySet();
+    private final ConcurrentLinkedQueue<Op> queue = new ConcurrentLinkedQueue<>();
+    private final AtomicBoolean drainScheduled = new AtomicBoolean();
+    private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
+    private final ScheduledFuture<?> watchdog;
+    private final Thread reader;
+
+    private record MapKey(long region, long key, long length) {
+    }
+
+    private record MapReply(long address, long length, ByteBuffer rkey) {
+    }
+
+    /** A region's remote address and unpacked key on this endpoint. Ops are queued under its monitor. */
+    private static final class Mapping {
+        final long address;
+        final long length;
+        final UcpRemoteKey rkey;
+        boolean valid = true;
+
+        Mapping(long address, long length, UcpRemoteKey rkey) {
+            this.address = address;
+            this.length = length;
+            this.rkey = rkey;
+        }
+    }
+
+    private static class Pending {
+        final long id;
+        final String what;
+        final long deadline;
+        final CompletableFuture<Object> future = new CompletableFuture<>();
+
+        Pending(long id, String what, long deadline) {
+            this.id = id;
+            this.what = what;
+            this.deadline = deadline;
+        }
+    }
+
+    private static final class Call extends Pending {
+        final Parser parser;
+
+        Call(long id, String what, long deadline, Parser parser) {
+            super(id, what, deadline);
+            this.parser = parser;
+        }
+    }
+
+    private enum Kind { GET, PUT, FLUSH }
+
+    private static final class Op extends Pending {
+        final Kind kind;
+        final long remote;
+        final UcpRemoteKey rkey;
+        final long local;
+        final long size;
+        /** Kept reachable until completion: the caller's segment, or a native copy of a heap one. */
+        final MemorySegment buffer;
+        final Runnable after;
+
+        Op(long id, Kind kind, long deadline, long remote, UcpRemoteKey rkey, MemorySegment buffer, Runnable after) {
+            super(id, kind.name(), deadline);
+            this.kind = kind;
+            this.remote = remote;
+            this.rkey = rkey;
+            this.local = buffer == null ? 0 : buffer.address();
+            this.size = buffer == null ? 0 : buffer.byteSize();
+            this.buffer = buffer;
+            this.after = after;
+        }
+    }
+
+    private interface Parser {
+        Object parse(ByteBuffer body);
+    }
+
+    private UcxConnection(SocketChannel control, String peer, ConnectParams params, ServerInfo server, UcxLoop loop) {
+        this.control = control;
+        this.peer = peer;
+        this.timeoutNanos = params.operationTimeout().toNanos();
+        this.server = server;
+        this.loop = loop;
+        long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
+        this.watchdog = UcxListener.TIMER.scheduleWithFixedDelay(this::checkDeadlines, period, period,
+                TimeUnit.MILLISECONDS);
+        this.reader = new Thread(this::readLoop, "rdma-ucx-reader-" + peer);
+        reader.setDaemon(true);
+    }
+
+    static UcxConnection connect(ConnectParams params) throws RemoteMemoryException {
+        String peer = params.address().getHostString() + ":" + params.address().getPort();
+        UcpContext context = Ucx.context();
+        SocketChannel ch;
+        try {
+            ch = SocketChannel.open();
+        } catch (IOException e) {
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot open a socket: " + e.getMessage(), e);
+        }
+        ScheduledFuture<?> guard = UcxListener.TIMER.schedule(() -> closeQuietly(ch),
+                params.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
+        UcxLoop loop = null;
+        try {
+            Control.tune(ch);
+            ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
+            ServerInfo info = hello(ch, params, peer);
+            ByteBuffer serverAddress = ucxConnect(ch, peer);
+            if (!guard.cancel(false)) {
+                throw new IOException("timed out");
+            }
+            loop = new UcxLoop(context, "rdma-ucx-progress-" + peer);
+            UcxConnection c = new UcxConnection(ch, peer, params, info, loop);
+            UcxLoop l = loop;
+            try {
+                c.endpoint = l.call(() -> l.worker.newEndpoint(new UcpEndpointParams().setUcpAddress(serverAddress)
+                        .setPeerErrorHandlingMode().setName("rbridge-" + peer)
+                        .setErrorHandler((ep, status, message) -> c.closeWith(Ucx.failure("the UCX endpoint", peer,
+                                status, message)))), params.connectTimeout().toMillis());
+            } catch (Exception e) {
+                c.close();
+                throw new RemoteMemoryException(Status.CONNECT_FAILED, "UCX could not connect to memserver " + peer
+                        + ": " + e.getMessage(), e);
+            }
+            c.reader.start();
+            return c;
+        } catch (IOException e) {
+            boolean timedOut = !guard.cancel(false);
+            closeQuietly(ch);
+            if (loop != null) {
+                loop.close();
+            }
+            String why = timedOut ? "no answer within " + params.connectTimeout().toMillis() + " ms"
+                    : e.getMessage() == null ? e.toString() : e.getMessage();
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot reach memserver " + peer + ": " + why, e);
+        } catch (RemoteMemoryException e) {
+            guard.cancel(false);
+            closeQuietly(ch);
+            throw e;
+        } catch (Exception e) {
+            guard.cancel(false);
+            closeQuietly(ch);
+            if (loop != null) {
+                loop.close();
+            }
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "UCX could not connect to memserver " + peer + ": "
+                    + e.getMessage(), e);
+        }
+    }
+
+    /** Sends one request and reads its reply, before the reader thread runs; a refusal becomes the exception. */
+    private static ByteBuffer exchange(SocketChannel ch, String peer, ByteBuffer request, int opcode)
+            throws IOException, RemoteMemoryException {
+        Control.writeFully(ch, request);
+        Control.Header h = Control.readHeader(ch);
+        if (h.magic() != Control.MAGIC) {
+            throw new IOException(peer + " is not a memserver (bad magic in its reply)");
+        }
+        if (h.length() < 0 || h.length() > 64 << 10) {
+            throw new IOException(peer + " sent a reply of " + Integer.toUnsignedString(h.length()) + " bytes");
+        }
+        ByteBuffer body = Control.readBody(ch, h.length());
+        if (h.status() != 0) {
+            String message = h.length() >= 2 ? Control.getString(body) : "";
+            if (opcode == Control.UCX_CONNECT && message.contains("unexpected OP_")) {
+                throw new RemoteMemoryException(Status.CONNECT_FAILED, "memserver " + peer + " does not serve the "
+                        + "ucx transport (it runs another one, tcp by default); start it with --transport ucx or "
+                        + "connect with its transport");
+            }
+            throw new RemoteMemoryException(Status.of(h.status()), "memserver " + peer + " refused the connection: "
+                    + message);
+        }
+        if (opcode == Control.HELLO && h.version() != Control.VERSION) {
+            throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver " + peer + " speaks protocol v"
+                    + h.version() + ", this client v" + Control.VERSION);
+        }
+        return body;
+    }
+
+    private static ServerInfo hello(SocketChannel ch, ConnectParams params, String peer)
+            throws IOException, RemoteMemoryException {
+        ByteBuffer req = Control.message(Control.HELLO, 0, 0, Control.stringLength(params.token())
+                + Control.stringLength(params.clientName()));
+        Control.putString(req, params.token());
+        Control.putString(req, params.clientName());
+        ByteBuffer b = exchange(ch, peer, Control.done(req), Control.HELLO);
+        try {
+            return new ServerInfo(Control.getString(b), Control.VERSION, b.getLong(), b.getLong());
+        } catch (BufferUnderflowException e) {
+            throw new IOException(peer + " sent a malformed hello reply");
+        }
+    }
+
+    private static ByteBuffer ucxConnect(SocketChannel ch, String peer) throws IOException, RemoteMemoryException {
+        ByteBuffer b = exchange(ch, peer, Control.done(Control.message(Control.UCX_CONNECT, 0, 0, 0)),
+                Control.UCX_CONNECT);
+        try {
+            return Control.getBytes(b);
+        } catch (BufferUnderflowException e) {
+            throw new IOException(peer + " sent a malformed UCX_CONNECT reply");
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------ control plane
+
+    @Override
+    public ServerInfo server() {
+        return server;
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> allocate(RegionTag tag, long length) {
+        ByteBuffer b = request(Control.ALLOCATE, 8 + Control.tagLength(tag));
+        b.putLong(length);
+        Control.putTag(b, tag);
+        CompletableFuture<RegionDescriptor> d = call(b, Control::getDescriptor);
+        return d.thenCompose(this::mapped);
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> open(long regionId) {
+        ByteBuffer b = request(Control.OPEN, 8);
+        b.putLong(regionId);
+        CompletableFuture<RegionDescriptor> d = call(b, Control::getDescriptor);
+        return d.thenCompose(this::mapped);
+    }
+
+    /** The descriptor once its remote key is at hand (so the first data operation needs no round trip). */
+    private CompletableFuture<RegionDescriptor> mapped(RegionDescriptor d) {
+        return mapping(d).handle((m, e) -> d); // a failed MAP fails the first data operation, not the grant
+    }
+
+    @Override
+    public CompletableFuture<List<RegionInfo>> list() {
+        return call(request(Control.LIST, 0), body -> {
+            int n = body.getInt();
+            if (n < 0 || n > body.remaining()) {
+                throw new BufferUnderflowException();
+            }
+            List<RegionInfo> regions = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                regions.add(new RegionInfo(Control.getDescriptor(body), Control.getString(body)));
+            }
+            return regions;
+        });
+    }
+
+    @Override
+    public CompletableFuture<Void> release(RegionDescriptor region) {
+        ByteBuffer b = request(Control.RELEASE, 16);
+        b.putLong(region.id()).putLong(region.key());
+        return call(b, body -> null);
+    }
+
+    @Override
+    public CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
+        ByteBuffer b = request(Control.RETAG, 16 + Control.tagLength(tag));
+        b.putLong(region.id()).putLong(region.key());
+        Control.putTag(b, tag);
+        return call(b, Control::getDescriptor);
+    }
+
+    @Override
+    public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
+        long ttlMillis = ttl.isZero() ? 0 : ttl.isNegative() ? -1 : saturatedMillis(ttl);
+        ByteBuffer b = request(Control.LEASE, Control.stringLength(volume) + Control.stringLength(owner) + 8);
+        Control.putString(b, volume);
+        Control.putString(b, owner);
+        b.putLong(ttlMillis);
+        return call(b, body -> new Lease(volume, owner, body.getLong(), body.get() != 0));
+    }
+
+    private static long saturatedMillis(Duration ttl) {
+        try {
+            return Math.max(1, ttl.toMillis());
+        } catch (ArithmeticException e) {
+            return Long.MAX_VALUE;
+        }
+    }
+
+    @Override
+    public CompletableFuture<Void> unlease(String volume, String owner) {
+        ByteBuffer b = request(Control.UNLEASE, Control.stringLength(volume) + Control.stringLength(owner));
+        Control.putString(b, volume);
+        Control.putString(b, owner);
+        return call(b, body -> null);
+    }
+
+    @Override
+    public CompletableFuture<ServerInfo> info() {
+        return call(request(Control.INFO, 0), body -> new ServerInfo(Control.getString(body), Control.VERSION,
+                body.getLong(), body.getLong()));
+    }
+
+    private static ByteBuffer request(int opcode, int bodyLength) {
+        return Control.message(opcode, 0, 0, bodyLength);
+    }
+
+    @SuppressWarnings("unchecked")
+    private <T> CompletableFuture<T> call(ByteBuffer request, Parser parser) {
+        RemoteMemoryException dead = closed.get();
+        if (dead != null) {
+            return CompletableFuture.failedFuture(dead);
+        }
+        long id = ids.getAndIncrement();
+        int opcode = Short.toUnsignedInt(request.getShort(6));
+        Call c = new Call(id, Control.opName(opcode), System.nanoTime() + timeoutNanos, parser);
+        pending.put(id, c);
+        if (closed.get() != null && pending.remove(id) != null) {
+            c.future.completeExceptionally(closed.get());
+            return (CompletableFuture<T>) (CompletableFuture<?>) c.future;
+        }
+        request.putLong(8, id);
+        ByteBuffer b = Control.done(request);
+        try {
+            send(b);
+        } catch (IOException e) {
+            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: "
+                    + e.getMessage(), e));
+        }
+        return (CompletableFuture<T>) (CompletableFuture<?>) c.future;
+    }
+
+    private void send(ByteBuffer b) throws IOException {
+        synchronized (writeLock) {
+            stats.sendMessages.increment();
+            stats.sendBytes.add(b.remaining());
+            Control.writeFully(control, b);
+        }
+    }
+
+    private void readLoop() {
+        try {
+            while (true) {
+                Control.Header h = Control.readHeader(control);
+                if (h.magic() != Control.MAGIC || h.length() < 0 || h.length() > Control.MAX_BODY) {
+                    throw new IOException("malformed reply header");
+                }
+                ByteBuffer body = Control.readBody(control, h.length());
+                stats.recvMessages.increment();
+                stats.recvBytes.add(Control.HEADER + (long) h.length());
+                if (h.opcode() == Control.INVALIDATE) {
+                    invalidated(h.id(), body);
+                    continue;
+                }
+                Pending p = pending.remove(h.id());
+                if (!(p instanceof Call c)) {
+                    throw new IOException("reply to unknown request " + h.id());
+                }
+                if (h.status() != 0) {
+                    String message = h.length() >= 2 ? Control.getString(body) : "";
+                    if (h.status() == Status.BAD_REQUEST.code() && message.startsWith("unexpected OP_")) {
+                        message += " (the memserver predates this operation; upgrade it)";
+                    }
+                    c.future.completeExceptionally(new RemoteMemoryException(Status.of(h.status()), c.what
+                            + " on memserver " + peer + " failed: " + message));
+                    continue;
+                }
+                try {
+                    c.future.complete(c.parser.parse(body));
+                } catch (RuntimeException e) {
+                    c.future.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "malformed " + c.what
+                            + " reply: " + e));
+                }
+            }
+        } catch (EOFException e) {
+            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer
+                    + " closed the connection"));
+        } catch (IOException | RuntimeException e) {
+            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + ": "
+                    + e.getMessage(), e));
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------ remote keys
+
+    private CompletableFuture<Mapping> mapping(RegionDescriptor d) {
+        MapKey k = new MapKey(d.id(), d.key(), d.length());
+        CompletableFuture<Mapping> m = mappings.get(k);
+        if (m != null) {
+            return m;
+        }
+        CompletableFuture<Mapping> mine = new CompletableFuture<>();
+        m = mappings.putIfAbsent(k, mine);
+        if (m != null) {
+            return m;
+        }
+        ByteBuffer b = request(Control.MAP, 24);
+        b.putLong(d.id()).putLong(d.key()).putLong(d.length());
+        CompletableFuture<MapReply> reply = call(b, body -> new MapReply(body.getLong(), body.getLong(),
+                Control.getBytes(body)));
+        reply.whenComplete((r, e) -> {
+            if (e != null) {
+                mappings.remove(k, mine); // not cached: the next operation asks again
+                mine.completeExceptionally(e);
+                return;
+            }
+            // The reader thread queues the unpack before it can queue any INVALIDATE for this key (FIFO).
+            loop.execute(() -> {
+                try {
+                    mine.complete(new Mapping(r.address(), r.length(), endpoint.unpackRemoteKey(r.rkey())));
+                } catch (RuntimeException x) {
+                    mappings.remove(k, mine);
+                    mine.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "UCX could not unpack "
+                            + "the remote key of region " + d.id() + ": " + x.getMessage()));
+                }
+            });
+        });
+        return mine;
+    }
+
+    /** The mapping if it is there, null while it is being made or when it failed. */
+    private static Mapping doneOrNull(CompletableFuture<Mapping> f) {
+        return f.isDone() && !f.isCompletedExceptionally() ? f.join() : null;
+    }
+
+    /** The memserver withdraws regions: forget their keys, flush what used them, then answer. */
+    private void invalidated(long pushId, ByteBuffer body) {
+        int n = body.getInt();
+        Set<Long> regions = new java.util.HashSet<>();
+        for (int i = 0; i < n; i++) {
+            regions.add(body.getLong());
+        }
+        List<CompletableFuture<Mapping>> dropped = new ArrayList<>();
+        mappings.entrySet().removeIf(e -> {
+            if (regions.contains(e.getKey().region())) {
+                dropped.add(e.getValue());
+                return true;
+            }
+            return false;
+        });
+        loop.execute(() -> {
+            List<Mapping> gone = new ArrayList<>();
+            for (CompletableFuture<Mapping> f : dropped) {
+                Mapping m = doneOrNull(f);
+                if (m != null) {
+                    synchronized (m) {
+                        m.valid = false;
+                    }
+                    gone.add(m);
+                }
+            }
+            Op barrier = new Op(ids.getAndIncrement(), Kind.FLUSH, System.nanoTime() + timeoutNanos, 0, null, null,
+                    () -> {
+                        loop.execute(() -> gone.forEach(m -> m.rkey.close()));
+                        try {
+                            send(Control.done(Control.message(Control.INVALIDATE, pushId, 0, 0)));
+                        } catch (IOException e) {
+                            log.debug("could not answer INVALIDATE: {}", e.getMessage());
+                        }
+                    });
+            submit(barrier);
+        });
+    }
+
+    // -------------------------------------------------------------------------------------------- data plane
+
+    @Override
+    public CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst) {
+        if (!dst.isAccessibleBy(loop.thread())) {
+            return CompletableFuture.failedFuture(new IllegalArgumentException("a read buffer must be shared memory "
+                    + "(Arena.ofShared, ofAuto or global): the provider's I/O thread fills it"));
+        }
+        stats.readOps.increment();
+        stats.readBytes.add(dst.byteSize());
+        if (dst.isNative()) {
+            return data(Kind.GET, region, offset, dst, null);
+        }
+        MemorySegment staging = Arena.ofAuto().allocate(Math.max(1, dst.byteSize())).asSlice(0, dst.byteSize());
+        return data(Kind.GET, region, offset, staging, () -> dst.copyFrom(staging));
+    }
+
+    @Override
+    public CompletableFuture<Void> write(RegionDescriptor region, long offset, MemorySegment src) {
+        stats.writeOps.increment();
+        stats.writeBytes.add(src.byteSize());
+        if (src.isNative()) {
+            return data(Kind.PUT, region, offset, src, null);
+        }
+        MemorySegment staging = Arena.ofAuto().allocate(Math.max(1, src.byteSize())).asSlice(0, src.byteSize());
+        staging.copyFrom(src);
+        return data(Kind.PUT, region, offset, staging, null);
+    }
+
+    @Override
+    public CompletableFuture<Void> zero(RegionDescriptor region, long offset, long length) {
+        ByteBuffer b = request(Control.ZERO, 32);
+        b.putLong(region.id()).putLong(region.key()).putLong(offset).putLong(length);
+        CompletableFuture<Void> f = call(b, body -> null);
+        offQueue.add(f);
+        f.whenComplete((v, e) -> offQueue.remove(f));
+        return f;
+    }
+
+    @Override
+    public CompletableFuture<Void> flush() {
+        CompletableFuture<?>[] before = offQueue.toArray(CompletableFuture[]::new);
+        CompletableFuture<Void> epFlush = submit(new Op(ids.getAndIncrement(), Kind.FLUSH,
+                System.nanoTime() + timeoutNanos, 0, null, null, null));
+        if (before.length == 0) {
+            return epFlush;
+        }
+        return CompletableFuture.allOf(before).handle((v, e) -> null).thenCompose(v -> epFlush);
+    }
+
+    @SuppressWarnings("unchecked")
+    private CompletableFuture<Void> data(Kind kind, RegionDescriptor region, long offset, MemorySegment buffer,
+                                         Runnable after) {
+        RemoteMemoryException dead = closed.get();
+        if (dead != null) {
+            return CompletableFuture.failedFuture(dead);
+        }
+        long size = buffer.byteSize();
+        if (offset < 0 || size < 0 || offset > region.length() - size) {
+            return CompletableFuture.failedFuture(new RemoteMemoryException(Status.OUT_OF_RANGE, "range " + offset
+                    + "+" + size + " is outside region " + region.id() + " (" + region.length() + " bytes)"));
+        }
+        if (size == 0) {
+            return CompletableFuture.completedFuture(null);
+        }
+        CompletableFuture<Mapping> m = mapping(region);
+        Mapping ready = doneOrNull(m);
+        if (ready != null) {
+            CompletableFuture<Void> f = queue(kind, ready, region, offset, buffer, after);
+            if (f != null) {
+                return f;
+            }
+        }
+        // Waiting for the remote key (or it was withdrawn just now): ask again once it is there.
+        CompletableFuture<Void> f = m.thenCompose(x -> {
+            CompletableFuture<Void> q = queue(kind, x, region, offset, buffer, after);
+            return q != null ? q : data(kind, region, offset, buffer, after);
+        });
+        offQueue.add(f);
+        f.whenComplete((v, e) -> offQueue.remove(f));
+        return f;
+    }
+
+    /** Queues the operation with {@code m}'s key, or null when the key was withdrawn meanwhile. */
+    private CompletableFuture<Void> queue(Kind kind, Mapping m, RegionDescriptor region, long offset,
+                                          MemorySegment buffer, Runnable after) {
+        synchronized (m) {
+            if (!m.valid) {
+                return null;
+            }
+            if (offset > m.length - buffer.byteSize()) {
+                return CompletableFuture.failedFuture(new RemoteMemoryException(Status.OUT_OF_RANGE, "range "
+                        + offset + "+" + buffer.byteSize() + " is outside region " + region.id()));
+            }
+            return submit(new Op(ids.getAndIncrement(), kind, System.nanoTime() + timeoutNanos, m.address + offset,
+                    m.rkey, buffer, after));
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private CompletableFuture<Void> submit(Op op) {
+        pending.put(op.id, op);
+        RemoteMemoryException dead = closed.get();
+        if (dead != null && pending.remove(op.id) != null) {
+            op.future.completeExceptionally(dead);
+        } else {
+            enqueue(op);
+        }
+        return (CompletableFuture<Void>) (CompletableFuture<?>) op.future;
+    }
+
+    private void enqueue(Op op) {
+        queue.add(op);
+        if (drainScheduled.compareAndSet(false, true)) {
+            loop.execute(this::drain);
+        }
+    }
+
+    /** On the progress thread: posts everything queued, then one flush covering the batch's PUTs. */
+    private void drain() {
+        drainScheduled.set(false);
+        List<Op> puts = new ArrayList<>();
+        Op op;
+        while ((op = queue.poll()) != null) {
+            if (closed.get() != null) {
+                fail(op, closed.get());
+                continue;
+            }
+            try {
+                switch (op.kind) {
+                    case GET -> endpoint.getNonBlocking(op.remote, op.rkey, op.local, op.size, callback(op, null));
+                    case PUT -> {
+                        endpoint.putNonBlocking(op.local, op.size, op.remote, op.rkey, callback(op, null));
+                        puts.add(op);
+                    }
+                    case FLUSH -> {
+                        if (!puts.isEmpty()) {
+                            flushPuts(puts);
+                            puts = new ArrayList<>();
+                        }
+                        endpoint.flushNonBlocking(callback(op, null));
+                    }
+                }
+            } catch (RuntimeException e) {
+                fail(op, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "UCX refused a " + op.kind
+                        + " to memserver " + peer + ": " + e.getMessage(), e)));
+            }
+        }
+        if (!puts.isEmpty()) {
+            flushPuts(puts);
+        }
+    }
+
+    private void flushPuts(List<Op> puts) {
+        try {
+            endpoint.flushNonBlocking(callback(null, r -> puts.forEach(this::complete)));
+        } catch (RuntimeException e) {
+            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "UCX refused a flush to memserver " + peer
+                    + ": " + e.getMessage(), e));
+        }
+    }
+
+    /**
+     * Completes {@code op} on success (a PUT's own success is only local: its flush completes it), or everything on
+     * an error: a failed GET, PUT or flush means the endpoint is broken.
+     */
+    private UcxCallback callback(Op op, Consumer<UcpRequest> onSuccess) {
+        return new UcxCallback() {
+            @Override
+            public void onSuccess(UcpRequest request) {
+                if (onSuccess != null) {
+                    onSuccess.accept(request);
+                } else if (op.kind != Kind.PUT) {
+                    complete(op);
+                }
+            }
+
+            @Override
+            public void onError(int ucsStatus, String errorMsg) {
+                RemoteMemoryException e = closed.get() != null ? closed.get()
+                        : Ucx.failure(op == null ? "a flush" : "a " + op.kind, peer, ucsStatus, errorMsg);
+                if (op != null) {
+                    fail(op, e);
+                }
+                closeWith(e);
+            }
+        };
+    }
+
+    private void complete(Op op) {
+        if (pending.remove(op.id) != null) {
+            if (op.after != null) {
+                try {
+                    op.after.run();
+                } catch (RuntimeException e) {
+                    op.future.completeExceptionally(e);
+                    return;
+                }
+            }
+            op.future.complete(null);
+        }
+    }
+
+    private void fail(Pending p, RemoteMemoryException e) {
+        if (pending.remove(p.id) != null) {
+            p.future.completeExceptionally(e);
+        }
+    }
+
+    // -------------------------------------------------------------------------------------- failure and close
+
+    private void checkDeadlines() {
+        if (closed.get() != null) {
+            return;
+        }
+        long now = System.nanoTime();
+        for (Pending p : pending.values()) {
+            if (now - p.deadline > 0) {
+                closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not answer "
+                        + p.what + " within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
+                        + " ms; connection declared dead"));
+                return;
+            }
+        }
+    }
+
+    @Override
+    public ConnectionStats stats() {
+        return stats;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return closed.get() == null;
+    }
+
+    @Override
+    public void close() {
+        closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "connection to memserver " + peer
+                + " was closed by this client"));
+    }
+
+    @Override
+    public String toString() {
+        return "ucx connection to " + peer;
+    }
+
+    /**
+     * Closes once: the control connection, then (on the progress thread) the endpoint, forcibly, so UCX lets go of
+     * every buffer, then fails everything pending and stops the worker. A backstop fails what is left a second later
+     * should the progress thread be stuck. Returns the cause in force.
+     */
+    private RemoteMemoryException closeWith(RemoteMemoryException cause) {
+        if (!closed.compareAndSet(null, cause)) {
+            return closed.get();
+        }
+        watchdog.cancel(false);
+        closeQuietly(control);
+        loop.execute(() -> {
+            UcpEndpoint ep = endpoint;
+            if (ep != null) {
+                try {
+                    UcpRequest r = ep.closeNonBlockingForce();
+                    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+                    while (r != null && !r.isCompleted() && System.nanoTime() < until) {
+                        loop.worker.progress();
+                    }
+                } catch (Exception e) {
+                    log.debug("closing the UCX endpoint to {} failed: {}", peer, e.toString());
+                }
+            }
+            failAll(cause);
+            for (CompletableFuture<Mapping> f : mappings.values()) {
+                Mapping m = doneOrNull(f);
+                if (m != null) {
+                    try {
+                        m.rkey.close();
+                    } catch (RuntimeException e) {
+                        log.debug("rkey destroy failed", e);
+                    }
+                }
+            }
+            mappings.clear();
+        });
+        loop.execute(loop::close);
+        UcxListener.TIMER.schedule(() -> failAll(cause), 1, TimeUnit.SECONDS);
+        return cause;
+    }
+
+    private void failAll(RemoteMemoryException cause) {
+        int failed = 0;
+        for (Long id : List.copyOf(pending.keySet())) {
+            Pending p = pending.remove(id);
+            if (p != null) {
+                p.future.completeExceptionally(cause);
+                failed++;
+            }
+        }
+        Op op;
+        while ((op = queue.poll()) != null) {
+            fail(op, cause);
+        }
+        if (cause.status() != Status.CONNECTION_LOST || failed > 0) {
+            log.warn("{} ({} pending operation(s) failed)", cause.getMessage(), failed);
+        } else {
+            log.debug("{}", cause.getMessage());
+        }
+    }
+
+    private static void closeQuietly(SocketChannel ch) {
+        try {
+            ch.close();
+        } catch (IOException e) {
+            log.debug("close failed", e);
+        }
+    }
+}

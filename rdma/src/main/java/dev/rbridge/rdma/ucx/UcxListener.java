@@ -1,0 +1,305 @@
+package dev.rbridge.rdma.ucx;
+
+import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.RegionService;
+import dev.rbridge.rdma.RemoteListener;
+import dev.rbridge.rdma.RemoteMemoryException;
+import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpMemMapParams;
+import org.openucx.jucx.ucp.UcpMemory;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.StandardSocketOptions;
+import java.nio.ByteBuffer;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The memserver side of the ucx provider: control connections over TCP (one platform thread each) and one UCX worker
+ * whose progress thread serves the data plane. Region memory is registered with UCX when a client first maps it
+ * ({@link Control#MAP}) and stays registered, and pinned, while any client may hold its remote key; clients only ever
+ * GET and PUT it. On RDMA the memserver's CPU takes no part in a transfer; over UCX's tcp transport UCX emulates GET
+ * and PUT with active messages, which the progress thread answers.
+ *
+ * <p>Before memory stops being registered (a release, a lease taken over, the last mapping client gone) every client
+ * holding its remote key is told to forget it ({@link Control#INVALIDATE}) and answers once nothing it issued with the
+ * key is in flight; a client that does not answer within the hello timeout is disconnected, and its registrations are
+ * kept for a grace period before the memory may be unmapped.
+ */
+final class UcxListener implements RemoteListener {
+    private static final Logger log = LoggerFactory.getLogger(UcxListener.class);
+    /** How long memory stays registered and mapped after a client that may still hold its key went away. */
+    static final long GRACE_MILLIS = 10_000;
+
+    static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
+        Thread t = new Thread(r, "rdma-ucx-timer");
+        t.setDaemon(true);
+        return t;
+    });
+
+    private final ServerSocketChannel server;
+    private final InetSocketAddress address;
+    final ListenParams params;
+    final RegionService service;
+    final UcpContext context;
+    final UcxLoop loop;
+    /** The worker's UCX address, sent to every client (UCX_CONNECT). */
+    final ByteBuffer workerAddress;
+    private final Set<UcxServerConnection> connections = ConcurrentHashMap.newKeySet();
+    /** Registered region memory by (region, key, length); guarded by itself. */
+    private final Map<RegKey, Registration> registrations = new HashMap<>();
+    private volatile boolean closed;
+
+    record RegKey(long region, long key, long length) {
+    }
+
+    /** One registration of a region's memory, pinned while registered. */
+    final class Registration {
+        final RegKey id;
+        final RegionService.Pin pin;
+        final UcpMemory memory;
+        final ByteBuffer rkey;
+        final long address;
+        /** Connections that were given the key; guarded by {@link #registrations}. */
+        final Set<UcxServerConnection> mappers = new HashSet<>();
+        boolean dead;
+
+        Registration(RegKey id, RegionService.Pin pin, UcpMemory memory) {
+            this.id = id;
+            this.pin = pin;
+            this.memory = memory;
+            this.rkey = memory.getRemoteKeyBuffer();
+            this.address = pin.memory().address();
+        }
+    }
+
+    private UcxListener(ServerSocketChannel server, ListenParams params, RegionService service, UcpContext context)
+            throws Exception {
+        this.server = server;
+        this.address = (InetSocketAddress) server.getLocalAddress();
+        this.params = params;
+        this.service = service;
+        this.context = context;
+        this.loop = new UcxLoop(context, "rdma-ucx-server-progress");
+        this.workerAddress = loop.call(loop.worker::getAddress, 10_000);
+    }
+
+    static UcxListener start(ListenParams params, RegionService service) throws IOException {
+        UcpContext context;
+        try {
+            context = Ucx.context();
+        } catch (RemoteMemoryException e) {
+            throw new IOException(e.getMessage(), e);
+        }
+        ServerSocketChannel ch = ServerSocketChannel.open();
+        try {
+            ch.setOption(StandardSocketOptions.SO_REUSEADDR, true);
+            ch.bind(params.address(), 128);
+        } catch (IOException e) {
+            ch.close();
+            throw new IOException("cannot listen on " + params.address().getHostString() + ":"
+                    + params.address().getPort() + ": " + e.getMessage(), e);
+        }
+        UcxListener l;
+        try {
+            l = new UcxListener(ch, params, service, context);
+        } catch (Exception e) {
+            ch.close();
+            throw new IOException("UCX could not start a worker: " + e.getMessage(), e);
+        }
+        Thread t = new Thread(l::acceptLoop, "rdma-ucx-accept");
+        t.setDaemon(true);
+        t.start();
+        return l;
+    }
+
+    private void acceptLoop() {
+        while (!closed) {
+            SocketChannel ch;
+            try {
+                ch = server.accept();
+                Control.tune(ch);
+            } catch (ClosedChannelException e) {
+                return;
+            } catch (IOException e) {
+                log.warn("accept failed: {}", e.getMessage());
+                try {
+                    Thread.sleep(50);
+                } catch (InterruptedException ie) {
+                    return;
+                }
+                continue;
+            }
+            UcxServerConnection c = new UcxServerConnection(this, ch);
+            connections.add(c);
+            TIMER.schedule(c::helloDeadline, params.helloTimeout().toMillis(), TimeUnit.MILLISECONDS);
+            Thread t = new Thread(c, "rdma-ucx-conn-" + c.peer());
+            t.setDaemon(true);
+            t.start();
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------- registrations
+
+    /**
+     * The registration for a region's range {@code [0, length)}, made if need be, with {@code c} recorded as holding
+     * its key. The key and range are checked by the memserver every time.
+     */
+    Registration map(UcxServerConnection c, RegionService.Session s, long region, long key, long length)
+            throws RemoteMemoryException {
+        RegKey k = new RegKey(region, key, length);
+        RegionService.Pin check = s.pin(region, key, 0, length); // NO_SUCH_REGION, ACCESS_DENIED, OUT_OF_RANGE
+        Registration reg;
+        synchronized (registrations) {
+            reg = registrations.get(k);
+            if (reg != null) {
+                check.close();
+                reg.mappers.add(c);
+                return reg;
+            }
+        }
+        try {
+            UcpMemory memory = loop.call(() -> context.memoryMap(new UcpMemMapParams()
+                    .setAddress(check.memory().address()).setLength(length).nonBlocking()), 30_000);
+            reg = new Registration(k, check, memory);
+        } catch (Exception e) {
+            check.close();
+            throw new RemoteMemoryException(RemoteMemoryException.Status.INTERNAL, "UCX could not register region "
+                    + region + " (" + length + " bytes): " + e.getMessage());
+        }
+        synchronized (registrations) {
+            Registration raced = registrations.putIfAbsent(k, reg);
+            if (raced == null) {
+                reg.mappers.add(c);
+                log.debug("registered region {} ({} bytes) with UCX", region, length);
+                return reg;
+            }
+            raced.mappers.add(c);
+        }
+        drop(reg, 0);
+        synchronized (registrations) {
+            return registrations.get(k);
+        }
+    }
+
+    /**
+     * Withdraws every registration of these regions: the clients holding their keys forget them (or are
+     * disconnected), then the memory is deregistered and unpinned. Completes when the clients have answered.
+     */
+    CompletableFuture<Void> invalidate(Collection<Long> regions) {
+        Map<UcxServerConnection, List<Long>> perClient = new HashMap<>();
+        List<Registration> victims = new ArrayList<>();
+        synchronized (registrations) {
+            registrations.values().removeIf(r -> {
+                if (!regions.contains(r.id.region())) {
+                    return false;
+                }
+                r.dead = true;
+                victims.add(r);
+                for (UcxServerConnection c : r.mappers) {
+                    perClient.computeIfAbsent(c, x -> new ArrayList<>()).add(r.id.region());
+                }
+                return true;
+            });
+        }
+        if (victims.isEmpty()) {
+            return CompletableFuture.completedFuture(null);
+        }
+        List<CompletableFuture<Boolean>> answers = new ArrayList<>();
+        perClient.forEach((c, ids) -> answers.add(c.invalidate(ids)));
+        return CompletableFuture.allOf(answers.toArray(CompletableFuture[]::new)).thenRun(() -> {
+            boolean allAnswered = answers.stream().allMatch(CompletableFuture::join);
+            for (Registration r : victims) {
+                drop(r, allAnswered ? 0 : GRACE_MILLIS);
+            }
+        });
+    }
+
+    /** A connection ended: registrations nobody else maps are withdrawn after the grace period. */
+    void ended(UcxServerConnection c) {
+        connections.remove(c);
+        List<Registration> orphans = new ArrayList<>();
+        synchronized (registrations) {
+            registrations.values().removeIf(r -> {
+                if (r.mappers.remove(c) && r.mappers.isEmpty()) {
+                    r.dead = true;
+                    orphans.add(r);
+                    return true;
+                }
+                return false;
+            });
+        }
+        for (Registration r : orphans) {
+            drop(r, GRACE_MILLIS);
+        }
+    }
+
+    /** Deregisters (on the progress thread) and then unpins, after {@code delayMillis}. */
+    private void drop(Registration r, long delayMillis) {
+        Runnable deregister = () -> loop.execute(() -> {
+            try {
+                r.memory.deregister();
+            } catch (Throwable e) {
+                log.warn("UCX could not deregister region {}: {}", r.id.region(), e.toString());
+            }
+            r.pin.close();
+        });
+        if (delayMillis <= 0) {
+            deregister.run();
+        } else {
+            TIMER.schedule(deregister, delayMillis, TimeUnit.MILLISECONDS);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------- listener
+
+    @Override
+    public InetSocketAddress address() {
+        return address;
+    }
+
+    @Override
+    public int connectionCount() {
+        return connections.size();
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        try {
+            server.close();
+        } catch (IOException e) {
+            log.debug("close failed", e);
+        }
+        connections.forEach(UcxServerConnection::close);
+        List<Registration> all;
+        synchronized (registrations) {
+            all = new ArrayList<>(registrations.values());
+            registrations.clear();
+        }
+        // The clients were cut off: deregister now (no more UCX traffic will be served), unpin.
+        for (Registration r : all) {
+            drop(r, 0);
+        }
+        loop.close();
+    }
+}

@@ -1,0 +1,144 @@
+package dev.rbridge.rdma.ucx;
+
+import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpWorker;
+import org.openucx.jucx.ucp.UcpWorkerParams;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * One UCX worker and the one thread that ever touches it. Other threads hand it tasks ({@link #execute}); it runs
+ * them, progresses the worker, and sleeps in {@code waitForEvents} when there is nothing to do (busy polling on both
+ * sides collapsed throughput on two cores). A task arriving while it sleeps wakes it with {@code signal}; one arriving
+ * while it runs is picked up without one.
+ */
+final class UcxLoop implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(UcxLoop.class);
+
+    final UcpWorker worker;
+    private final Thread thread;
+    private final ConcurrentLinkedQueue<Runnable> tasks = new ConcurrentLinkedQueue<>();
+    private volatile boolean sleeping;
+    private volatile boolean stopping;
+    private final CompletableFuture<Void> stopped = new CompletableFuture<>();
+
+    UcxLoop(UcpContext context, String name) {
+        this.worker = context.newWorker(new UcpWorkerParams());
+        this.thread = new Thread(this::run, name);
+        thread.setDaemon(true);
+        thread.start();
+    }
+
+    Thread thread() {
+        return thread;
+    }
+
+    boolean inLoop() {
+        return Thread.currentThread() == thread;
+    }
+
+    /** Runs {@code task} on the loop thread (later, even when called from it). */
+    void execute(Runnable task) {
+        tasks.add(task);
+        if (sleeping && !inLoop()) {
+            wake();
+        }
+    }
+
+    /** Signals the worker unless it is already closed (a signal to a closed worker would crash the JVM). */
+    private void wake() {
+        synchronized (stopped) {
+            if (!stopped.isDone()) {
+                worker.signal();
+            }
+        }
+    }
+
+    /** Runs {@code task} on the loop thread and waits for its result. */
+    <T> T call(Callable<T> task, long timeoutMillis) throws Exception {
+        if (inLoop()) {
+            return task.call();
+        }
+        CompletableFuture<T> f = new CompletableFuture<>();
+        execute(() -> {
+            try {
+                f.complete(task.call());
+            } catch (Throwable e) {
+                f.completeExceptionally(e);
+            }
+        });
+        try {
+            return f.get(timeoutMillis, TimeUnit.MILLISECONDS);
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof Exception x) {
+                throw x;
+            }
+            throw e;
+        } catch (TimeoutException e) {
+            throw new TimeoutException("the UCX progress thread " + thread.getName() + " did not answer in "
+                    + timeoutMillis + " ms");
+        }
+    }
+
+    private void run() {
+        try {
+            while (true) {
+                Runnable t;
+                while ((t = tasks.poll()) != null) {
+                    try {
+                        t.run();
+                    } catch (Throwable e) {
+                        log.error("UCX task failed on {}", thread.getName(), e);
+                    }
+                }
+                if (stopping && tasks.isEmpty()) {
+                    break;
+                }
+                int events;
+                try {
+                    events = worker.progress();
+                } catch (Exception e) {
+                    log.warn("UCX progress failed on {}: {}", thread.getName(), e.toString());
+                    events = 0;
+                }
+                if (events == 0 && tasks.isEmpty()) {
+                    sleeping = true;
+                    if (tasks.isEmpty() && !stopping) {
+                        worker.waitForEvents();
+                    }
+                    sleeping = false;
+                }
+            }
+        } finally {
+            synchronized (stopped) {
+                try {
+                    worker.close();
+                } catch (Throwable e) {
+                    log.debug("closing the UCX worker failed", e);
+                }
+                stopped.complete(null);
+            }
+        }
+    }
+
+    /** Stops after the tasks already queued; closes the worker. Waits a little unless called from the loop. */
+    @Override
+    public void close() {
+        stopping = true;
+        wake();
+        if (!inLoop()) {
+            try {
+                stopped.get(5, TimeUnit.SECONDS);
+            } catch (Exception e) {
+                log.warn("UCX progress thread {} did not stop in time", thread.getName());
+            }
+        }
+    }
+}

@@ -1,0 +1,48 @@
+package dev.rbridge.rdma.ucx;
+
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.RegionService;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteListener;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryProvider;
+
+import java.io.IOException;
+import java.util.List;
+
+/**
+ * Remote memory over UCX (JUCX 1.12.1 on the system's libucx0): one-sided GET/PUT on registered region memory, RDMA
+ * READ/WRITE on InfiniBand or RoCE, emulated by UCX over its tcp transport elsewhere. The control plane is the tcp
+ * provider's protocol on a TCP connection plus the UCX opcodes ({@link Control}). UCX is loaded only when this
+ * provider connects or listens for the first time.
+ */
+public final class UcxProvider implements RemoteMemoryProvider {
+    @Override
+    public String name() {
+        return "ucx";
+    }
+
+    @Override
+    public RemoteConnection connect(ConnectParams params) throws RemoteMemoryException {
+        return UcxConnection.connect(params);
+    }
+
+    @Override
+    public RemoteListener listen(ListenParams params, RegionService service) throws IOException {
+        return UcxListener.start(params, service);
+    }
+
+    /**
+     * Asks UCX to report the transports it chooses per endpoint; call before the first connection (UCX reads its log
+     * settings when it loads). False when it is too late or impossible.
+     */
+    public static boolean reportLanes() {
+        return Ucx.reportLanes();
+    }
+
+    /** What UCX reported so far: lines like {@code ep_cfg[1]: tag(tcp/lo) rma_am(tcp/lo)}. */
+    public static List<String> lanes() {
+        return Ucx.lanes();
+    }
+}

@@ -1,0 +1,43 @@
+package dev.rbridge.rdma.ucx;
+
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import org.junit.jupiter.api.Test;
+
+import java.util.List;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The one-sentence failures when UCX cannot be used: missing libucx0, no RDMA device where one is asked for. */
+class UcxLoadingTest {
+    @Test
+    void aMissingLibucxSaysWhatToInstallAndWhichTransportToUse() {
+        String m = Ucx.loadFailure(new UnsatisfiedLinkError("Native code library failed to load: libjucx.so. "
+                + "libucp.so.0: cannot open shared object file: No such file or directory"));
+        assertTrue(m.contains("apt-get install libucx0") && m.contains("--transport tcp"), m);
+    }
+
+    @Test
+    void anRdmaTransportWithoutAnRdmaDeviceIsRefusedUpFront() {
+        RemoteMemoryException e = assertThrows(RemoteMemoryException.class,
+                () -> Ucx.checkRdmaDevice(Map.of("UCX_TLS", "rc_verbs,ud_verbs"), List.of()));
+        assertEquals(Status.CONNECT_FAILED, e.status());
+        assertTrue(e.getMessage().contains("no RDMA device") && e.getMessage().contains("--transport tcp"),
+                e.getMessage());
+        assertThrows(RemoteMemoryException.class,
+                () -> Ucx.checkRdmaDevice(Map.of("UCX_NET_DEVICES", "rxe0:1"), List.of()));
+    }
+
+    @Test
+    void tcpOrNoChoiceOrAPresentDeviceIsFine() {
+        assertDoesNotThrow(() -> Ucx.checkRdmaDevice(Map.of("UCX_TLS", "tcp"), List.of()));
+        assertDoesNotThrow(() -> Ucx.checkRdmaDevice(Map.of(), List.of()));
+        assertDoesNotThrow(() -> Ucx.checkRdmaDevice(Map.of("UCX_TLS", "^rc,ud"), List.of()));
+        assertDoesNotThrow(() -> Ucx.checkRdmaDevice(Map.of("UCX_TLS", "rc_verbs"), List.of("rxe0")));
+        assertDoesNotThrow(() -> Ucx.checkRdmaDevice(Map.of("UCX_NET_DEVICES", "lo,eth0"), List.of()));
+    }
+}
