@@ -65,6 +65,41 @@ final class MemServerProcess implements AutoCloseable {
 
     void signal(String name) throws IOException, InterruptedException {
         new ProcessBuilder("kill", "-" + name, String.valueOf(process.pid())).inheritIO().start().waitFor();
+        if (name.equals("STOP")) {
+            awaitStopped();
+        }
+    }
+
+    /**
+     * A stop signal is only queued when kill returns; on a loaded host a thread of the target may still run for a
+     * moment (and answer a request sent right after). Frozen means every thread shows state T.
+     */
+    private void awaitStopped() throws IOException, InterruptedException {
+        java.nio.file.Path tasks = java.nio.file.Path.of("/proc", String.valueOf(process.pid()), "task");
+        long deadline = System.nanoTime() + 5_000_000_000L;
+        while (System.nanoTime() < deadline) {
+            boolean all = true;
+            try (var list = Files.list(tasks)) {
+                for (java.nio.file.Path t : (Iterable<java.nio.file.Path>) list::iterator) {
+                    String stat;
+                    try {
+                        stat = Files.readString(t.resolve("stat"));
+                    } catch (IOException gone) {
+                        continue; // a thread that just ended
+                    }
+                    char state = stat.charAt(stat.lastIndexOf(')') + 2);
+                    if (state != 'T' && state != 't' && state != 'Z' && state != 'X') {
+                        all = false;
+                        break;
+                    }
+                }
+            }
+            if (all) {
+                return;
+            }
+            Thread.sleep(5);
+        }
+        throw new IllegalStateException("memserver " + process.pid() + " did not stop within 5 s of SIGSTOP");
     }
 
     String logText() throws IOException {
