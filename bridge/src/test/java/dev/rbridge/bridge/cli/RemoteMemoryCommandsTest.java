@@ -77,7 +77,7 @@ class RemoteMemoryCommandsTest {
         Process q = CliProcess.start(log, "memserver", "--capacity", "1G", "--transport", "carrier-pigeon");
         assertTrue(q.waitFor(30, TimeUnit.SECONDS));
         assertEquals(2, q.exitValue());
-        assertTrue(Files.readString(log).contains("unknown transport 'carrier-pigeon' (available: tcp, local)"),
+        assertTrue(Files.readString(log).contains("unknown transport 'carrier-pigeon' (available: tcp, local, ucx)"),
                 Files.readString(log));
     }
 }
