@@ -1,90 +1,153 @@
 #!/usr/bin/env bash
-# Benchmark of the tcp remote-memory provider: a memserver process and `rbridge bench` as the client, printed next
-# to the plain-NIO baseline measured on this machine kind (shared/notes/transports.md). Not a test: numbers only.
+# Benchmark of the tcp remote-memory provider against the plain-NIO baseline, side by side in one run: a memserver
+# process with `rbridge bench` as its client, and bench/baseline/NioBaseline.java (blocking SocketChannels, a platform
+# thread per connection on both sides, one request then a blocking read of its reply; QD N = N connections) with the
+# same JDK, JVM options and CPU placement. Not a test: numbers only.
 #
-#   bench/rdma-tcp.sh [--time SEC] [--iters N] [--pin split|none]
+#   bench/rdma-tcp.sh [--time SEC] [--iters N] [--pin same|split|none] [--repeat N] [--rows LIST]
 #
-#   --time SEC   seconds per bandwidth row (default 5)
+#   --time SEC   seconds per bandwidth row (default 5, after 1 s of unmeasured warm-up)
 #   --iters N    timed operations per latency row (default 20000, plus a tenth as warm-up)
-#   --pin same   memserver and client both on CPU 0 (default); split: memserver on CPU 0, client on CPU 1;
+#   --pin same   both servers and the client on CPU 0 (default); split: servers on CPU 0, client on CPU 1;
 #                none: let the scheduler place them
+#   --repeat N   run every row N times, tcp and baseline back to back, alternating which goes first; print medians
+#   --rows LIST  comma-separated subset of: rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8 (default all)
 #
 # Why pin: in this VM kind a wake-up across CPUs costs ~80 us and on the same CPU a few, so unpinned results are
 # bimodal (QD1 read p50 9 or 90 us; 4K QD32 read ~1000 or ~3000 MB/s) depending on where the scheduler puts the
 # two processes. Run both --pin same and --pin split to see the range.
-# Rows: 4K QD1 read/write latency (p50, p99), 4K QD32 and 1M QD1/QD8 read/write bandwidth, and CPU seconds per GB
-# moved on each side (client from the bench's own counter, memserver from /proc/PID/stat).
+# Rows: 4K QD1 read/write latency (p50, p99: posting to completion), 4K QD32 and 1M QD1/QD8 read/write bandwidth, and
+# CPU seconds per GB moved on each side (client from its own counter over the measured window; server from
+# /proc/PID/stat over the whole client run, warm-up included, so both server figures are a little high alike).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-time_s=5; iters=20000; pin=same
+time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s="$2"; shift 2 ;;
     --iters) iters="$2"; shift 2 ;;
     --pin) pin="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --repeat) repeat="$2"; shift 2 ;;
+    --rows) rows="$2"; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+case "$pin" in same|split|none) ;; *) echo "--pin must be same, split or none" >&2; exit 2 ;; esac
 
 work="$(mktemp -d)"; token="bench-$RANDOM"
-cleanup() { [ -n "${ms_pid:-}" ] && kill -- -"$ms_pid" 2>/dev/null; rm -rf "$work"; }
+cleanup() {
+  [ -n "${ms_pid:-}" ] && kill -- -"$ms_pid" 2>/dev/null
+  [ -n "${nb_pid:-}" ] && kill -- -"$nb_pid" 2>/dev/null
+  rm -rf "$work"
+}
 trap cleanup EXIT
 RBRIDGE_NO_BUILD=0 "$root/rbridge" --version >/dev/null   # build once, outside any measurement
+java_home="$("$root/dev/find-jdk")"
+java_opts=(-XX:MaxDirectMemorySize=2g -XX:+UseParallelGC)   # as the rbridge launcher
+"$java_home/bin/javac" -d "$work/nb" "$root/bench/baseline/NioBaseline.java"
 
-client_cpu=""
-place() { # pin the memserver's threads to CPU 0 and choose the client's CPU
-  [ "$pin" != none ] && [ "$(nproc)" -ge 2 ] || return 0
-  taskset -a -p -c 0 "$java_pid" >/dev/null
-  if [ "$pin" = split ]; then client_cpu="taskset -c 1"; else client_cpu="taskset -c 0"; fi
+wait_for() { # file pattern -> waits up to 30 s for the pattern to appear in the file
+  for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
 }
 
 setsid "$root/rbridge" memserver --listen 127.0.0.1:0 --admin none --capacity 8G --token "$token" \
   >"$work/ms.out" 2>"$work/ms.log" &
 ms_pid=$!
-for _ in $(seq 1 300); do grep -q lending "$work/ms.out" 2>/dev/null && break; sleep 0.1; done
-addr="$(sed -n 's/.* at \([^ ]*\).*/\1/p' "$work/ms.out")"
-[ -n "$addr" ] || { echo "memserver did not start:" >&2; cat "$work/ms.log" >&2; exit 1; }
-java_pid="$(pgrep -P "$ms_pid" java || echo "$ms_pid")"
+setsid "$java_home/bin/java" --enable-native-access=ALL-UNNAMED "${java_opts[@]}" -cp "$work/nb" NioBaseline \
+  server 127.0.0.1:0 >"$work/nb.out" 2>"$work/nb.log" &
+nb_pid=$!
+wait_for "$work/ms.out" lending || { echo "memserver did not start:" >&2; cat "$work/ms.log" >&2; exit 1; }
+wait_for "$work/nb.out" listening || { echo "baseline server did not start:" >&2; cat "$work/nb.log" >&2; exit 1; }
+ms_addr="$(sed -n 's/.* at \([^ ]*\).*/\1/p' "$work/ms.out")"
+nb_addr="$(sed -n 's/^listening on //p' "$work/nb.out")"
+ms_java="$(pgrep -P "$ms_pid" java || echo "$ms_pid")"
+nb_java="$(pgrep -P "$nb_pid" java || echo "$nb_pid")"
 
-ticks() { awk '{print $14 + $15}' "/proc/$java_pid/stat"; }
+client_cpu=()
+place() { # pin both servers' threads to CPU 0 (again: threads started since inherit it anyway) and choose the client's
+  [ "$pin" != none ] && [ "$(nproc)" -ge 2 ] || return 0
+  taskset -a -p -c 0 "$ms_java" >/dev/null
+  taskset -a -p -c 0 "$nb_java" >/dev/null
+  if [ "$pin" = split ]; then client_cpu=(taskset -c 1); else client_cpu=(taskset -c 0); fi
+}
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz="$(getconf CLK_TCK)"
 
-bench() { # test size depth -> the result line of rbridge bench
-  local extra=(--iters "$iters")
-  case "$1" in *-bw) extra=(--time "$time_s") ;; esac
-  $client_cpu "$root/rbridge" bench --server "$addr" --token "$token" --test "$1" --size "$2" --tx-depth "$3" \
-    "${extra[@]}" | awk 'NR==4'
+run_client() { # impl test size depth -> the result line (4th line of output, rbridge bench's format)
+  local amount="$iters"; case "$2" in *-bw) amount="$time_s" ;; esac
+  if [ "$1" = tcp ]; then
+    local extra=(--iters "$amount"); case "$2" in *-bw) extra=(--time "$amount") ;; esac
+    "${client_cpu[@]}" "$root/rbridge" bench --server "$ms_addr" --token "$token" --test "$2" --size "$3" \
+      --tx-depth "$4" "${extra[@]}" | awk 'NR==4'
+  else
+    "${client_cpu[@]}" "$java_home/bin/java" "${java_opts[@]}" -cp "$work/nb" NioBaseline client "$nb_addr" \
+      "$2" "$3" "$4" "$amount" | awk 'NR==4'
+  fi
 }
 
-printf '\nplacement: --pin %s\n' "$pin"
-printf 'tcp provider (this run) vs plain NIO baseline (shared/notes/transports.md, same machine kind, earlier run)\n'
-printf '%-22s %12s %12s %10s %16s\n' row "tcp provider" "NIO base" ratio "CPU s/GB c+s"
-printf '%s\n' "-------------------------------------------------------------------------------"
-lat_row() { # name test base_p50
-  place lat
-  local r; r="$(bench "$2" 4K 1)"
-  local p50 p99; p50="$(echo "$r" | awk '{print $5}')"; p99="$(echo "$r" | awk '{print $8}')"
-  printf '%-22s %12s %12s %10s\n' "$1 p50 us" "$p50" "$3" "$(awk -v a="$3" -v b="$p50" 'BEGIN{printf "%.2f", a/b}')"
-  printf '%-22s %12s %12s %10s\n' "$1 p99 us" "$p99" "-" "-"
+results="$work/results"; : >"$results"
+measure() { # key impl test size depth rep -> appends "key impl metric value" lines
+  place
+  local pid="$ms_java"; [ "$2" = nio ] && pid="$nb_java"
+  local t0 t1 r; t0="$(ticks "$pid")"; r="$(run_client "$2" "$3" "$4" "$5")"; t1="$(ticks "$pid")"
+  [ -n "$r" ] || { echo "$2 $3 $4 $5: no result" >&2; return 0; }
+  case "$3" in
+    *-lat) echo "$r" | awk -v k="$1" -v i="$2" '{print k, i, "p50", $5; print k, i, "p99", $8}' >>"$results" ;;
+    *)
+      echo "$r" | awk -v k="$1" -v i="$2" -v s="$4" -v d="$((t1 - t0))" -v hz="$hz" '{
+        m = 1; if (s ~ /K$/) m = 1024; if (s ~ /M$/) m = 1048576
+        gb = $2 * m * substr(s, 1, length(s) - 1) / 1e9
+        print k, i, "mbs", $4; print k, i, "ccpu", $6; if (gb > 0) print k, i, "scpu", d / hz / gb }' >>"$results" ;;
+  esac
 }
-bw_row() { # name test size depth base_mbs
-  place bw
-  local t0 t1 r; t0="$(ticks)"; r="$(bench "$2" "$3" "$4")"; t1="$(ticks)"
-  local mbs ccpu gb scpu
-  mbs="$(echo "$r" | awk '{print $4}')"; ccpu="$(echo "$r" | awk '{print $6}')"
-  gb="$(echo "$r" | awk -v s="$3" '{n=$2; m=1; if (s ~ /K$/) m=1024; if (s ~ /M$/) m=1048576; print n*m*substr(s,1,length(s)-1)/1e9}')"
-  scpu="$(awk -v d="$((t1 - t0))" -v hz="$hz" -v gb="$gb" 'BEGIN{ if (gb>0) printf "%.2f", d/hz/gb; else print "-"}')"
-  local ratio="-"; [ "$5" != "-" ] && ratio="$(awk -v a="$mbs" -v b="$5" 'BEGIN{printf "%.2f", a/b}')"
-  printf '%-22s %12s %12s %10s %16s\n' "$1 MB/s" "$mbs" "$5" "$ratio" "$ccpu+$scpu"
+
+declare -A test_of=([rl]=read-lat [wl]=write-lat [rb]=read-bw [wb]=write-bw [rb1m]=read-bw [wb1m]=write-bw
+  [rb1m8]=read-bw [wb1m8]=write-bw)
+declare -A size_of=([rl]=4K [wl]=4K [rb]=4K [wb]=4K [rb1m]=1M [wb1m]=1M [rb1m8]=1M [wb1m8]=1M)
+declare -A depth_of=([rl]=1 [wl]=1 [rb]=32 [wb]=32 [rb1m]=1 [wb1m]=1 [rb1m8]=8 [wb1m8]=8)
+declare -A name_of=([rl]="4K read QD1" [wl]="4K write QD1" [rb]="4K read QD32" [wb]="4K write QD32"
+  [rb1m]="1M read QD1" [wb1m]="1M write QD1" [rb1m8]="1M read QD8" [wb1m8]="1M write QD8")
+IFS=, read -r -a keys <<<"$rows"
+for k in "${keys[@]}"; do
+  [ -n "${test_of[$k]:-}" ] || { echo "unknown row $k (rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8)" >&2; exit 2; }
+done
+
+for rep in $(seq 1 "$repeat"); do
+  order=(tcp nio); [ $((rep % 2)) = 0 ] && order=(nio tcp)
+  for k in "${keys[@]}"; do
+    for impl in "${order[@]}"; do
+      measure "$k" "$impl" "${test_of[$k]}" "${size_of[$k]}" "${depth_of[$k]}"
+    done
+  done
+done
+
+median() { # key impl metric -> median over the repeats, or -
+  awk -v k="$1" -v i="$2" -v m="$3" '$1 == k && $2 == i && $3 == m {v[n++] = $4}
+    END { if (!n) { print "-"; exit }
+          for (a = 0; a < n; a++) for (b = a + 1; b < n; b++) if (v[b] < v[a]) { t = v[a]; v[a] = v[b]; v[b] = t }
+          x = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2; printf "%.2f", x }' "$results"
 }
-lat_row "4K read QD1" read-lat 6.4
-lat_row "4K write QD1" write-lat 6.9
-bw_row "4K read QD32" read-bw 4K 32 1354
-bw_row "4K write QD32" write-bw 4K 32 1265
-bw_row "1M read QD1" read-bw 1M 1 3671
-bw_row "1M write QD1" write-bw 1M 1 2943
-bw_row "1M read QD8" read-bw 1M 8 -
-bw_row "1M write QD8" write-bw 1M 8 -
-printf '\nratio > 1: the tcp provider is better (latency: base/ours; bandwidth: ours/base). NIO baseline CPU s/GB:\n'
-printf '4K QD1 1.9, 4K QD32 0.7, 1M QD1 0.3-0.4 (both sides). Compare ratios, not absolute numbers, across runs.\n'
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+
+printf '\nplacement: --pin %s, %s repeat(s), medians; tcp = tcp provider (memserver + rbridge bench),' "$pin" "$repeat"
+printf ' NIO = plain-NIO baseline (bench/baseline), same run\n'
+printf '%-20s %10s %10s %7s %18s %18s\n' row "tcp" "NIO" ratio "tcp CPU s/GB c+s" "NIO CPU s/GB c+s"
+printf '%s\n' "$(printf '%.0s-' $(seq 1 88))"
+for k in "${keys[@]}"; do
+  case "${test_of[$k]}" in
+    *-lat)
+      for m in p50 p99; do
+        t="$(median "$k" tcp "$m")"; n="$(median "$k" nio "$m")"
+        printf '%-20s %10s %10s %7s\n' "${name_of[$k]} $m us" "$t" "$n" "$(ratio "$n" "$t")"
+      done ;;
+    *)
+      t="$(median "$k" tcp mbs)"; n="$(median "$k" nio mbs)"
+      printf '%-20s %10s %10s %7s %18s %18s\n' "${name_of[$k]} MB/s" "$t" "$n" "$(ratio "$t" "$n")" \
+        "$(median "$k" tcp ccpu)+$(median "$k" tcp scpu)" "$(median "$k" nio ccpu)+$(median "$k" nio scpu)" ;;
+  esac
+done
+printf '\nratio > 1: the tcp provider is better (latency: NIO/tcp; bandwidth: tcp/NIO). Earlier throwaway-prototype\n'
+printf 'figures (shared/notes/transports.md): 4K QD1 p50 6.4/6.9 us, 4K QD32 1354/1265 MB/s, 1M QD1 3671/2943 MB/s.\n'

@@ -21,6 +21,7 @@ import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -42,6 +43,10 @@ import java.util.concurrent.locks.ReentrantLock;
 final class TcpConnection implements RemoteConnection {
     private static final Logger log = LoggerFactory.getLogger(TcpConnection.class);
     private static final long FLUSH_AT_BYTES = 1 << 20;
+    /** The body of every empty reply (WRITE, ZERO, FLUSH, ...): parsers only read, so one instance serves all. */
+    private static final ByteBuffer EMPTY = ByteBuffer.allocate(0).asReadOnlyBuffer();
+    /** Most buffers in one gathering write (Linux IOV_MAX is 1024). */
+    private static final int MAX_VECTOR = 1024;
 
     private final SocketChannel channel;
     private final String peer;
@@ -56,6 +61,8 @@ final class TcpConnection implements RemoteConnection {
     private final AtomicLong outgoingBytes = new AtomicLong();
     /** Where a batch's headers are gathered; used only under writeLock. */
     private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+    /** The gathering write's buffers; used only under writeLock. */
+    private final ByteBuffer[] vector = new ByteBuffer[MAX_VECTOR];
     private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
@@ -91,8 +98,15 @@ final class TcpConnection implements RemoteConnection {
         void write(ByteBuffer dst);
     }
 
-    private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server) {
+    /** The last reply carried large READ data: read only the next header, so that its data skips {@code in}. */
+    private boolean afterLarge;
+    /** Polls briefly before the reader blocks; used by the reader only. */
+    private final Spinner spinner;
+
+    private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server)
+            throws IOException {
         this.channel = channel;
+        this.spinner = new Spinner(channel.socket().getInputStream());
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
         this.server = server;
@@ -432,33 +446,37 @@ final class TcpConnection implements RemoteConnection {
 
     /** Writes queued requests: their headers gathered into one direct buffer, WRITE data straight from the caller. */
     private void writeBatch() throws IOException {
-        List<ByteBuffer> vector = new ArrayList<>();
+        ByteBuffer[] v = vector;
+        int n = 0;
         long bytes = 0;
         out.clear();
         int headStart = 0;
         Outgoing o;
-        while (vector.size() < 1024 && (o = outgoing.peek()) != null && o.head().remaining() <= out.remaining()) {
+        while (n < MAX_VECTOR - 1 && (o = outgoing.peek()) != null && o.head().remaining() <= out.remaining()) {
             outgoing.poll();
             bytes += o.head().remaining();
             out.put(o.head());
             if (o.data() != null) {
-                vector.add(out.slice(headStart, out.position() - headStart));
+                v[n++] = out.slice(headStart, out.position() - headStart);
                 headStart = out.position();
-                vector.add(o.data());
+                v[n++] = o.data();
                 bytes += o.data().remaining();
             }
         }
         if (out.position() > headStart) {
-            vector.add(out.slice(headStart, out.position() - headStart));
+            v[n++] = out.slice(headStart, out.position() - headStart);
         }
         outgoingBytes.addAndGet(-bytes);
-        ByteBuffer[] v = vector.toArray(ByteBuffer[]::new);
         int first = 0;
-        while (first < v.length) {
-            channel.write(v, first, v.length - first);
-            while (first < v.length && !v[first].hasRemaining()) {
-                first++;
+        try {
+            while (first < n) {
+                channel.write(v, first, n - first);
+                while (first < n && !v[first].hasRemaining()) {
+                    first++;
+                }
             }
+        } finally {
+            Arrays.fill(v, 0, n, null); // keep no caller's buffer reachable
         }
     }
 
@@ -468,7 +486,8 @@ final class TcpConnection implements RemoteConnection {
             if (!outgoing.isEmpty()) {
                 LockSupport.unpark(flusher); // never write here: the memserver may be waiting for us to read
             }
-            Wire.readMore(channel, in);
+            spinner.await();
+            Wire.readMore(channel, in, afterLarge ? n : Integer.MAX_VALUE);
         }
     }
 
@@ -515,8 +534,10 @@ final class TcpConnection implements RemoteConnection {
                     dst.put(in.slice(in.position(), buffered));
                     in.position(in.position() + buffered);
                     readFully(channel, dst); // the rest, if any, straight from the socket
+                    afterLarge = length >= Wire.LARGE;
                     p.future.complete(null);
                 } else {
+                    afterLarge = false;
                     ByteBuffer body = readBody(length);
                     completeWith(p, body);
                 }
@@ -554,6 +575,9 @@ final class TcpConnection implements RemoteConnection {
     }
 
     private ByteBuffer readBody(int length) throws IOException {
+        if (length == 0) {
+            return EMPTY;
+        }
         ByteBuffer body = Wire.allocate(length);
         int buffered = Math.min(in.remaining(), length);
         body.put(in.slice(in.position(), buffered));

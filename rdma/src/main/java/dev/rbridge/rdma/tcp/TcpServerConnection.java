@@ -45,6 +45,10 @@ final class TcpServerConnection implements Runnable {
     private final List<ByteBuffer> replies = new ArrayList<>();
     private final List<RegionService.Pin> pins = new ArrayList<>();
     private ByteBuffer scratch;
+    /** The last request carried large WRITE data: read only the next header and address, so that its data skips in. */
+    private boolean afterLarge;
+    /** Polls briefly before this thread blocks for input; made on first use. */
+    private Spinner spinner;
     private long queuedBytes;
     private volatile RegionService.Session session;
 
@@ -163,6 +167,9 @@ final class TcpServerConnection implements Runnable {
                 throw new Wire.MalformedMessageException("protocol version changed to " + h.version + " mid-stream");
             }
             stats.recvMessages.increment();
+            if (h.opcode != Wire.WRITE) {
+                afterLarge = false;
+            }
             stats.recvBytes.add(Wire.HEADER + (long) h.length);
             switch (h.opcode) {
                 case Wire.WRITE -> write(s, h);
@@ -224,6 +231,7 @@ final class TcpServerConnection implements Runnable {
                 }
             }
         }
+        afterLarge = length >= Wire.LARGE;
         stats.writeOps.increment();
         stats.writeBytes.add(length);
         queueReply(h.opcode, h.id, 0);
@@ -363,7 +371,11 @@ final class TcpServerConnection implements Runnable {
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
             flushReplies();
-            Wire.readMore(channel, in);
+            if (spinner == null) {
+                spinner = new Spinner(channel.socket().getInputStream());
+            }
+            spinner.await();
+            Wire.readMore(channel, in, afterLarge ? Math.max(n, Wire.HEADER + Wire.DATA_ADDRESS) : Integer.MAX_VALUE);
         }
     }
 

@@ -45,6 +45,9 @@ final class Wire {
     /** region id, key, offset: the fixed part of READ, WRITE and ZERO. */
     static final int DATA_ADDRESS = 24;
 
+    /** Data at least this large is a large transfer: the read after it fetches only the next header (see readMore). */
+    static final int LARGE = 64 << 10;
+
     /** Socket buffer size on both ends: room for several large transfers in flight without stalls. */
     static final int SOCKET_BUFFER = 4 << 20;
 
@@ -58,11 +61,24 @@ final class Wire {
 
     /** One read from {@code ch} appended to the unread bytes of {@code in} (kept in read mode); EOF at end of stream. */
     static void readMore(java.nio.channels.SocketChannel ch, ByteBuffer in) throws java.io.IOException {
+        readMore(ch, in, Integer.MAX_VALUE);
+    }
+
+    /**
+     * As {@link #readMore(java.nio.channels.SocketChannel, ByteBuffer)}, but reading no more than is needed to hold
+     * {@code upTo} unread bytes: used after a large transfer, so that the next message's data, likely large too, goes
+     * straight from the socket to its destination instead of through {@code in} and a copy.
+     */
+    static void readMore(java.nio.channels.SocketChannel ch, ByteBuffer in, int upTo) throws java.io.IOException {
         in.compact();
         int r;
         try {
+            if (upTo < in.remaining() + in.position() && upTo > in.position()) {
+                in.limit(upTo);
+            }
             r = ch.read(in);
         } finally {
+            in.limit(in.capacity());
             in.flip();
         }
         if (r < 0) {
