@@ -414,12 +414,24 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
     }
 
-    /** Operator action: takes a region away from whoever holds it (leases do not bind operators). */
+    /**
+     * Operator action: takes a region away from whoever holds it (leases do not bind operators). Its next operation
+     * fails NO_SUCH_REGION; on a transport that handed out remote keys (ucx) every holder is made to drop the key
+     * first (or is disconnected), and the memory is unmapped only then.
+     */
     public boolean revoke(long id) {
         Region r = regions.remove(id);
         if (r != null && r.release()) {
             granted.addAndGet(-rounded(r.descriptor.length()));
             log.info("revoked {}", r.descriptor);
+            RemoteListener l = listener;
+            if (l != null) {
+                l.withdraw(List.of(id)).whenComplete((v, e) -> {
+                    if (e != null) {
+                        log.warn("region {}: withdrawing clients' direct access failed: {}", id, e.toString());
+                    }
+                });
+            }
             return true;
         }
         return false;

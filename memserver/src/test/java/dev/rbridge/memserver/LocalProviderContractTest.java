@@ -28,6 +28,12 @@ class LocalProviderContractTest extends ProviderContractTest {
                 m.close();
             }
 
+            public void revoke(long regionId) {
+                if (!m.revoke(regionId)) {
+                    throw new IllegalStateException("no region " + regionId);
+                }
+            }
+
             public boolean hasWire() {
                 return false;
             }

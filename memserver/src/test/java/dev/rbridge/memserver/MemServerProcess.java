@@ -11,11 +11,16 @@ import java.util.concurrent.TimeUnit;
 final class MemServerProcess implements AutoCloseable {
     final Process process;
     final InetSocketAddress address;
+    final InetSocketAddress admin;
+    final String token;
     final Path log;
 
-    private MemServerProcess(Process process, InetSocketAddress address, Path log) {
+    private MemServerProcess(Process process, InetSocketAddress address, InetSocketAddress admin, String token,
+                             Path log) {
         this.process = process;
         this.address = address;
+        this.admin = admin;
+        this.token = token;
         this.log = log;
     }
 
@@ -48,8 +53,23 @@ final class MemServerProcess implements AutoCloseable {
             }
             Thread.sleep(20);
         }
-        int port = Integer.parseInt(Files.readString(portFile).trim());
-        return new MemServerProcess(p, new InetSocketAddress("127.0.0.1", port), log);
+        String[] ports = Files.readString(portFile).trim().split(" ");
+        return new MemServerProcess(p, new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[0])),
+                new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[1])), token, log);
+    }
+
+    /** An operator's revoke, through the memserver's admin interface. */
+    void revoke(long regionId) throws IOException, InterruptedException {
+        var http = java.net.http.HttpClient.newHttpClient();
+        var response = http.send(java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1:"
+                        + admin.getPort() + "/regions/" + regionId + "/revoke"))
+                .header("Authorization", "Bearer " + token)
+                .POST(java.net.http.HttpRequest.BodyPublishers.noBody()).build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString());
+        if (response.statusCode() != 200) {
+            throw new IOException("revoke of region " + regionId + ": HTTP " + response.statusCode() + " "
+                    + response.body());
+        }
     }
 
     /** What a JVM that may use UCX needs in its environment (the ./rbridge launcher sets the same). */

@@ -37,7 +37,9 @@ import java.util.concurrent.TimeoutException;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
@@ -60,6 +62,9 @@ abstract class ProviderContractTest {
         InetSocketAddress address();
 
         void kill() throws Exception;
+
+        /** An operator's revoke of a region (the admin interface of a memserver process). */
+        void revoke(long regionId) throws Exception;
 
         /** False where the provider has no wire to freeze or corrupt (in-process). */
         boolean hasWire();
@@ -458,6 +463,42 @@ abstract class ProviderContractTest {
             get(holder.unlease(vol, "holder-bridge"));
             RegionDescriptor after = get(other.allocate(new RegionTag(vol, 3, 0, 1), 4096));
             get(other.release(after));
+        }
+    }
+
+    @Test
+    void aRevokedRegionIsRefusedToTheClientThatHeldItAndTheClientGoesOn() throws Exception {
+        try (RemoteConnection c = connect(memserver, TOKEN); Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = get(c.allocate(RegionTag.scratch("revoked"), 1 << 20));
+            MemorySegment buf = arena.allocate(64 << 10).fill((byte) 7);
+            get(c.write(r, 0, buf)); // ucx: from here on the client holds the region's remote key
+            get(c.read(r, 0, buf));
+            long free = get(c.info()).freeBytes();
+            memserver.revoke(r.id());
+            // tcp and local refuse the very next operation; ucx once the client has been told to drop the key (the
+            // memserver waits for its answer or disconnects it), so poll for a little while.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            RemoteMemoryException refused = null;
+            while (refused == null && System.nanoTime() < deadline) {
+                try {
+                    get(c.write(r, 0, buf));
+                    Thread.sleep(20);
+                } catch (ExecutionException e) {
+                    refused = assertInstanceOf(RemoteMemoryException.class, e.getCause());
+                }
+            }
+            assertNotNull(refused, "writes to a revoked region still succeed 10 s after the revoke");
+            assertEquals(Status.NO_SUCH_REGION, refused.status(), refused.getMessage());
+            assertFails(Status.NO_SUCH_REGION, c.read(r, 0, buf));
+            assertTrue(get(c.list()).stream().noneMatch(i -> i.descriptor().id() == r.id()), "still listed");
+            assertTrue(get(c.info()).freeBytes() > free, "the revoked region's bytes were not given back");
+            // The connection itself is fine.
+            RegionDescriptor next = get(c.allocate(RegionTag.scratch("after-revoke"), 1 << 20));
+            get(c.write(next, 0, buf));
+            MemorySegment back = arena.allocate(buf.byteSize());
+            get(c.read(next, 0, back));
+            assertArrayEquals(bytes(buf), bytes(back));
+            get(c.release(next));
         }
     }
 

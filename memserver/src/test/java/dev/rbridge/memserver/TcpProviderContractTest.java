@@ -24,6 +24,10 @@ class TcpProviderContractTest extends ProviderContractTest {
                 p.kill();
             }
 
+            public void revoke(long regionId) throws Exception {
+                p.revoke(regionId);
+            }
+
             public boolean hasWire() {
                 return true;
             }

@@ -27,6 +27,10 @@ class UcxProviderContractTest extends ProviderContractTest {
                 p.kill();
             }
 
+            public void revoke(long regionId) throws Exception {
+                p.revoke(regionId);
+            }
+
             public boolean hasWire() {
                 return true;
             }

@@ -1,12 +1,24 @@
 package dev.rbridge.rdma;
 
 import java.net.InetSocketAddress;
+import java.util.Collection;
+import java.util.concurrent.CompletableFuture;
 
 /** A listening endpoint of a provider. Closing it stops accepting and closes every client connection. */
 public interface RemoteListener extends AutoCloseable {
     InetSocketAddress address();
 
     int connectionCount();
+
+    /**
+     * The memserver took these regions away (an operator's revoke). A transport that gave clients direct access to
+     * their memory (ucx: registered memory and remote keys) withdraws it; the future completes when no client can
+     * reach that memory any more. Transports that check every operation against the memserver's regions (tcp, local)
+     * have nothing to withdraw.
+     */
+    default CompletableFuture<Void> withdraw(Collection<Long> regionIds) {
+        return CompletableFuture.completedFuture(null);
+    }
 
     @Override
     void close();

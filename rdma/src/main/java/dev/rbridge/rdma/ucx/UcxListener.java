@@ -231,6 +231,11 @@ final class UcxListener implements RemoteListener {
         });
     }
 
+    @Override
+    public CompletableFuture<Void> withdraw(Collection<Long> regionIds) {
+        return invalidate(regionIds);
+    }
+
     /** A connection ended: registrations nobody else maps are withdrawn after the grace period. */
     void ended(UcxServerConnection c) {
         connections.remove(c);
