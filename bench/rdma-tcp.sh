@@ -4,7 +4,7 @@
 # thread per connection on both sides, one request then a blocking read of its reply; QD N = N connections) with the
 # same JDK, JVM options and CPU placement. Not a test: numbers only.
 #
-#   bench/rdma-tcp.sh [--time SEC] [--iters N] [--pin same|split|none] [--repeat N] [--rows LIST]
+#   bench/rdma-tcp.sh [--time SEC] [--iters N] [--pin same|split|none] [--repeat N] [--rows LIST] [--lanes N]
 #
 #   --time SEC   seconds per bandwidth row (default 5, after 1 s of unmeasured warm-up)
 #   --iters N    timed operations per latency row (default 20000, plus a tenth as warm-up)
@@ -12,6 +12,9 @@
 #                none: let the scheduler place them
 #   --repeat N   run every row N times, tcp and baseline back to back, alternating which goes first; print medians
 #   --rows LIST  comma-separated subset of: rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8 (default all)
+#   --lanes N    TCP connections per provider connection (rbridge bench --lanes; default 4, as rbridge serve uses).
+#                One operation at a time always takes the first, so QD1 rows do not depend on it; the baseline's
+#                QD N is N connections.
 #
 # Why pin: in this VM kind a wake-up across CPUs costs ~80 us and on the same CPU a few, so unpinned results are
 # bimodal (QD1 read p50 9 or 90 us; 4K QD32 read ~1000 or ~3000 MB/s) depending on where the scheduler puts the
@@ -21,7 +24,7 @@
 # /proc/PID/stat over the whole client run, warm-up included, so both server figures are a little high alike).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"
+time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"; lanes=4
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s="$2"; shift 2 ;;
@@ -29,7 +32,8 @@ while [ $# -gt 0 ]; do
     --pin) pin="$2"; shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
     --rows) rows="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --lanes) lanes="$2"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -81,7 +85,7 @@ run_client() { # impl test size depth -> the result line (4th line of output, rb
   if [ "$1" = tcp ]; then
     local extra=(--iters "$amount"); case "$2" in *-bw) extra=(--time "$amount") ;; esac
     "${client_cpu[@]}" "$root/rbridge" bench --server "$ms_addr" --token "$token" --test "$2" --size "$3" \
-      --tx-depth "$4" "${extra[@]}" | awk 'NR==4'
+      --tx-depth "$4" --lanes "$lanes" "${extra[@]}" | awk 'NR==4'
   else
     "${client_cpu[@]}" "$java_home/bin/java" "${java_opts[@]}" -cp "$work/nb" NioBaseline client "$nb_addr" \
       "$2" "$3" "$4" "$amount" | awk 'NR==4'
@@ -132,7 +136,8 @@ median() { # key impl metric -> median over the repeats, or -
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 
-printf '\nplacement: --pin %s, %s repeat(s), medians; tcp = tcp provider (memserver + rbridge bench),' "$pin" "$repeat"
+printf '\nplacement: --pin %s, %s repeat(s), medians; tcp = tcp provider with %s lane(s) (memserver + rbridge bench),' \
+  "$pin" "$repeat" "$lanes"
 printf ' NIO = plain-NIO baseline (bench/baseline), same run\n'
 printf '%-20s %10s %10s %7s %18s %18s\n' row "tcp" "NIO" ratio "tcp CPU s/GB c+s" "NIO CPU s/GB c+s"
 printf '%s\n' "$(printf '%.0s-' $(seq 1 88))"

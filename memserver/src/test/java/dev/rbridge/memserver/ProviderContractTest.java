@@ -76,6 +76,11 @@ abstract class ProviderContractTest {
 
     abstract RemoteMemoryProvider provider();
 
+    /** Connections per client connection (ConnectParams#lanes); a suite may run the whole contract over several. */
+    int lanes() {
+        return 1;
+    }
+
     abstract Target start(long capacity) throws Exception;
 
     @BeforeAll
@@ -90,6 +95,7 @@ abstract class ProviderContractTest {
 
     RemoteConnection connect(Target m, String token) throws RemoteMemoryException {
         return provider().connect(new ConnectParams().address(m.address()).token(token).clientName("contract")
+                .lanes(lanes())
                 .operationTimeout(TIMEOUT).connectTimeout(Duration.ofSeconds(5)));
     }
 

@@ -11,6 +11,10 @@ public final class ConnectParams {
     private String clientName = "rbridge";
     private Duration connectTimeout = Duration.ofSeconds(5);
     private Duration operationTimeout = Duration.ofSeconds(5);
+    private int lanes = 1;
+
+    /** Most lanes a connection may have. */
+    public static final int MAX_LANES = 16;
 
     public ConnectParams address(InetSocketAddress address) {
         this.address = Objects.requireNonNull(address);
@@ -36,6 +40,23 @@ public final class ConnectParams {
     public ConnectParams operationTimeout(Duration d) {
         this.operationTimeout = positive(d);
         return this;
+    }
+
+    /**
+     * How many transport connections carry this one (tcp: TCP connections, each served by its own memserver thread;
+     * data operations go to the least busy, everything else to the first). One is the lowest latency per operation;
+     * more let large transfers use more memserver cores. Providers that manage their own paths (ucx, local) ignore it.
+     */
+    public ConnectParams lanes(int lanes) {
+        if (lanes < 1 || lanes > MAX_LANES) {
+            throw new IllegalArgumentException("lanes must be between 1 and " + MAX_LANES + ": " + lanes);
+        }
+        this.lanes = lanes;
+        return this;
+    }
+
+    public int lanes() {
+        return lanes;
     }
 
     public InetSocketAddress address() {

@@ -37,6 +37,12 @@ final class MemServerClientOptions {
             description = "Remote-memory transport: tcp or ucx (the memserver's). Default ${DEFAULT-VALUE}.")
     String transport;
 
+    @Option(names = "--lanes", paramLabel = "N", defaultValue = "1",
+            description = "tcp: TCP connections to open to the memserver, each served by its own memserver thread; "
+                    + "data operations go to the least busy. More lanes let large transfers use more memserver cores; "
+                    + "one is the lowest latency. Default ${DEFAULT-VALUE}.")
+    int lanes;
+
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
             description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
     String logLevel;
@@ -55,9 +61,12 @@ final class MemServerClientOptions {
         if (timeout <= 0) {
             throw new IllegalArgumentException("--timeout must be positive");
         }
+        if (lanes < 1 || lanes > ConnectParams.MAX_LANES) {
+            throw new IllegalArgumentException("--lanes must be between 1 and " + ConnectParams.MAX_LANES);
+        }
         return new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
                 .token(Endpoints.token(token, tokenFile)).clientName(clientName)
-                .operationTimeout(Duration.ofSeconds(timeout));
+                .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes);
     }
 
     /** What a tool does with its connection and scratch region; returns the exit code. */

@@ -85,6 +85,12 @@ public final class ServeCommand implements Callable<Integer> {
                     + " only it could serve fail with EIO. Default ${DEFAULT-VALUE}.")
     double timeout;
 
+    @Option(names = "--lanes", paramLabel = "N", defaultValue = "4",
+            description = "tcp transport: TCP connections to each memserver, each served by its own memserver thread."
+                    + " Small requests stay on the first; large transfers spread over all, so one memserver can use"
+                    + " several cores for one bridge. 1 to " + dev.rbridge.rdma.ConnectParams.MAX_LANES + ". Default ${DEFAULT-VALUE}.")
+    int lanes;
+
     @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "10",
             description = "Ownership lease on each volume, renewed every third of it. A bridge that stops renewing"
                     + " (hung, cut off) can be replaced after this long; a bridge that exits frees it at once."
@@ -161,6 +167,7 @@ public final class ServeCommand implements Callable<Integer> {
                 .token(Endpoints.token(token, tokenFile))
                 .operationTimeout(seconds("--timeout", timeout))
                 .leaseTtl(seconds("--lease", lease))
+                .lanes(lanes(lanes))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)));
         for (String m : memservers) {
             b.memserver(Endpoints.parse(m, MemServerConfig.DEFAULT_PORT));
@@ -169,6 +176,13 @@ public final class ServeCommand implements Callable<Integer> {
             b.volume(VolumeSpecs.parse("volume", v, 1L << 30, 1));
         }
         return b.build();
+    }
+
+    static int lanes(int n) {
+        if (n < 1 || n > dev.rbridge.rdma.ConnectParams.MAX_LANES) {
+            throw new IllegalArgumentException("--lanes must be between 1 and " + dev.rbridge.rdma.ConnectParams.MAX_LANES + ": " + n);
+        }
+        return n;
     }
 
     static Duration seconds(String option, double s) {

@@ -52,7 +52,12 @@ final class TcpConnection implements RemoteConnection {
     private final String peer;
     private final long timeoutNanos;
     private final ServerInfo server;
-    private final ConnectionStats stats = new ConnectionStats();
+    /** Shared by the lanes of one {@link TcpLanes} connection. */
+    private final ConnectionStats stats;
+    /** Bytes of requests and replies not yet answered: how busy this connection is, for choosing a lane. */
+    private final AtomicLong busyBytes = new AtomicLong();
+    /** Told once when this connection closes, with the cause (a lane's failure closes its siblings). */
+    private volatile java.util.function.Consumer<RemoteMemoryException> onClosed;
     private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
     private final AtomicLong ids = new AtomicLong(1);
     private final ReentrantLock writeLock = new ReentrantLock();
@@ -77,8 +82,11 @@ final class TcpConnection implements RemoteConnection {
         final CompletableFuture<Object> future = new CompletableFuture<>();
         final MemorySegment dst;
         final ReplyParser parser;
+        /** What it adds to {@link #busyBytes} until answered. */
+        final long weight;
 
-        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser) {
+        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight) {
+            this.weight = weight;
             this.opcode = opcode;
             this.deadline = deadline;
             this.dst = dst;
@@ -103,9 +111,10 @@ final class TcpConnection implements RemoteConnection {
     /** Polls briefly before the reader blocks; used by the reader only. */
     private final Spinner spinner;
 
-    private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server)
-            throws IOException {
+    private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server,
+                          ConnectionStats stats) throws IOException {
         this.channel = channel;
+        this.stats = stats;
         this.spinner = new Spinner(channel.socket().getInputStream());
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
@@ -122,6 +131,12 @@ final class TcpConnection implements RemoteConnection {
     }
 
     static TcpConnection connect(ConnectParams params) throws RemoteMemoryException {
+        return connect(params, params.clientName(), new ConnectionStats());
+    }
+
+    /** One connection presenting itself as {@code clientName}, counting into {@code stats}. */
+    static TcpConnection connect(ConnectParams params, String clientName, ConnectionStats stats)
+            throws RemoteMemoryException {
         String peer = params.address().getHostString() + ":" + params.address().getPort();
         SocketChannel ch;
         try {
@@ -135,11 +150,11 @@ final class TcpConnection implements RemoteConnection {
         try {
             Wire.tune(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
-            ServerInfo info = hello(ch, params, peer);
+            ServerInfo info = hello(ch, params, clientName, peer);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
             }
-            return new TcpConnection(ch, peer, params.operationTimeout().toNanos(), info);
+            return new TcpConnection(ch, peer, params.operationTimeout().toNanos(), info, stats);
         } catch (IOException e) {
             boolean timedOut = !guard.cancel(false); // the guard already ran: it closed the socket
             closeQuietly(ch);
@@ -153,13 +168,13 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
-    private static ServerInfo hello(SocketChannel ch, ConnectParams params, String peer)
+    private static ServerInfo hello(SocketChannel ch, ConnectParams params, String clientName, String peer)
             throws IOException, RemoteMemoryException {
-        int bodyLength = Wire.stringLength(params.token()) + Wire.stringLength(params.clientName());
+        int bodyLength = Wire.stringLength(params.token()) + Wire.stringLength(clientName);
         ByteBuffer req = Wire.allocate(Wire.HEADER + bodyLength);
         Wire.header(req, Wire.HELLO, 0, 0, bodyLength);
         Wire.putString(req, params.token());
-        Wire.putString(req, params.clientName());
+        Wire.putString(req, clientName);
         writeFully(ch, req.flip());
         ByteBuffer h = Wire.allocate(Wire.HEADER);
         readFully(ch, h);
@@ -327,6 +342,25 @@ final class TcpConnection implements RemoteConnection {
         return stats;
     }
 
+    /** Bytes of requests issued here and not answered yet. */
+    long busyBytes() {
+        return busyBytes.get();
+    }
+
+    /** Runs {@code hook} with the cause once this connection has closed (at once if it already has). */
+    void onClosed(java.util.function.Consumer<RemoteMemoryException> hook) {
+        onClosed = hook;
+        RemoteMemoryException cause = closed.get();
+        if (cause != null) {
+            hook.accept(cause);
+        }
+    }
+
+    /** Closes this connection with {@code cause} (a sibling lane's), failing what is pending. */
+    void closeWithCause(RemoteMemoryException cause) {
+        closeWith(cause);
+    }
+
     @Override
     public boolean isOpen() {
         return closed.get() == null;
@@ -374,7 +408,9 @@ final class TcpConnection implements RemoteConnection {
             return CompletableFuture.failedFuture(dead);
         }
         long id = ids.getAndIncrement();
-        Pending p = new Pending(opcode, System.nanoTime() + timeoutNanos, dst, parser);
+        long weight = Wire.HEADER + (long) bodyLength + (dst == null ? 0 : dst.byteSize());
+        Pending p = new Pending(opcode, System.nanoTime() + timeoutNanos, dst, parser, weight);
+        busyBytes.addAndGet(weight);
         pending.put(id, p);
         if (closed.get() != null && pending.remove(id) != null) {
             p.future.completeExceptionally(closed.get()); // closed between the check and the put
@@ -514,6 +550,7 @@ final class TcpConnection implements RemoteConnection {
                 if (p == null) {
                     throw new Wire.MalformedMessageException("reply to unknown request " + id);
                 }
+                busyBytes.addAndGet(-p.weight);
                 stats.recvMessages.increment();
                 stats.recvBytes.add(Wire.HEADER + (long) length);
                 if (status != 0) {
@@ -621,6 +658,10 @@ final class TcpConnection implements RemoteConnection {
             log.warn("{} ({} pending operation(s) failed)", cause.getMessage(), failed);
         } else {
             log.debug("{}", cause.getMessage());
+        }
+        java.util.function.Consumer<RemoteMemoryException> hook = onClosed;
+        if (hook != null) {
+            hook.accept(cause);
         }
         return cause;
     }

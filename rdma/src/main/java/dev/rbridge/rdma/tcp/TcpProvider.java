@@ -32,7 +32,7 @@ public final class TcpProvider implements RemoteMemoryProvider {
 
     @Override
     public RemoteConnection connect(ConnectParams params) throws RemoteMemoryException {
-        return TcpConnection.connect(params);
+        return params.lanes() == 1 ? TcpConnection.connect(params) : TcpLanes.connect(params);
     }
 
     @Override
