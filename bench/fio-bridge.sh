@@ -28,6 +28,8 @@ Usage: bench/fio-bridge.sh [--time SEC] [--ramp SEC] [--repeat N] [--size SIZE] 
 Starts four NBD targets on free 127.0.0.1 ports, each exporting "disk" (1 GiB, in RAM), all at once:
   rb1     rbridge serve --volume disk,size=1G,replicas=1 in front of ONE rbridge memserver (tcp transport):
           every request crosses two processes, like the deployment
+  rb1l1   (not in the default list) rb1 with --lanes 1: one TCP connection to the memserver instead of serve's
+          default four, to see what the lanes do
   rb1nm   (not in the default list) rb1 with --metrics none on the bridge and its memserver: with
           --targets rb1,rb1nm the table gains an "on/off" column, the hot-path cost of metrics
   rb2     rbridge serve --volume disk,size=1G,replicas=2 in front of TWO memservers: reads go to one
@@ -125,7 +127,7 @@ for r in "${ROWLIST[@]}"; do
 done
 IFS=, read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
-    case $t in rb1|rb1nm|rb2|demo|nbdkit) ;; *) echo "unknown target '$t' (rb1, rb1nm, rb2, demo, nbdkit)" >&2; exit 2 ;; esac
+    case $t in rb1|rb1nm|rb1l1|rb2|demo|nbdkit) ;; *) echo "unknown target '$t' (rb1, rb1nm, rb1l1, rb2, demo, nbdkit)" >&2; exit 2 ;; esac
 done
 [[ -n $SLAB ]] && SLABSPEC=",slab=$SLAB" || SLABSPEC=
 
@@ -217,17 +219,18 @@ start_target() { # start_target NAME
     port=$(free_port)
     URI[$name]="nbd://127.0.0.1:$port/disk"
     case $name in
-        rb1|rb1nm|rb2)
-            # Metrics on a free port each (several targets run at once), or off for rb1nm.
-            local n=${name#rb} ms=() i metrics=127.0.0.1:0
+        rb1|rb1nm|rb1l1|rb2)
+            # Metrics on a free port each (several targets run at once), or off for rb1nm; rb1l1: one tcp lane.
+            local n=${name#rb} ms=() i metrics=127.0.0.1:0 lanes=()
             [[ $name == rb1nm ]] && { n=1; metrics=none; }
+            [[ $name == rb1l1 ]] && { n=1; lanes=(--lanes 1); }
             for ((i = 1; i <= n; i++)); do
                 start_memserver "$name-memserver$i" "$metrics"
                 ms+=(--memserver "$MEMSERVER")
                 pgids+=("$MEMSERVER_PGID")
             done
             spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" serve --listen "127.0.0.1:$port" "${ms[@]}" \
-                --volume "disk,size=1G,replicas=$n$SLABSPEC" --admin none --metrics "$metrics"
+                --volume "disk,size=1G,replicas=$n$SLABSPEC" --admin none --metrics "$metrics" "${lanes[@]}"
             pgids+=("$SPAWNED")
             ;;
         demo)
@@ -323,7 +326,7 @@ DEF = {
     "sw":   ("1M seq write QD8",  "write", ["mbs"]),
 }
 UNIT = {"iops": "IOPS", "mbs": "MB/s", "p50": "p50 %s us" % lat, "p99": "p99 %s us" % lat}
-HEAD = {"rb1": "serve R=1", "rb1nm": "R=1 nometr", "rb2": "serve R=2", "demo": "demo", "nbdkit": "nbdkit 2hop"}
+HEAD = {"rb1": "serve R=1", "rb1nm": "R=1 nometr", "rb1l1": "R=1 1 lane", "rb2": "serve R=2", "demo": "demo", "nbdkit": "nbdkit 2hop"}
 rb = [t for t in targets if t != "nbdkit"]
 ratios = "nbdkit" in targets
 onoff = "rb1" in targets and "rb1nm" in targets

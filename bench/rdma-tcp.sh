@@ -12,7 +12,8 @@
 #                none: let the scheduler place them
 #   --repeat N   run every row N times, tcp and baseline back to back, alternating which goes first; print medians
 #   --rows LIST  comma-separated subset of: rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8 (default all)
-#   --lanes N    TCP connections per provider connection (rbridge bench --lanes; default 4, as rbridge serve uses).
+#   --lanes N    TCP connections per provider connection (rbridge bench --lanes; default 4; rbridge serve uses one
+#                per two CPUs, at most 4).
 #                One operation at a time always takes the first, so QD1 rows do not depend on it; the baseline's
 #                QD N is N connections.
 #

@@ -9,8 +9,8 @@ import java.util.Set;
 
 /**
  * Everything the bridge core needs, validated once (HikariCP style). Defaults: 5 s operation timeout, a 10 s lease
- * renewed every third of it, up to 10 s at start to reach every memserver, rebuilds copying 1 MiB at a time, 4 lanes
- * (TCP connections) to each memserver on the tcp transport.
+ * renewed every third of it, up to 10 s at start to reach every memserver, rebuilds copying 1 MiB at a time, one
+ * tcp lane (TCP connection) to each memserver per two CPUs of this host, at most four.
  */
 public final class BridgeConfig {
     private final List<InetSocketAddress> memservers;
@@ -146,11 +146,7 @@ public final class BridgeConfig {
         private Duration leaseTtl = Duration.ofSeconds(10);
         private Duration startWait = Duration.ofSeconds(10);
         private int rebuildChunk = 1 << 20;
-        /**
-         * Four: 1 MiB QD8 through one connection was bound by the one memserver thread serving it (~3.7 GB/s here);
-         * four reached the plain-NIO baseline's eight connections. Small operations stay on the first lane.
-         */
-        private int lanes = 4;
+        private int lanes = defaultLanes();
         private BridgeMetrics metrics = BridgeMetrics.NONE;
 
         public Builder memserver(InetSocketAddress a) {
@@ -210,6 +206,17 @@ public final class BridgeConfig {
 
         public BridgeConfig build() {
             return new BridgeConfig(this);
+        }
+
+        /**
+         * One lane per two CPUs, at most four. Raw provider transfers gain from more (1 MiB QD8: one lane ~3.7 GB/s,
+         * bound by the memserver thread serving it; four ~5 GB/s, the plain-NIO baseline's eight sockets' figure), but
+         * through the bridge on a 2-core host, where fio, bridge and memserver share the cores, four lanes wrote 1 MiB
+         * QD8 11 % slower than one (bench/fio-bridge.sh --targets rb1,rb1l1): extra lanes only pay with cores to run
+         * them.
+         */
+        static int defaultLanes() {
+            return Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors() / 2));
         }
 
         private static String defaultOwner() {

@@ -85,11 +85,12 @@ public final class ServeCommand implements Callable<Integer> {
                     + " only it could serve fail with EIO. Default ${DEFAULT-VALUE}.")
     double timeout;
 
-    @Option(names = "--lanes", paramLabel = "N", defaultValue = "4",
+    @Option(names = "--lanes", paramLabel = "N",
             description = "tcp transport: TCP connections to each memserver, each served by its own memserver thread."
                     + " Small requests stay on the first; large transfers spread over all, so one memserver can use"
-                    + " several cores for one bridge. 1 to " + dev.rbridge.rdma.ConnectParams.MAX_LANES + ". Default ${DEFAULT-VALUE}.")
-    int lanes;
+                    + " several cores for one bridge. 1 to " + dev.rbridge.rdma.ConnectParams.MAX_LANES
+                    + ". Default: one per two CPUs of this host, at most 4.")
+    Integer lanes;
 
     @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "10",
             description = "Ownership lease on each volume, renewed every third of it. A bridge that stops renewing"
@@ -167,8 +168,10 @@ public final class ServeCommand implements Callable<Integer> {
                 .token(Endpoints.token(token, tokenFile))
                 .operationTimeout(seconds("--timeout", timeout))
                 .leaseTtl(seconds("--lease", lease))
-                .lanes(lanes(lanes))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)));
+        if (lanes != null) {
+            b.lanes(lanes(lanes));
+        }
         for (String m : memservers) {
             b.memserver(Endpoints.parse(m, MemServerConfig.DEFAULT_PORT));
         }

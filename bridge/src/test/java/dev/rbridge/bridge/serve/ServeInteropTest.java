@@ -59,6 +59,9 @@ class ServeInteropTest {
                 .memservers(2)
                 .capacity("2G")
                 .unix(true)
+                // Three tcp lanes to each memserver (the default on this 2-core host is one): every script also checks
+                // that data spread over several connections comes back whole.
+                .bridgeArgs("--lanes", "3")
                 .volume("disk,size=1G,replicas=2,slab=16M")
                 .volume("tz,size=256M,replicas=2,slab=16M")
                 .volume("small,size=16M,replicas=2,slab=4M,description=16 MiB in 4 MiB slabs")
