@@ -183,19 +183,34 @@ final class UcxListener implements RemoteListener {
             throw new RemoteMemoryException(RemoteMemoryException.Status.INTERNAL, "UCX could not register region "
                     + region + " (" + length + " bytes): " + e.getMessage());
         }
+        Registration raced;
         synchronized (registrations) {
-            Registration raced = registrations.putIfAbsent(k, reg);
-            if (raced == null) {
-                reg.mappers.add(c);
-                log.debug("registered region {} ({} bytes) with UCX", region, length);
-                return reg;
+            raced = registrations.putIfAbsent(k, reg);
+            (raced != null ? raced : reg).mappers.add(c);
+        }
+        if (raced != null) {
+            reg.dead = true;
+            drop(reg, 0);
+            return raced;
+        }
+        // The region may have been released, revoked or re-keyed while UCX registered it, and the withdrawal that came
+        // with that found nothing to withdraw. Checking again now that this registration is listed closes the gap:
+        // any later withdrawal finds it.
+        try {
+            s.pin(region, key, 0, length).close();
+        } catch (RemoteMemoryException gone) {
+            boolean mine;
+            synchronized (registrations) {
+                mine = registrations.remove(k, reg);
             }
-            raced.mappers.add(c);
+            if (mine) { // otherwise a withdrawal took it and drops it
+                reg.dead = true;
+                drop(reg, 0);
+            }
+            throw gone;
         }
-        drop(reg, 0);
-        synchronized (registrations) {
-            return registrations.get(k);
-        }
+        log.debug("registered region {} ({} bytes) with UCX", region, length);
+        return reg;
     }
 
     /**
