@@ -64,6 +64,10 @@ final class MemServerClientOptions {
         if (lanes < 1 || lanes > ConnectParams.MAX_LANES) {
             throw new IllegalArgumentException("--lanes must be between 1 and " + ConnectParams.MAX_LANES);
         }
+        if (lanes != 1 && !transport.equals("tcp")) {
+            throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
+                    + " chooses its own paths)");
+        }
         return new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
                 .token(Endpoints.token(token, tokenFile)).clientName(clientName)
                 .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes);

@@ -170,6 +170,10 @@ public final class ServeCommand implements Callable<Integer> {
                 .leaseTtl(seconds("--lease", lease))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)));
         if (lanes != null) {
+            if (!transport.equals("tcp")) {
+                throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
+                        + " chooses its own paths)");
+            }
             b.lanes(lanes(lanes));
         }
         for (String m : memservers) {

@@ -83,6 +83,13 @@ class ServeCommandTest {
         Result tooManyReplicas = run(dir, "serve", "--memserver", "127.0.0.1:1", "--volume", "disk,replicas=2");
         assertEquals(2, tooManyReplicas.code());
         assertTrue(tooManyReplicas.err().contains("only 1 memserver(s) are configured"), tooManyReplicas.err());
+        Result noLanes = run(dir, "serve", "--memserver", "127.0.0.1:1", "--volume", "disk", "--lanes", "0");
+        assertEquals(2, noLanes.code());
+        assertTrue(noLanes.err().contains("--lanes must be between 1 and 16: 0"), noLanes.err());
+        Result ucxLanes = run(dir, "serve", "--memserver", "127.0.0.1:1", "--volume", "disk", "--transport", "ucx",
+                "--lanes", "2");
+        assertEquals(2, ucxLanes.code());
+        assertTrue(ucxLanes.err().contains("--lanes applies to the tcp transport only"), ucxLanes.err());
         Result nobody = run(dir, "serve", "--memserver", "127.0.0.1:1", "--volume", "disk", "--start-wait", "1",
                 "--admin", "none");
         assertEquals(1, nobody.code());
