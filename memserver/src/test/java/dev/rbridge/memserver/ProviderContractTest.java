@@ -81,6 +81,11 @@ abstract class ProviderContractTest {
         return 1;
     }
 
+    /** ConnectParams#callerDriven: a suite may run the whole contract with waiting callers reading replies. */
+    boolean callerDriven() {
+        return false;
+    }
+
     abstract Target start(long capacity) throws Exception;
 
     @BeforeAll
@@ -95,7 +100,7 @@ abstract class ProviderContractTest {
 
     RemoteConnection connect(Target m, String token) throws RemoteMemoryException {
         return provider().connect(new ConnectParams().address(m.address()).token(token).clientName("contract")
-                .lanes(lanes())
+                .lanes(lanes()).callerDriven(callerDriven())
                 .operationTimeout(TIMEOUT).connectTimeout(Duration.ofSeconds(5)));
     }
 

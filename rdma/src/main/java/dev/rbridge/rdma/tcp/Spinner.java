@@ -37,12 +37,23 @@ final class Spinner {
 
     /** Polls for input for up to the budget; true when input came, false when the caller should block reading. */
     boolean await() throws IOException {
+        return await(null);
+    }
+
+    /**
+     * As {@link #await()}, but also returns false as soon as {@code stop} says so (a caller asking for the read role,
+     * in caller-driven mode); such a stop does not count as an empty poll.
+     */
+    boolean await(java.util.function.BooleanSupplier stop) throws IOException {
         if (skip > 0) {
             skip--;
             return false;
         }
         long start = System.nanoTime();
         while (socket.available() == 0) {
+            if (stop != null && stop.getAsBoolean()) {
+                return false;
+            }
             if (System.nanoTime() - start >= BUDGET_NANOS) {
                 backoff = Math.min(MAX_SKIP, Math.max(1, backoff * 2));
                 skip = backoff;

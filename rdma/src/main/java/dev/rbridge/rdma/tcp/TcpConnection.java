@@ -18,6 +18,7 @@ import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -27,8 +28,11 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.LockSupport;
@@ -39,6 +43,12 @@ import java.util.concurrent.locks.ReentrantLock;
  * data in one gathering write); one reader thread matches replies to requests by id, reading READ data straight into
  * the caller's buffer. A watchdog declares the peer dead when any request waits longer than the operation timeout,
  * failing everything pending at once.
+ *
+ * <p>Caller-driven mode ({@link ConnectParams#callerDriven}) makes reading a role rather than a thread: whoever holds
+ * {@link #readRole} reads and completes replies. A thread waiting on one of its futures takes the role when it is
+ * free, or when the reader thread, polling between replies, sees it asked for ({@link #waiters}) and steps aside; it
+ * gives the role back once its own reply is in. The reader thread reads only while requests are pending and nobody
+ * else reads, so a synchronous caller goes request, poll, reply on its own thread, like a blocking socket client.
  */
 final class TcpConnection implements RemoteConnection {
     private static final Logger log = LoggerFactory.getLogger(TcpConnection.class);
@@ -47,6 +57,13 @@ final class TcpConnection implements RemoteConnection {
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0).asReadOnlyBuffer();
     /** Most buffers in one gathering write (Linux IOV_MAX is 1024). */
     private static final int MAX_VECTOR = 1024;
+    /**
+     * Caller-driven mode: how often the reader thread looks for an operation that its issuer, trusted to wait on it,
+     * did not wait on. The most such an operation is late; the issuer is not trusted again until it waits.
+     */
+    static final long SAFETY_NANOS = 10_000_000;
+    /** Empty timed looks after which the reader thread stops looking (the caller went quiet) and sleeps until woken. */
+    private static final int IDLE_LOOKS = 16;
 
     private final SocketChannel channel;
     private final String peer;
@@ -74,18 +91,41 @@ final class TcpConnection implements RemoteConnection {
     private final Thread reader;
     /** Writes what the reader's completion callbacks issue: the reader itself must never block in a write. */
     private final Thread flusher;
+    /** Caller-driven completion (see the class comment). */
+    private final boolean callerDriven;
+    /** The right to read replies, in caller-driven mode: held by the reader thread or by one waiting caller. */
+    private final ReentrantLock readRole = new ReentrantLock();
+    /** Callers asking for {@link #readRole}: the reader thread steps aside at its next wait for input. */
+    private final AtomicInteger waiters = new AtomicInteger();
+    /** The role holder is blocked in a read and cannot step aside: callers wait for it instead. */
+    private volatile boolean readerBlocked;
+    /** For the reader thread's polls: a caller wants the read role. */
+    private final java.util.function.BooleanSupplier askedFor = () -> waiters.get() > 0;
+    /** The request whose reply is being read: no longer in the map, so failed by the role holder if need be. */
+    private Pending current;
+    /**
+     * The thread that last waited on an operation. Trusted to wait on its next one too, so issuing one wakes nobody;
+     * the reader thread then looks for operations nobody waits on every {@link #SAFETY_NANOS} instead.
+     */
+    private volatile Thread lastDriver;
+    /** The reader thread woke from a timed look rather than being woken. Reader thread only. */
+    private boolean safetyWake;
+    /** Timed looks in a row that found nothing pending. Reader thread only. */
+    private int idleWakes;
 
     /** A request waiting for its reply. */
     private static final class Pending {
         final int opcode;
         final long deadline;
-        final CompletableFuture<Object> future = new CompletableFuture<>();
+        final CompletableFuture<Object> future;
         final MemorySegment dst;
         final ReplyParser parser;
         /** What it adds to {@link #busyBytes} until answered. */
         final long weight;
 
-        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight) {
+        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight,
+                CompletableFuture<Object> future) {
+            this.future = future;
             this.weight = weight;
             this.opcode = opcode;
             this.deadline = deadline;
@@ -112,9 +152,10 @@ final class TcpConnection implements RemoteConnection {
     private final Spinner spinner;
 
     private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server,
-                          ConnectionStats stats) throws IOException {
+                          ConnectionStats stats, boolean callerDriven) throws IOException {
         this.channel = channel;
         this.stats = stats;
+        this.callerDriven = callerDriven;
         this.spinner = new Spinner(channel.socket().getInputStream());
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
@@ -122,7 +163,7 @@ final class TcpConnection implements RemoteConnection {
         long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
         this.watchdog = TcpProvider.TIMER.scheduleWithFixedDelay(this::checkDeadlines, period, period,
                 TimeUnit.MILLISECONDS);
-        this.reader = new Thread(this::readLoop, "rdma-tcp-reader-" + peer);
+        this.reader = new Thread(callerDriven ? this::driveLoop : this::readLoop, "rdma-tcp-reader-" + peer);
         reader.setDaemon(true);
         this.flusher = new Thread(this::flushLoop, "rdma-tcp-flusher-" + peer);
         flusher.setDaemon(true);
@@ -154,7 +195,8 @@ final class TcpConnection implements RemoteConnection {
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
             }
-            return new TcpConnection(ch, peer, params.operationTimeout().toNanos(), info, stats);
+            return new TcpConnection(ch, peer, params.operationTimeout().toNanos(), info, stats,
+                    params.callerDriven());
         } catch (IOException e) {
             boolean timedOut = !guard.cancel(false); // the guard already ran: it closed the socket
             closeQuietly(ch);
@@ -409,7 +451,8 @@ final class TcpConnection implements RemoteConnection {
         }
         long id = ids.getAndIncrement();
         long weight = Wire.HEADER + (long) bodyLength + (dst == null ? 0 : dst.byteSize());
-        Pending p = new Pending(opcode, System.nanoTime() + timeoutNanos, dst, parser, weight);
+        Pending p = new Pending(opcode, System.nanoTime() + timeoutNanos, dst, parser, weight,
+                callerDriven ? new DrivenFuture<>() : new CompletableFuture<>());
         busyBytes.addAndGet(weight);
         pending.put(id, p);
         if (closed.get() != null && pending.remove(id) != null) {
@@ -427,12 +470,18 @@ final class TcpConnection implements RemoteConnection {
         long pendingBytes = outgoingBytes.addAndGet(Wire.HEADER + (long) bodyLength);
         stats.sendMessages.increment();
         stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
-        if (Thread.currentThread() != reader) {
+        if (!readsReplies()) {
             drainOutgoing();
         } else if (pendingBytes >= FLUSH_AT_BYTES) {
             // Requests from completion callbacks otherwise wait until the reader has handled every reply it has
             // buffered, then go out together (see ensure).
             LockSupport.unpark(flusher);
+        }
+        if (callerDriven && !readRole.isLocked() && lastDriver != Thread.currentThread()) {
+            // Somebody must read the reply: the reader thread, unless a waiting caller takes the role first. A holder
+            // that lets go re-checks pending after unlocking, so skipping the wake here while it holds is safe; so is
+            // skipping it for the last driver, whom the reader thread's timed look backs up.
+            LockSupport.unpark(reader);
         }
         return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
     }
@@ -516,6 +565,11 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
+    /** Whether the calling thread reads replies now, and so must never block writing. */
+    private boolean readsReplies() {
+        return Thread.currentThread() == reader || (callerDriven && readRole.isHeldByCurrentThread());
+    }
+
     /** Makes {@code n} bytes readable in {@code in}, sending queued requests before blocking. */
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
@@ -528,71 +582,240 @@ final class TcpConnection implements RemoteConnection {
     }
 
     private void readLoop() {
-        ByteBuffer h = in;
-        Pending p = null; // the request whose reply is being read: no longer in the map, so failed here if need be
         try {
             while (true) {
-                p = null;
                 ensure(Wire.HEADER);
-                if (h.getInt() != Wire.MAGIC) {
-                    throw new Wire.MalformedMessageException("bad magic");
+                readOne();
+            }
+        } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
+            readFailed(e);
+        }
+    }
+
+    /** The reader thread in caller-driven mode: reads while requests are pending and no waiting caller wants to. */
+    private void driveLoop() {
+        while (closed.get() == null) {
+            if (pending.isEmpty() || waiters.get() > 0 || !readRole.tryLock()) {
+                parkIdle();
+                continue;
+            }
+            if (safetyWake) {
+                lastDriver = null; // it issued an operation and did not wait on it: wake for its next ones
+            }
+            idleWakes = 0;
+            try {
+                while (!pending.isEmpty() && awaitHeader(true)) {
+                    readOne();
                 }
-                h.getShort();
-                int opcode = Short.toUnsignedInt(h.getShort());
-                long id = h.getLong();
-                int status = h.getInt();
-                int length = h.getInt();
-                if (length < 0 || length > Wire.MAX_BODY) {
-                    throw new Wire.MalformedMessageException("reply body of " + Integer.toUnsignedString(length)
-                            + " bytes");
+            } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
+                readFailed(e);
+            } finally {
+                readRole.unlock();
+            }
+        }
+    }
+
+    /** The reader thread, caller-driven, with nothing to do: sleeps until woken, or looks again shortly. */
+    private void parkIdle() {
+        if (lastDriver == null) {
+            safetyWake = false;
+            LockSupport.park(this); // send, a caller giving the role back, or close wakes it
+            return;
+        }
+        long start = System.nanoTime();
+        LockSupport.parkNanos(this, SAFETY_NANOS);
+        safetyWake = System.nanoTime() - start >= SAFETY_NANOS;
+        if (!safetyWake) {
+            return;
+        }
+        if (!pending.isEmpty()) {
+            idleWakes = 0;
+        } else if (++idleWakes >= IDLE_LOOKS) {
+            lastDriver = null;
+            idleWakes = 0;
+        }
+    }
+
+    /**
+     * A caller waiting on {@code f} reads replies itself until {@code f} completes, if it can take the read role
+     * within the polling budget; otherwise it returns and the caller waits as usual.
+     */
+    private void drive(CompletableFuture<?> f) {
+        if (readsReplies() || Thread.currentThread().isInterrupted()) {
+            return; // an interrupted thread must not touch the socket: its read would close it
+        }
+        if (lastDriver != Thread.currentThread()) {
+            // It waits on what it issues (even when the reply was in before it came to wait, or another reader
+            // completes it): trusted from now on. The reader thread moves from its untimed sleep to timed looks.
+            lastDriver = Thread.currentThread();
+            LockSupport.unpark(reader);
+        }
+        if (f.isDone() || !takeReadRole(f)) {
+            return;
+        }
+        try {
+            while (!f.isDone() && awaitHeader(false)) {
+                readOne();
+            }
+        } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
+            readFailed(e);
+        } finally {
+            readRole.unlock();
+            if (!pending.isEmpty()) {
+                LockSupport.unpark(reader); // other callers' replies: the reader thread takes over
+            }
+        }
+    }
+
+    private boolean takeReadRole(CompletableFuture<?> f) {
+        waiters.incrementAndGet();
+        boolean taken = false;
+        try {
+            long start = System.nanoTime();
+            while (!f.isDone() && closed.get() == null) {
+                if (readRole.tryLock()) {
+                    taken = true;
+                    return true;
                 }
-                p = pending.remove(id);
-                if (p == null) {
-                    throw new Wire.MalformedMessageException("reply to unknown request " + id);
+                if (readerBlocked || System.nanoTime() - start > Spinner.BUDGET_NANOS) {
+                    return false; // the holder cannot step aside now: it completes f
                 }
-                busyBytes.addAndGet(-p.weight);
-                stats.recvMessages.increment();
-                stats.recvBytes.add(Wire.HEADER + (long) length);
-                if (status != 0) {
-                    ByteBuffer body = readBody(length);
-                    String message = length >= 2 ? Wire.parse("error", () -> Wire.getString(body)) : "";
-                    if (status == Status.BAD_REQUEST.code() && message.startsWith("unexpected OP_")) {
-                        message += " (the memserver predates this operation; upgrade it)";
-                    }
-                    p.future.completeExceptionally(new RemoteMemoryException(Status.of(status),
-                            Wire.opName(opcode) + " on memserver " + peer + " failed: " + message));
-                } else if (p.dst != null) {
-                    if (length != p.dst.byteSize()) {
-                        throw new Wire.MalformedMessageException("READ reply of " + length + " bytes for "
-                                + p.dst.byteSize() + " requested");
-                    }
-                    ByteBuffer dst = p.dst.asByteBuffer();
-                    int buffered = Math.min(in.remaining(), length);
-                    dst.put(in.slice(in.position(), buffered));
-                    in.position(in.position() + buffered);
-                    readFully(channel, dst); // the rest, if any, straight from the socket
-                    afterLarge = length >= Wire.LARGE;
-                    p.future.complete(null);
-                } else {
-                    afterLarge = false;
-                    ByteBuffer body = readBody(length);
-                    completeWith(p, body);
+                Thread.yield();
+            }
+            return false;
+        } finally {
+            waiters.decrementAndGet();
+            if (!taken && !pending.isEmpty() && !readRole.isLocked()) {
+                LockSupport.unpark(reader); // it may have stepped aside for us and parked
+            }
+        }
+    }
+
+    /**
+     * Caller-driven mode: makes a header readable in {@code in}, polling the socket first as {@link Spinner} does
+     * (so a run of polls that find nothing turns into blocking at once, as on a CPU shared with the memserver, where
+     * yielding does not reliably let it run). With {@code mayStepAside} (the reader thread) it returns false instead
+     * when a caller asks for the role.
+     */
+    private boolean awaitHeader(boolean mayStepAside) throws IOException {
+        while (in.remaining() < Wire.HEADER) {
+            if (!outgoing.isEmpty()) {
+                LockSupport.unpark(flusher); // never write here: the memserver may be waiting for us to read
+            }
+            if (mayStepAside && waiters.get() > 0) {
+                return false;
+            }
+            int upTo = afterLarge ? Wire.HEADER : Integer.MAX_VALUE;
+            if (spinner.await(mayStepAside ? askedFor : null)) {
+                Wire.readMore(channel, in, upTo);
+            } else if (!(mayStepAside && waiters.get() > 0)) {
+                readerBlocked = true;
+                try {
+                    Wire.readMore(channel, in, upTo);
+                } finally {
+                    readerBlocked = false;
                 }
             }
-        } catch (Wire.MalformedMessageException e) {
-            fail(p, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer
-                    + " sent a malformed reply (" + e.getMessage() + "); connection closed")));
-            return;
-        } catch (EOFException e) {
-            fail(p, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer
-                    + " closed the connection")));
-        } catch (IOException e) {
-            fail(p, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + ": "
-                    + e.getMessage(), e)));
-        } catch (RuntimeException e) {
+        }
+        return true;
+    }
+
+    /** Reads one reply, whose header is in {@code in}, and completes its request. Called by the role holder only. */
+    private void readOne() throws IOException, Wire.MalformedMessageException {
+        ByteBuffer h = in;
+        if (h.getInt() != Wire.MAGIC) {
+            throw new Wire.MalformedMessageException("bad magic");
+        }
+        h.getShort();
+        int opcode = Short.toUnsignedInt(h.getShort());
+        long id = h.getLong();
+        int status = h.getInt();
+        int length = h.getInt();
+        if (length < 0 || length > Wire.MAX_BODY) {
+            throw new Wire.MalformedMessageException("reply body of " + Integer.toUnsignedString(length)
+                    + " bytes");
+        }
+        Pending p = pending.remove(id);
+        if (p == null) {
+            throw new Wire.MalformedMessageException("reply to unknown request " + id);
+        }
+        current = p;
+        busyBytes.addAndGet(-p.weight);
+        stats.recvMessages.increment();
+        stats.recvBytes.add(Wire.HEADER + (long) length);
+        if (status != 0) {
+            ByteBuffer body = readBody(length);
+            String message = length >= 2 ? Wire.parse("error", () -> Wire.getString(body)) : "";
+            if (status == Status.BAD_REQUEST.code() && message.startsWith("unexpected OP_")) {
+                message += " (the memserver predates this operation; upgrade it)";
+            }
+            current = null;
+            p.future.completeExceptionally(new RemoteMemoryException(Status.of(status),
+                    Wire.opName(opcode) + " on memserver " + peer + " failed: " + message));
+        } else if (p.dst != null) {
+            if (length != p.dst.byteSize()) {
+                throw new Wire.MalformedMessageException("READ reply of " + length + " bytes for "
+                        + p.dst.byteSize() + " requested");
+            }
+            ByteBuffer dst = p.dst.asByteBuffer();
+            int buffered = Math.min(in.remaining(), length);
+            dst.put(in.slice(in.position(), buffered));
+            in.position(in.position() + buffered);
+            readFully(channel, dst); // the rest, if any, straight from the socket
+            afterLarge = length >= Wire.LARGE;
+            current = null;
+            p.future.complete(null);
+        } else {
+            afterLarge = false;
+            ByteBuffer body = readBody(length);
+            current = null;
+            completeWith(p, body);
+        }
+    }
+
+    /** The role holder's read failed: the connection closes, and the request being read fails with it. */
+    private void readFailed(Exception e) {
+        Pending p = current;
+        current = null;
+        RemoteMemoryException cause;
+        if (e instanceof Wire.MalformedMessageException) {
+            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer + " sent a malformed reply ("
+                    + e.getMessage() + "); connection closed");
+        } else if (e instanceof EOFException) {
+            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer + " closed the connection");
+        } else if (e instanceof ClosedByInterruptException) {
+            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "connection to memserver " + peer
+                    + " closed: a caller reading its replies (caller-driven completion) was interrupted", e);
+        } else if (e instanceof IOException) {
+            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + ": "
+                    + e.getMessage(), e);
+        } else {
             log.error("tcp reader for {} failed", peer, e);
-            fail(p, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "internal error reading from " + peer,
-                    e)));
+            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "internal error reading from " + peer, e);
+        }
+        fail(p, closeWith(cause));
+    }
+
+    /** A request's future that, waited on, lets the waiting thread read the replies (caller-driven mode). */
+    private final class DrivenFuture<T> extends CompletableFuture<T> {
+        @Override
+        public T get() throws InterruptedException, ExecutionException {
+            drive(this);
+            return super.get();
+        }
+
+        @Override
+        public T get(long timeout, TimeUnit unit) throws InterruptedException, ExecutionException, TimeoutException {
+            if (unit.toNanos(timeout) >= timeoutNanos) {
+                drive(this); // a shorter wait could not be kept while blocked in a read; the watchdog bounds this one
+            }
+            return super.get(timeout, unit);
+        }
+
+        @Override
+        public T join() {
+            drive(this);
+            return super.join();
         }
     }
 
@@ -646,6 +869,7 @@ final class TcpConnection implements RemoteConnection {
         watchdog.cancel(false);
         closeQuietly(channel);
         LockSupport.unpark(flusher);
+        LockSupport.unpark(reader);
         int failed = 0;
         for (Long id : List.copyOf(pending.keySet())) {
             Pending p = pending.remove(id);

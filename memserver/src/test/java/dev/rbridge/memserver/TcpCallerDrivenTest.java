@@ -1,0 +1,228 @@
+package dev.rbridge.memserver;
+
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.tcp.TcpProvider;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.Timeout;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Caller-driven completion of the tcp provider (ConnectParams#callerDriven) against a memserver process: who reads
+ * the replies, that an operation its issuer does not wait on still completes, that waiting and non-waiting threads
+ * mixed on one connection lose nothing, and what interrupting a reading caller does. The contract as a whole in this
+ * mode is {@link TcpCallerDrivenProviderContractTest}.
+ */
+@Timeout(120)
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class TcpCallerDrivenTest {
+    static final String TOKEN = "driven";
+    MemServerProcess memserver;
+
+    @BeforeAll
+    void start() throws Exception {
+        memserver = MemServerProcess.start(256L << 20, TOKEN);
+    }
+
+    @AfterAll
+    void stop() throws Exception {
+        memserver.close();
+    }
+
+    RemoteConnection connect(boolean callerDriven) throws RemoteMemoryException {
+        return new TcpProvider().connect(new ConnectParams().address(memserver.address).token(TOKEN)
+                .clientName("driven").callerDriven(callerDriven).operationTimeout(Duration.ofSeconds(2)));
+    }
+
+    /**
+     * The thread that ran the completion of an operation waited on with get; null when it was complete before this
+     * thread could look (then the completion would run here, which tells nothing).
+     */
+    static Thread completedOn(CompletableFuture<Void> op) throws Exception {
+        AtomicReference<Thread> on = new AtomicReference<>();
+        boolean[] registering = {true};
+        CompletableFuture<Void> stamped = op.whenComplete((v, t) -> {
+            if (!registering[0]) {
+                on.set(Thread.currentThread()); // ran where the completion happened, not at registration
+            }
+        });
+        registering[0] = false;
+        op.get(10, TimeUnit.SECONDS);
+        stamped.get(10, TimeUnit.SECONDS);
+        return on.get();
+    }
+
+    @Test
+    void aWaitingCallerReadsItsOwnReplyAndWithoutTheModeTheReaderThreadDoes() throws Exception {
+        try (RemoteConnection driven = connect(true); RemoteConnection plain = connect(false);
+             Arena arena = Arena.ofShared()) {
+            RegionDescriptor d = driven.allocate(RegionTag.scratch("driven"), 1 << 20).get(10, TimeUnit.SECONDS);
+            RegionDescriptor p = plain.allocate(RegionTag.scratch("plain"), 1 << 20).get(10, TimeUnit.SECONDS);
+            MemorySegment buf = arena.allocate(4096);
+            int own = 0;
+            int byReaderThread = 0;
+            for (int i = 0; i < 200; i++) {
+                if (completedOn(driven.read(d, 0, buf)) == Thread.currentThread()) {
+                    own++;
+                }
+                Thread on = completedOn(plain.read(p, 0, buf));
+                if (on != null && on.getName().startsWith("rdma-tcp-reader-")) {
+                    byReaderThread++;
+                }
+            }
+            // CompletableFuture lets a waiter that wakes help run callbacks, so neither count is exact.
+            assertTrue(byReaderThread >= 100, "without caller-driven mode the reader thread completed only "
+                    + byReaderThread + " of 200");
+            assertTrue(own >= 150, "the waiting caller read " + own + " of 200 replies itself");
+        }
+    }
+
+    @Test
+    void anOperationItsIssuerDoesNotWaitOnStillCompletes() throws Exception {
+        try (RemoteConnection c = connect(true); Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = c.allocate(RegionTag.scratch("unwaited"), 1 << 20).get(10, TimeUnit.SECONDS);
+            MemorySegment buf = arena.allocate(4096).fill((byte) 7);
+            for (int round = 0; round < 50; round++) {
+                c.write(r, 0, buf).get(10, TimeUnit.SECONDS); // this thread becomes the trusted waiter
+                CountDownLatch done = new CountDownLatch(1);
+                c.read(r, 0, arena.allocate(4096)).whenComplete((v, t) -> done.countDown()); // and then does not wait
+                assertTrue(done.await(10, TimeUnit.SECONDS), "round " + round + ": an operation nobody waits on "
+                        + "was never completed");
+            }
+        }
+    }
+
+    @Test
+    void waitingAndNonWaitingThreadsOnOneConnectionLoseNothing() throws Exception {
+        int threads = 6;
+        int slot = 64 << 10;
+        try (RemoteConnection c = connect(true); Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = c.allocate(RegionTag.scratch("mixed"), (long) threads * slot)
+                    .get(10, TimeUnit.SECONDS);
+            List<CompletableFuture<Void>> workers = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                int id = t;
+                workers.add(CompletableFuture.runAsync(() -> {
+                    try {
+                        // Even threads wait on every operation (they read replies); odd ones keep eight in flight
+                        // and wait only on their completions (the reader thread or a waiting neighbour serves them).
+                        Random random = new Random(id);
+                        long base = (long) id * slot;
+                        byte[] model = new byte[slot];
+                        List<CompletableFuture<Void>> unwaited = new ArrayList<>();
+                        for (int i = 0; i < 300; i++) {
+                            int len = 1 + random.nextInt(8192);
+                            int off = random.nextInt(slot - len);
+                            byte[] data = new byte[len];
+                            random.nextBytes(data);
+                            System.arraycopy(data, 0, model, off, len);
+                            MemorySegment src = arena.allocate(len);
+                            src.copyFrom(MemorySegment.ofArray(data));
+                            CompletableFuture<Void> w = c.write(r, base + off, src);
+                            if (id % 2 == 0 || i % 8 == 7) {
+                                w.get(10, TimeUnit.SECONDS);
+                            } else {
+                                unwaited.add(w); // completed by others; overlapping writes stay in issue order
+                            }
+                        }
+                        c.flush().get(10, TimeUnit.SECONDS);
+                        for (CompletableFuture<Void> w : unwaited) {
+                            assertTrue(w.isDone(), "a FLUSH completed before a write issued ahead of it");
+                            w.getNow(null); // and none failed
+                        }
+                        MemorySegment back = arena.allocate(slot);
+                        c.read(r, base, back).get(10, TimeUnit.SECONDS);
+                        assertArrayEquals(model, back.toArray(ValueLayout.JAVA_BYTE), "thread " + id);
+                    } catch (Exception e) {
+                        throw new AssertionError(e);
+                    }
+                }, runnable -> Thread.ofPlatform().start(runnable)));
+            }
+            CompletableFuture.allOf(workers.toArray(CompletableFuture[]::new)).get(60, TimeUnit.SECONDS);
+            assertTrue(c.isOpen());
+        }
+    }
+
+    @Test
+    void interruptingACallerThatReadsClosesTheConnectionSayingWhy() throws Exception {
+        try (RemoteConnection c = connect(true); RemoteConnection other = connect(true);
+             Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = c.allocate(RegionTag.scratch("interrupted"), 1 << 20).get(10, TimeUnit.SECONDS);
+            RegionDescriptor o = other.allocate(RegionTag.scratch("bystander"), 1 << 20).get(10, TimeUnit.SECONDS);
+            AtomicReference<CompletableFuture<Void>> op = new AtomicReference<>();
+            AtomicReference<Throwable> waited = new AtomicReference<>();
+            AtomicReference<Boolean> stillInterrupted = new AtomicReference<>();
+            CountDownLatch issued = new CountDownLatch(1);
+            Thread caller = Thread.ofPlatform().start(() -> {
+                try {
+                    // Until this thread has read a reply itself, it is not trusted to wait, and issuing wakes
+                    // the reader thread, which might be the one blocked in the read when the interrupt comes.
+                    for (int i = 0; i < 100 && completedOn(c.read(r, 0, arena.allocate(4096)))
+                            != Thread.currentThread(); i++) {
+                        Thread.onSpinWait();
+                    }
+                    memserver.signal("STOP");
+                    op.set(c.read(r, 0, arena.allocate(4096)));
+                    issued.countDown();
+                    op.get().get(10, TimeUnit.SECONDS); // reads, and blocks: the memserver is frozen
+                } catch (Throwable t) {
+                    stillInterrupted.set(Thread.currentThread().isInterrupted());
+                    waited.set(t);
+                }
+            });
+            try {
+                assertTrue(issued.await(10, TimeUnit.SECONDS));
+                Thread.sleep(300); // well past the polling budget, well within the 2 s operation timeout
+                caller.interrupt();
+                caller.join(10_000);
+                // The read failed under it, so the wait ends with that failure; the interrupt stays set.
+                ExecutionException failed = assertInstanceOf(ExecutionException.class, waited.get());
+                assertTrue(failed.getCause().getMessage().contains("interrupted"), failed.getCause().getMessage());
+                assertTrue(stillInterrupted.get());
+            } finally {
+                memserver.signal("CONT");
+            }
+            ExecutionException e = assertThrows(ExecutionException.class, () -> op.get().get(10, TimeUnit.SECONDS));
+            RemoteMemoryException cause = assertInstanceOf(RemoteMemoryException.class, e.getCause());
+            assertEquals(Status.CONNECTION_LOST, cause.status());
+            assertTrue(cause.getMessage().contains("interrupted"), cause.getMessage());
+            assertFalse(c.isOpen());
+            // Everyone else carries on.
+            MemorySegment buf = arena.allocate(4096).fill((byte) 3);
+            other.write(o, 0, buf).get(10, TimeUnit.SECONDS);
+            MemorySegment back = arena.allocate(4096);
+            other.read(o, 0, back).get(10, TimeUnit.SECONDS);
+            assertEquals(3, back.get(ValueLayout.JAVA_BYTE, 4095));
+            assertSame(Status.CONNECTION_LOST, ((RemoteMemoryException) assertThrows(ExecutionException.class,
+                    () -> c.read(r, 0, buf).get(10, TimeUnit.SECONDS)).getCause()).status());
+        }
+    }
+}
