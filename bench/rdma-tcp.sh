@@ -5,6 +5,7 @@
 # same JDK, JVM options and CPU placement. Not a test: numbers only.
 #
 #   bench/rdma-tcp.sh [--time SEC] [--iters N] [--pin same|split|none] [--repeat N] [--rows LIST] [--lanes N]
+#                     [--completion caller|thread|both]
 #
 #   --time SEC   seconds per bandwidth row (default 5, after 1 s of unmeasured warm-up)
 #   --iters N    timed operations per latency row (default 20000, plus a tenth as warm-up)
@@ -16,6 +17,11 @@
 #                per two CPUs, at most 4).
 #                One operation at a time always takes the first, so QD1 rows do not depend on it; the baseline's
 #                QD N is N connections.
+#   --completion caller|thread|both
+#                who reads replies in the latency rows (rbridge bench --completion): caller, the waiting thread
+#                itself, as a synchronous client; thread, the provider's reader thread, as rbridge serve runs;
+#                both (default) prints a row for each. Bandwidth rows keep operations in flight from completions,
+#                where the two are the same.
 #
 # Why pin: in this VM kind a wake-up across CPUs costs ~80 us and on the same CPU a few, so unpinned results are
 # bimodal (QD1 read p50 9 or 90 us; 4K QD32 read ~1000 or ~3000 MB/s) depending on where the scheduler puts the
@@ -25,7 +31,7 @@
 # /proc/PID/stat over the whole client run, warm-up included, so both server figures are a little high alike).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"; lanes=4
+time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"; lanes=4; completion=both
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s="$2"; shift 2 ;;
@@ -34,11 +40,13 @@ while [ $# -gt 0 ]; do
     --repeat) repeat="$2"; shift 2 ;;
     --rows) rows="$2"; shift 2 ;;
     --lanes) lanes="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --completion) completion="$2"; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$pin" in same|split|none) ;; *) echo "--pin must be same, split or none" >&2; exit 2 ;; esac
+case "$completion" in caller|thread|both) ;; *) echo "--completion must be caller, thread or both" >&2; exit 2 ;; esac
 
 work="$(mktemp -d)"; token="bench-$RANDOM"
 cleanup() {
@@ -83,10 +91,11 @@ hz="$(getconf CLK_TCK)"
 
 run_client() { # impl test size depth -> the result line (4th line of output, rbridge bench's format)
   local amount="$iters"; case "$2" in *-bw) amount="$time_s" ;; esac
-  if [ "$1" = tcp ]; then
+  if [ "$1" != nio ]; then
+    local mode=caller; [ "$1" = tcpt ] && mode=thread
     local extra=(--iters "$amount"); case "$2" in *-bw) extra=(--time "$amount") ;; esac
     "${client_cpu[@]}" "$root/rbridge" bench --server "$ms_addr" --token "$token" --test "$2" --size "$3" \
-      --tx-depth "$4" --lanes "$lanes" "${extra[@]}" | awk 'NR==4'
+      --tx-depth "$4" --lanes "$lanes" --completion "$mode" "${extra[@]}" | awk 'NR==4'
   else
     "${client_cpu[@]}" "$java_home/bin/java" "${java_opts[@]}" -cp "$work/nb" NioBaseline client "$nb_addr" \
       "$2" "$3" "$4" "$amount" | awk 'NR==4'
@@ -120,9 +129,11 @@ for k in "${keys[@]}"; do
   [ -n "${test_of[$k]:-}" ] || { echo "unknown row $k (rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8)" >&2; exit 2; }
 done
 
+lat_impls=(tcp); [ "$completion" = thread ] && lat_impls=(tcpt); [ "$completion" = both ] && lat_impls=(tcp tcpt)
 for rep in $(seq 1 "$repeat"); do
-  order=(tcp nio); [ $((rep % 2)) = 0 ] && order=(nio tcp)
   for k in "${keys[@]}"; do
+    order=(tcp nio); case "${test_of[$k]}" in *-lat) order=("${lat_impls[@]}" nio) ;; esac
+    [ $((rep % 2)) = 0 ] && order=(nio "${order[@]:0:${#order[@]}-1}")
     for impl in "${order[@]}"; do
       measure "$k" "$impl" "${test_of[$k]}" "${size_of[$k]}" "${depth_of[$k]}"
     done
@@ -140,18 +151,22 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) p
 printf '\nplacement: --pin %s, %s repeat(s), medians; tcp = tcp provider with %s lane(s) (memserver + rbridge bench),' \
   "$pin" "$repeat" "$lanes"
 printf ' NIO = plain-NIO baseline (bench/baseline), same run\n'
-printf '%-20s %10s %10s %7s %18s %18s\n' row "tcp" "NIO" ratio "tcp CPU s/GB c+s" "NIO CPU s/GB c+s"
-printf '%s\n' "$(printf '%.0s-' $(seq 1 88))"
+printf '%-28s %10s %10s %7s %18s %18s\n' row "tcp" "NIO" ratio "tcp CPU s/GB c+s" "NIO CPU s/GB c+s"
+printf '%s\n' "$(printf '%.0s-' $(seq 1 96))"
 for k in "${keys[@]}"; do
   case "${test_of[$k]}" in
     *-lat)
-      for m in p50 p99; do
-        t="$(median "$k" tcp "$m")"; n="$(median "$k" nio "$m")"
-        printf '%-20s %10s %10s %7s\n' "${name_of[$k]} $m us" "$t" "$n" "$(ratio "$n" "$t")"
+      for impl in "${lat_impls[@]}"; do
+        for m in p50 p99; do
+          t="$(median "$k" "$impl" "$m")"; n="$(median "$k" nio "$m")"
+          label="${name_of[$k]} $m us"; [ "$impl" = tcpt ] && label="$label [thread]"
+          [ "$impl" = tcp ] && [ "$completion" = both ] && label="$label [caller]"
+          printf '%-28s %10s %10s %7s\n' "$label" "$t" "$n" "$(ratio "$n" "$t")"
+        done
       done ;;
     *)
       t="$(median "$k" tcp mbs)"; n="$(median "$k" nio mbs)"
-      printf '%-20s %10s %10s %7s %18s %18s\n' "${name_of[$k]} MB/s" "$t" "$n" "$(ratio "$t" "$n")" \
+      printf '%-28s %10s %10s %7s %18s %18s\n' "${name_of[$k]} MB/s" "$t" "$n" "$(ratio "$t" "$n")" \
         "$(median "$k" tcp ccpu)+$(median "$k" tcp scpu)" "$(median "$k" nio ccpu)+$(median "$k" nio scpu)" ;;
   esac
 done

@@ -37,7 +37,7 @@ import java.util.concurrent.atomic.LongAdder;
  * <p>Both ends print what {@code rbridge bench} prints on its fourth line, so the script parses them alike:
  * <pre>
  *   java --enable-native-access=ALL-UNNAMED NioBaseline.java server 127.0.0.1:0      # prints "listening on H:P"
- *   java NioBaseline.java client H:P read-lat  4K 1  20000          # iterations (plus a tenth as warm-up)
+ *   java NioBaseline.java client H:P read-lat  4K 1  20000          # iterations (after a warm-up: a tenth as many, >= 1 s)
  *   java NioBaseline.java client H:P write-bw  4K 32 5              # seconds (after a 1 s warm-up)
  * </pre>
  * Operation {@code slot} (0..QD-1) uses offset {@code slot * size}, as {@code rbridge bench} does; the slots are
@@ -222,8 +222,10 @@ public class NioBaseline {
     }
 
     static void latency(Conn c, int op, int size, int iters) throws IOException {
+        // Warm-up, unmeasured, the same rule as rbridge bench: a tenth of the iterations and at least a second.
         int warmup = Math.max(100, iters / 10);
-        for (int k = 0; k < warmup; k++) {
+        long warmUntil = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+        for (int k = 0; k < warmup || System.nanoTime() < warmUntil; k++) {
             c.op(op);
         }
         long[] s = new long[iters];

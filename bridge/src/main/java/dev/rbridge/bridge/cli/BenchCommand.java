@@ -47,7 +47,8 @@ final class BenchCommand implements Callable<Integer> {
     int txDepth;
 
     @Option(names = "--iters", paramLabel = "N", defaultValue = "10000",
-            description = "Operations to time (after a warm-up of a tenth as many), unless --time. Default ${DEFAULT-VALUE}.")
+            description = "Operations to time (after an unmeasured warm-up of a tenth as many, and at least a second), "
+                    + "unless --time. Default ${DEFAULT-VALUE}.")
     int iters;
 
     @Option(names = "--time", paramLabel = "SECONDS", description = "Run for this long instead of --iters.")
@@ -123,21 +124,22 @@ final class BenchCommand implements Callable<Integer> {
     }
 
     private void latency(PrintWriter out, Op op, boolean read, int bytes) throws Exception {
-        // Posted from this thread, timed until the completion runs on the provider's thread: what the bridge sees
-        // (its NBD threads issue, replies leave from the completion). Waking this thread is not counted.
+        // Posted from this thread, timed until the completion runs: on the provider's thread (--completion thread,
+        // what the bridge sees: its NBD threads issue, replies leave from the completion; waking this thread is not
+        // counted) or on this one, which reads the reply itself (--completion caller, a synchronous client).
+        // Warm-up, unmeasured: a tenth of the iterations and at least a second. Until the JIT has compiled the data
+        // path its compiler threads compete for the CPU, which with client and memserver on one CPU put one
+        // operation in a hundred at a scheduler tick (ms) in the first 20000.
         int warmup = Math.max(100, iters / 10);
+        long warmUntil = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+        for (int k = 0; k < warmup || System.nanoTime() < warmUntil; k++) {
+            timeOne(op, read);
+        }
         long[] samples = new long[time == null ? iters : 1 << 20];
         long limit = time == null ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.SECONDS.toNanos(time);
         int n = 0;
-        for (int k = -warmup; k < samples.length && (time == null ? k < iters : System.nanoTime() < limit); k++) {
-            long[] completedAt = new long[1];
-            long start = System.nanoTime();
-            op.run(0, read).whenComplete((v, t) -> completedAt[0] = System.nanoTime())
-                    .get(remote.timeout * 2L, TimeUnit.SECONDS);
-            if (k >= 0) {
-                samples[k] = completedAt[0] - start;
-                n = k + 1;
-            }
+        while (n < samples.length && (time == null ? n < iters : System.nanoTime() < limit)) {
+            samples[n++] = timeOne(op, read);
         }
         long[] s = Arrays.copyOf(samples, n);
         Arrays.sort(s);
@@ -152,6 +154,17 @@ final class BenchCommand implements Callable<Integer> {
                 s[n - 1] / 1e3, s[n / 2] / 1e3, avg / 1e3, Math.sqrt(var) / 1e3, percentile(s, 0.99) / 1e3,
                 percentile(s, 0.999) / 1e3);
         out.println(line);
+    }
+
+    /** One operation, posted and waited on: nanoseconds from posting to its completion. */
+    private long timeOne(Op op, boolean read) throws Exception {
+        long[] completedAt = new long[1];
+        long start = System.nanoTime();
+        CompletableFuture<Void> f = op.run(0, read);
+        CompletableFuture<Void> timed = f.whenComplete((v, t) -> completedAt[0] = System.nanoTime());
+        f.get(remote.timeout * 2L, TimeUnit.SECONDS); // the operation's own future: a caller may read for it
+        timed.get(remote.timeout * 2L, TimeUnit.SECONDS); // and the stamp is taken
+        return completedAt[0] - start;
     }
 
     /** Runs the chains until {@code end} or {@code maxOps} operations; returns the operations done. */

@@ -43,6 +43,13 @@ final class MemServerClientOptions {
                     + "one is the lowest latency. Default ${DEFAULT-VALUE}.")
     int lanes;
 
+    @Option(names = "--completion", paramLabel = "MODE", defaultValue = "caller",
+            description = "tcp: who reads the memserver's replies. caller: a thread waiting on an operation reads "
+                    + "them itself when nobody else is (a synchronous client's cost: no hand-off between threads); "
+                    + "thread: always the connection's reader thread, which then wakes the waiter (how rbridge serve "
+                    + "runs). Default ${DEFAULT-VALUE}.")
+    String completion;
+
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
             description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
     String logLevel;
@@ -68,9 +75,13 @@ final class MemServerClientOptions {
             throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
                     + " chooses its own paths)");
         }
+        if (!completion.equals("caller") && !completion.equals("thread")) {
+            throw new IllegalArgumentException("--completion must be caller or thread: " + completion);
+        }
         return new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
                 .token(Endpoints.token(token, tokenFile)).clientName(clientName)
-                .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes);
+                .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes)
+                .callerDriven(completion.equals("caller"));
     }
 
     /** What a tool does with its connection and scratch region; returns the exit code. */

@@ -43,15 +43,25 @@ class RemoteMemoryCommandsTest {
             assertEquals(0, ok.exitValue(), out + Files.readString(pingLog));
             assertTrue(out.contains("50 rounds of 65536 bytes, all validated"), out);
 
-            for (String[] run : new String[][]{{"read-lat", "--iters", "500"}, {"write-bw", "--time", "1"}}) {
+            // Latency both ways replies can be read (the caller itself, the default; the reader thread).
+            for (String[] run : new String[][]{{"read-lat", "--iters", "500", "--completion", "caller"},
+                    {"write-lat", "--iters", "500", "--completion", "thread"},
+                    {"write-bw", "--time", "1", "--completion", "caller"}}) {
                 Process bench = CliProcess.start(pingLog, "bench", "--server", address, "--token", "t0ken", "--test",
-                        run[0], "--size", "4K", "--tx-depth", "8", run[1], run[2]);
+                        run[0], "--size", "4K", "--tx-depth", "8", run[1], run[2], run[3], run[4]);
                 String table = new String(bench.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
                 assertTrue(bench.waitFor(60, TimeUnit.SECONDS));
                 assertEquals(0, bench.exitValue(), table + Files.readString(pingLog));
                 assertTrue(table.contains(run[0].endsWith("lat") ? "t_typical[usec]" : "BW average[MB/sec]"), table);
                 assertTrue(table.lines().anyMatch(l -> l.trim().startsWith("4096 ")), "a result row: " + table);
             }
+
+            Process badMode = CliProcess.start(pingLog, "bench", "--server", address, "--token", "t0ken", "--test",
+                    "read-lat", "--completion", "sometimes");
+            assertTrue(badMode.waitFor(60, TimeUnit.SECONDS));
+            assertEquals(2, badMode.exitValue(), Files.readString(pingLog));
+            assertTrue(Files.readString(pingLog).contains("--completion must be caller or thread: sometimes"),
+                    Files.readString(pingLog));
 
             Process bad = CliProcess.start(pingLog, "ping", "--server", address, "--token", "guess");
             assertTrue(bad.waitFor(60, TimeUnit.SECONDS));
