@@ -81,6 +81,14 @@ final class TcpConnection implements RemoteConnection {
     /** Encoded requests not yet written, in issue order (FIFO keeps FLUSH behind what was issued before it). */
     private final ConcurrentLinkedQueue<Outgoing> outgoing = new ConcurrentLinkedQueue<>();
     private final AtomicLong outgoingBytes = new AtomicLong();
+    /** Reply bytes of requests written and not yet answered: what the memserver may send before reading more. */
+    private final AtomicLong writtenReplyBytes = new AtomicLong();
+    /**
+     * Most reply bytes that may be outstanding when the thread reading replies writes a request itself: a quarter of
+     * the socket's receive buffer, so that the memserver can always write every reply it owes without blocking, and
+     * so always goes on reading what we write.
+     */
+    private final long safeReplyBytes;
     /** Where a batch's headers are gathered; used only under writeLock. */
     private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
     /** The gathering write's buffers; used only under writeLock. */
@@ -89,7 +97,10 @@ final class TcpConnection implements RemoteConnection {
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
     private final Thread reader;
-    /** Writes what the reader's completion callbacks issue: the reader itself must never block in a write. */
+    /**
+     * Writes what the reader's completion callbacks issue beyond what the reader may write itself (see
+     * {@link #writeBesideReplies}): a reader blocked in a write the memserver's replies are stuck behind deadlocks.
+     */
     private final Thread flusher;
     /** Caller-driven completion (see the class comment). */
     private final boolean callerDriven;
@@ -122,11 +133,14 @@ final class TcpConnection implements RemoteConnection {
         final ReplyParser parser;
         /** What it adds to {@link #busyBytes} until answered. */
         final long weight;
+        /** Bytes of its reply (header and READ data): what it may add to the replies waiting in our socket. */
+        final long replyWeight;
 
         Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight,
                 CompletableFuture<Object> future) {
             this.future = future;
             this.weight = weight;
+            this.replyWeight = Wire.HEADER + (dst == null ? 0 : dst.byteSize());
             this.opcode = opcode;
             this.deadline = deadline;
             this.dst = dst;
@@ -135,7 +149,7 @@ final class TcpConnection implements RemoteConnection {
     }
 
     /** One encoded request: header and inline body, then the caller's data (WRITE) if any. */
-    private record Outgoing(ByteBuffer head, ByteBuffer data) {
+    private record Outgoing(ByteBuffer head, ByteBuffer data, long replyWeight) {
     }
 
     private interface ReplyParser {
@@ -157,6 +171,7 @@ final class TcpConnection implements RemoteConnection {
         this.stats = stats;
         this.callerDriven = callerDriven;
         this.spinner = new Spinner(channel.socket().getInputStream());
+        this.safeReplyBytes = Math.max(Wire.HEADER, channel.getOption(java.net.StandardSocketOptions.SO_RCVBUF) / 4);
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
         this.server = server;
@@ -466,13 +481,13 @@ final class TcpConnection implements RemoteConnection {
         if (head.hasRemaining()) {
             throw new IllegalStateException(Wire.opName(opcode) + " body is shorter than the declared " + inline);
         }
-        outgoing.add(new Outgoing(head.flip(), data == null ? null : data.asByteBuffer()));
+        outgoing.add(new Outgoing(head.flip(), data == null ? null : data.asByteBuffer(), p.replyWeight));
         long pendingBytes = outgoingBytes.addAndGet(Wire.HEADER + (long) bodyLength);
         stats.sendMessages.increment();
         stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
         if (!readsReplies()) {
             drainOutgoing();
-        } else if (pendingBytes >= FLUSH_AT_BYTES) {
+        } else if (pendingBytes >= FLUSH_AT_BYTES && !writeBesideReplies()) {
             // Requests from completion callbacks otherwise wait until the reader has handled every reply it has
             // buffered, then go out together (see ensure).
             LockSupport.unpark(flusher);
@@ -508,6 +523,32 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
+    /**
+     * The thread that reads replies writing queued requests itself (saving a hand-off to the flusher per large
+     * request), as far as that is safe: only requests whose replies, with those of everything already written, fit in
+     * {@link #safeReplyBytes}. The memserver answers in order, so while this thread is blocked in the write it can
+     * only owe replies that fit in our receive buffer: it never blocks writing them and so never stops reading. True
+     * when nothing is left for the flusher.
+     */
+    private boolean writeBesideReplies() {
+        if (!writeLock.tryLock()) {
+            return false;
+        }
+        try {
+            long budget = safeReplyBytes - writtenReplyBytes.get();
+            if (budget >= Wire.HEADER) {
+                writeBatch(budget);
+            }
+        } catch (IOException e) {
+            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
+                    + " while sending: " + e.getMessage(), e));
+            return true;
+        } finally {
+            writeLock.unlock();
+        }
+        return outgoing.isEmpty();
+    }
+
     private void flushLoop() {
         while (closed.get() == null) {
             if (outgoing.isEmpty()) {
@@ -531,14 +572,22 @@ final class TcpConnection implements RemoteConnection {
 
     /** Writes queued requests: their headers gathered into one direct buffer, WRITE data straight from the caller. */
     private void writeBatch() throws IOException {
+        writeBatch(Long.MAX_VALUE);
+    }
+
+    /** As {@link #writeBatch()}, taking requests only while the reply bytes they will bring stay within budget. */
+    private void writeBatch(long replyBudget) throws IOException {
         ByteBuffer[] v = vector;
+        long replies = 0;
         int n = 0;
         long bytes = 0;
         out.clear();
         int headStart = 0;
         Outgoing o;
-        while (n < MAX_VECTOR - 1 && (o = outgoing.peek()) != null && o.head().remaining() <= out.remaining()) {
+        while (n < MAX_VECTOR - 1 && (o = outgoing.peek()) != null && o.head().remaining() <= out.remaining()
+                && replies + o.replyWeight() <= replyBudget) {
             outgoing.poll();
+            replies += o.replyWeight();
             bytes += o.head().remaining();
             out.put(o.head());
             if (o.data() != null) {
@@ -552,6 +601,7 @@ final class TcpConnection implements RemoteConnection {
             v[n++] = out.slice(headStart, out.position() - headStart);
         }
         outgoingBytes.addAndGet(-bytes);
+        writtenReplyBytes.addAndGet(replies); // before the bytes go: a reply can come back before write returns
         int first = 0;
         try {
             while (first < n) {
@@ -573,8 +623,8 @@ final class TcpConnection implements RemoteConnection {
     /** Makes {@code n} bytes readable in {@code in}, sending queued requests before blocking. */
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
-            if (!outgoing.isEmpty()) {
-                LockSupport.unpark(flusher); // never write here: the memserver may be waiting for us to read
+            if (!outgoing.isEmpty() && !writeBesideReplies()) {
+                LockSupport.unpark(flusher); // the rest: we must not block writing what could stall the replies
             }
             spinner.await();
             Wire.readMore(channel, in, afterLarge ? n : Integer.MAX_VALUE);
@@ -699,8 +749,8 @@ final class TcpConnection implements RemoteConnection {
      */
     private boolean awaitHeader(boolean mayStepAside) throws IOException {
         while (in.remaining() < Wire.HEADER) {
-            if (!outgoing.isEmpty()) {
-                LockSupport.unpark(flusher); // never write here: the memserver may be waiting for us to read
+            if (!outgoing.isEmpty() && !writeBesideReplies()) {
+                LockSupport.unpark(flusher); // the rest: we must not block writing what could stall the replies
             }
             if (mayStepAside && waiters.get() > 0) {
                 return false;
@@ -741,6 +791,7 @@ final class TcpConnection implements RemoteConnection {
         }
         current = p;
         busyBytes.addAndGet(-p.weight);
+        writtenReplyBytes.addAndGet(-p.replyWeight);
         stats.recvMessages.increment();
         stats.recvBytes.add(Wire.HEADER + (long) length);
         if (status != 0) {
