@@ -133,14 +133,17 @@ final class TcpConnection implements RemoteConnection {
         final ReplyParser parser;
         /** What it adds to {@link #busyBytes} until answered. */
         final long weight;
-        /** Bytes of its reply (header and READ data): what it may add to the replies waiting in our socket. */
+        /**
+         * What its reply may take of our socket's receive buffer: header and READ data, but at least a page, since a
+         * small reply that arrives alone occupies a whole socket buffer (~1 KiB of kernel memory for 24 bytes).
+         */
         final long replyWeight;
 
         Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight,
                 CompletableFuture<Object> future) {
             this.future = future;
             this.weight = weight;
-            this.replyWeight = Wire.HEADER + (dst == null ? 0 : dst.byteSize());
+            this.replyWeight = Math.max(4096, Wire.HEADER + (dst == null ? 0 : dst.byteSize()));
             this.opcode = opcode;
             this.deadline = deadline;
             this.dst = dst;
