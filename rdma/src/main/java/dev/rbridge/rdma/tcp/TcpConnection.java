@@ -181,7 +181,7 @@ final class TcpConnection implements RemoteConnection {
         long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
         this.watchdog = TcpProvider.TIMER.scheduleWithFixedDelay(this::checkDeadlines, period, period,
                 TimeUnit.MILLISECONDS);
-        this.reader = new Thread(callerDriven ? this::driveLoop : this::readLoop, "rdma-tcp-reader-" + peer);
+        this.reader = new ReaderThread(callerDriven ? this::driveLoop : this::readLoop, "rdma-tcp-reader-" + peer);
         reader.setDaemon(true);
         this.flusher = new Thread(this::flushLoop, "rdma-tcp-flusher-" + peer);
         flusher.setDaemon(true);
@@ -488,12 +488,21 @@ final class TcpConnection implements RemoteConnection {
         long pendingBytes = outgoingBytes.addAndGet(Wire.HEADER + (long) bodyLength);
         stats.sendMessages.increment();
         stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
-        if (!readsReplies()) {
+        if (readsReplies()) {
+            if (pendingBytes >= FLUSH_AT_BYTES && !writeBesideReplies()) {
+                // Requests from completion callbacks otherwise wait until the reader has handled every reply it has
+                // buffered, then go out together (see ensure).
+                LockSupport.unpark(flusher);
+            }
+        } else if (readsAnyReplies()) {
+            // Another connection's reader (a lane's sibling, a bridge copying between memservers): blocked here
+            // behind this connection's replies, it would stop reading its own, and two such readers deadlock each
+            // other. It writes only what cannot block for long; the flusher takes the rest.
+            if (!writeBesideReplies()) {
+                LockSupport.unpark(flusher);
+            }
+        } else {
             drainOutgoing();
-        } else if (pendingBytes >= FLUSH_AT_BYTES && !writeBesideReplies()) {
-            // Requests from completion callbacks otherwise wait until the reader has handled every reply it has
-            // buffered, then go out together (see ensure).
-            LockSupport.unpark(flusher);
         }
         if (callerDriven && !readRole.isLocked() && lastDriver != Thread.currentThread()) {
             // Somebody must read the reply: the reader thread, unless a waiting caller takes the role first. A holder
@@ -618,10 +627,25 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
-    /** Whether the calling thread reads replies now, and so must never block writing. */
+    /** Whether the calling thread reads this connection's replies now, and so must never block writing. */
     private boolean readsReplies() {
         return Thread.currentThread() == reader || (callerDriven && readRole.isHeldByCurrentThread());
     }
+
+    /** Whether the calling thread reads replies of any tcp connection now. */
+    private static boolean readsAnyReplies() {
+        return Thread.currentThread() instanceof ReaderThread || DRIVING.get()[0] > 0;
+    }
+
+    /** A connection's reader thread: recognisable when its callbacks issue requests on other connections. */
+    private static final class ReaderThread extends Thread {
+        ReaderThread(Runnable task, String name) {
+            super(task, name);
+        }
+    }
+
+    /** How many connections the calling thread is reading for as a caller (caller-driven mode). */
+    private static final ThreadLocal<int[]> DRIVING = ThreadLocal.withInitial(() -> new int[1]);
 
     /** Makes {@code n} bytes readable in {@code in}, sending queued requests before blocking. */
     private void ensure(int n) throws IOException {
@@ -706,6 +730,8 @@ final class TcpConnection implements RemoteConnection {
         if (f.isDone() || !takeReadRole(f)) {
             return;
         }
+        int[] driving = DRIVING.get();
+        driving[0]++;
         try {
             while (!f.isDone() && awaitHeader(false)) {
                 readOne();
@@ -713,6 +739,7 @@ final class TcpConnection implements RemoteConnection {
         } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
             readFailed(e);
         } finally {
+            driving[0]--;
             readRole.unlock();
             if (!pending.isEmpty()) {
                 LockSupport.unpark(reader); // other callers' replies: the reader thread takes over
