@@ -84,11 +84,22 @@ final class TcpConnection implements RemoteConnection {
     /** Reply bytes of requests written and not yet answered: what the memserver may send before reading more. */
     private final AtomicLong writtenReplyBytes = new AtomicLong();
     /**
+     * Request bytes, weighed as the kernel charges them, of requests written and not yet answered: an upper bound on
+     * what sits in our socket's send buffer (the reply to a request acknowledges its bytes).
+     */
+    private final AtomicLong writtenRequestBytes = new AtomicLong();
+    /**
      * Most reply bytes that may be outstanding when the thread reading replies writes a request itself: a quarter of
-     * the socket's receive buffer, so that the memserver can always write every reply it owes without blocking, and
-     * so always goes on reading what we write.
+     * the socket's receive buffer as the kernel reports it (twice the {@link Wire#SOCKET_BUFFER} asked for, of which
+     * part goes to bookkeeping), so that the memserver can always write every reply it owes without blocking, and so
+     * always goes on reading what we write. The size is fixed (set explicitly, so the kernel does not autotune it).
      */
     private final long safeReplyBytes;
+    /**
+     * Most request bytes that may be outstanding when the thread reading replies writes a request itself: a quarter of
+     * the socket's send buffer as reported, so that the write fits in it whatever the memserver does.
+     */
+    private final long safeRequestBytes;
     /** Where a batch's headers are gathered; used only under writeLock. */
     private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
     /** The gathering write's buffers; used only under writeLock. */
@@ -133,17 +144,21 @@ final class TcpConnection implements RemoteConnection {
         final ReplyParser parser;
         /** What it adds to {@link #busyBytes} until answered. */
         final long weight;
+        /** What it may take of our socket's send buffer until answered (see {@link #sendWeight}). */
+        final long requestWeight;
         /**
          * What its reply may take of our socket's receive buffer: header and READ data, but at least a page, since a
          * small reply that arrives alone occupies a whole socket buffer (~1 KiB of kernel memory for 24 bytes).
          */
         final long replyWeight;
 
-        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight,
+        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight, long requestBytes,
                 CompletableFuture<Object> future) {
             this.future = future;
             this.weight = weight;
-            this.replyWeight = Math.max(4096, Wire.HEADER + (dst == null ? 0 : dst.byteSize()));
+            this.requestWeight = sendWeight(requestBytes);
+            this.replyWeight = opcode == Wire.LIST ? Wire.MAX_BODY // a long list of regions
+                    : Math.max(4096, Wire.HEADER + (dst == null ? 0 : dst.byteSize()));
             this.opcode = opcode;
             this.deadline = deadline;
             this.dst = dst;
@@ -151,8 +166,16 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
+    /**
+     * What {@code bytes} written in one request may take of a socket's send buffer: the kernel charges buffer
+     * overhead too (about a KiB per packet buffer), so at least a page, and a sixteenth more for large writes.
+     */
+    static long sendWeight(long bytes) {
+        return Math.max(4096, bytes + bytes / 16);
+    }
+
     /** One encoded request: header and inline body, then the caller's data (WRITE) if any. */
-    private record Outgoing(ByteBuffer head, ByteBuffer data, long replyWeight) {
+    private record Outgoing(ByteBuffer head, ByteBuffer data, long replyWeight, long requestWeight) {
     }
 
     private interface ReplyParser {
@@ -174,7 +197,8 @@ final class TcpConnection implements RemoteConnection {
         this.stats = stats;
         this.callerDriven = callerDriven;
         this.spinner = new Spinner(channel.socket().getInputStream());
-        this.safeReplyBytes = Math.max(Wire.HEADER, channel.getOption(java.net.StandardSocketOptions.SO_RCVBUF) / 4);
+        this.safeReplyBytes = channel.getOption(java.net.StandardSocketOptions.SO_RCVBUF) / 4;
+        this.safeRequestBytes = channel.getOption(java.net.StandardSocketOptions.SO_SNDBUF) / 4;
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
         this.server = server;
@@ -470,6 +494,7 @@ final class TcpConnection implements RemoteConnection {
         long id = ids.getAndIncrement();
         long weight = Wire.HEADER + (long) bodyLength + (dst == null ? 0 : dst.byteSize());
         Pending p = new Pending(opcode, System.nanoTime() + timeoutNanos, dst, parser, weight,
+                Wire.HEADER + (long) bodyLength,
                 callerDriven ? new DrivenFuture<>() : new CompletableFuture<>());
         busyBytes.addAndGet(weight);
         pending.put(id, p);
@@ -484,7 +509,8 @@ final class TcpConnection implements RemoteConnection {
         if (head.hasRemaining()) {
             throw new IllegalStateException(Wire.opName(opcode) + " body is shorter than the declared " + inline);
         }
-        outgoing.add(new Outgoing(head.flip(), data == null ? null : data.asByteBuffer(), p.replyWeight));
+        outgoing.add(new Outgoing(head.flip(), data == null ? null : data.asByteBuffer(), p.replyWeight,
+                p.requestWeight));
         long pendingBytes = outgoingBytes.addAndGet(Wire.HEADER + (long) bodyLength);
         stats.sendMessages.increment();
         stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
@@ -536,21 +562,23 @@ final class TcpConnection implements RemoteConnection {
     }
 
     /**
-     * The thread that reads replies writing queued requests itself (saving a hand-off to the flusher per large
-     * request), as far as that is safe: only requests whose replies, with those of everything already written, fit in
-     * {@link #safeReplyBytes}. The memserver answers in order, so while this thread is blocked in the write it can
-     * only owe replies that fit in our receive buffer: it never blocks writing them and so never stops reading. True
-     * when nothing is left for the flusher.
+     * The thread that reads replies writing queued requests itself (saving a hand-off to the flusher per request), as
+     * far as that is safe, which is either of:
+     * <ul>
+     * <li>the replies owed, this batch's included, fit in {@link #safeReplyBytes}: the memserver answers in order, so
+     * while this thread is blocked in the write it can only owe replies that fit in our receive buffer; it never
+     * blocks writing them and so never stops reading what we write (large WRITEs: small replies);
+     * <li>the requests not yet answered, this batch included, fit in {@link #safeRequestBytes}: every byte not yet
+     * acknowledged fits in our send buffer, so the write returns whatever the memserver does (READs: small requests).
+     * </ul>
+     * True when nothing is left for the flusher.
      */
     private boolean writeBesideReplies() {
         if (!writeLock.tryLock()) {
             return false;
         }
         try {
-            long budget = safeReplyBytes - writtenReplyBytes.get();
-            if (budget >= Wire.HEADER) {
-                writeBatch(budget);
-            }
+            writeBatch(safeReplyBytes - writtenReplyBytes.get(), safeRequestBytes - writtenRequestBytes.get());
         } catch (IOException e) {
             closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
                     + " while sending: " + e.getMessage(), e));
@@ -584,22 +612,28 @@ final class TcpConnection implements RemoteConnection {
 
     /** Writes queued requests: their headers gathered into one direct buffer, WRITE data straight from the caller. */
     private void writeBatch() throws IOException {
-        writeBatch(Long.MAX_VALUE);
+        writeBatch(Long.MAX_VALUE, Long.MAX_VALUE);
     }
 
-    /** As {@link #writeBatch()}, taking requests only while the reply bytes they will bring stay within budget. */
-    private void writeBatch(long replyBudget) throws IOException {
+    /**
+     * As {@link #writeBatch()}, taking requests only while the reply bytes they will bring stay within
+     * {@code replyBudget} or the request bytes written stay within {@code requestBudget} (see
+     * {@link #writeBesideReplies}): checked for each prefix of the batch, so the whole batch meets one of the two.
+     */
+    private void writeBatch(long replyBudget, long requestBudget) throws IOException {
         ByteBuffer[] v = vector;
         long replies = 0;
+        long requests = 0;
         int n = 0;
         long bytes = 0;
         out.clear();
         int headStart = 0;
         Outgoing o;
         while (n < MAX_VECTOR - 1 && (o = outgoing.peek()) != null && o.head().remaining() <= out.remaining()
-                && replies + o.replyWeight() <= replyBudget) {
+                && (replies + o.replyWeight() <= replyBudget || requests + o.requestWeight() <= requestBudget)) {
             outgoing.poll();
             replies += o.replyWeight();
+            requests += o.requestWeight();
             bytes += o.head().remaining();
             out.put(o.head());
             if (o.data() != null) {
@@ -614,6 +648,7 @@ final class TcpConnection implements RemoteConnection {
         }
         outgoingBytes.addAndGet(-bytes);
         writtenReplyBytes.addAndGet(replies); // before the bytes go: a reply can come back before write returns
+        writtenRequestBytes.addAndGet(requests);
         int first = 0;
         try {
             while (first < n) {
@@ -822,6 +857,7 @@ final class TcpConnection implements RemoteConnection {
         current = p;
         busyBytes.addAndGet(-p.weight);
         writtenReplyBytes.addAndGet(-p.replyWeight);
+        writtenRequestBytes.addAndGet(-p.requestWeight);
         stats.recvMessages.increment();
         stats.recvBytes.add(Wire.HEADER + (long) length);
         if (status != 0) {
