@@ -99,9 +99,13 @@ abstract class ProviderContractTest {
     }
 
     RemoteConnection connect(Target m, String token) throws RemoteMemoryException {
+        return connect(m, token, TIMEOUT);
+    }
+
+    RemoteConnection connect(Target m, String token, Duration operationTimeout) throws RemoteMemoryException {
         return provider().connect(new ConnectParams().address(m.address()).token(token).clientName("contract")
                 .lanes(lanes()).callerDriven(callerDriven())
-                .operationTimeout(TIMEOUT).connectTimeout(Duration.ofSeconds(5)));
+                .operationTimeout(operationTimeout).connectTimeout(Duration.ofSeconds(5)));
     }
 
     static Status statusOf(CompletableFuture<?> f) throws InterruptedException, TimeoutException {
@@ -227,8 +231,10 @@ abstract class ProviderContractTest {
     @Test
     void fullDuplexBurstsFromManyThreadsAndCallbacksNeverDeadlock() throws Exception {
         // Writers fill the socket towards the memserver while replies fill the socket back, and completion callbacks
-        // issue more requests: a transport whose reader can wait for a writer would hang here.
-        try (RemoteConnection c = connect(memserver, TOKEN); Arena arena = Arena.ofShared()) {
+        // issue more requests: a transport whose reader can wait for a writer would hang here. 768 MiB go in flight
+        // at once and the operation timeout runs from issue, so it is longer than the others here: a loaded machine
+        // may take more than two seconds for the last of them, and a deadlock still fails at the timeout.
+        try (RemoteConnection c = connect(memserver, TOKEN, Duration.ofSeconds(20)); Arena arena = Arena.ofShared()) {
             int slot = 4 << 20;
             RegionDescriptor r = c.allocate(RegionTag.scratch("duplex"), 64L * slot).get();
             List<CompletableFuture<?>> all = java.util.Collections.synchronizedList(new ArrayList<>());

@@ -59,7 +59,8 @@ final class TcpConnection implements RemoteConnection {
     private static final int MAX_VECTOR = 1024;
     /**
      * Caller-driven mode: how often the reader thread looks for an operation that its issuer, trusted to wait on it,
-     * did not wait on. The most such an operation is late; the issuer is not trusted again until it waits.
+     * did not wait on: about the most such an operation is late (plus any reply being read when the look comes); the
+     * issuer is not trusted again until it waits.
      */
     static final long SAFETY_NANOS = 10_000_000;
     /** Empty timed looks after which the reader thread stops looking (the caller went quiet) and sleeps until woken. */
@@ -123,8 +124,11 @@ final class TcpConnection implements RemoteConnection {
     private volatile boolean readerBlocked;
     /** For the reader thread's polls: a caller wants the read role. */
     private final java.util.function.BooleanSupplier askedFor = () -> waiters.get() > 0;
-    /** The request whose reply is being read: no longer in the map, so failed by the role holder if need be. */
-    private Pending current;
+    /**
+     * The request whose reply is being read: no longer in the map, so failed by the role holder if need be, and
+     * watched by {@link #checkDeadlines} (a memserver that stops in the middle of a reply leaves its reader blocked).
+     */
+    private volatile Pending current;
     /**
      * The thread that last waited on an operation. Trusted to wait on its next one too, so issuing one wakes nobody;
      * the reader thread then looks for operations nobody waits on every {@link #SAFETY_NANOS} instead.
@@ -968,11 +972,18 @@ final class TcpConnection implements RemoteConnection {
             return;
         }
         long now = System.nanoTime();
+        Pending reading = current;
+        if (reading != null && now - reading.deadline > 0) {
+            closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not finish its "
+                    + Wire.opName(reading.opcode) + " reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
+                    + " ms (it stopped in the middle); connection declared dead"), true);
+            return;
+        }
         for (Pending p : pending.values()) {
             if (now - p.deadline > 0) {
                 closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not answer "
                         + Wire.opName(p.opcode) + " within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
-                        + " ms; connection declared dead"));
+                        + " ms; connection declared dead"), true);
                 return;
             }
         }
@@ -980,6 +991,15 @@ final class TcpConnection implements RemoteConnection {
 
     /** Closes once, failing everything pending; returns the cause in force (the first one). */
     private RemoteMemoryException closeWith(RemoteMemoryException cause) {
+        return closeWith(cause, false);
+    }
+
+    /**
+     * As {@link #closeWith(RemoteMemoryException)}; with {@code failElsewhere} (the watchdog), the pending operations
+     * fail on a thread of their own. Their callbacks may issue on other connections and block writing there, and the
+     * timer thread must stay free to run every connection's watchdog, the one that unblocks such a write included.
+     */
+    private RemoteMemoryException closeWith(RemoteMemoryException cause, boolean failElsewhere) {
         if (!closed.compareAndSet(null, cause)) {
             return closed.get();
         }
@@ -987,6 +1007,16 @@ final class TcpConnection implements RemoteConnection {
         closeQuietly(channel);
         LockSupport.unpark(flusher);
         LockSupport.unpark(reader);
+        if (failElsewhere) {
+            Thread.ofPlatform().daemon().name("rdma-tcp-fail-" + peer).start(() -> failPending(cause));
+        } else {
+            failPending(cause);
+        }
+        return cause;
+    }
+
+    /** Fails every pending operation of this closed connection and tells the close hook. */
+    private void failPending(RemoteMemoryException cause) {
         int failed = 0;
         for (Long id : List.copyOf(pending.keySet())) {
             Pending p = pending.remove(id);
@@ -1004,7 +1034,6 @@ final class TcpConnection implements RemoteConnection {
         if (hook != null) {
             hook.accept(cause);
         }
-        return cause;
     }
 
     static void readFully(SocketChannel ch, ByteBuffer b) throws IOException {
