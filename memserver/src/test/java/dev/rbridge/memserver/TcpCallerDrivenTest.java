@@ -106,6 +106,34 @@ class TcpCallerDrivenTest {
     }
 
     @Test
+    void aCallerWaitingOnAReadSplitIntoPartsReadsEveryPartsReply() throws Exception {
+        // 40 MiB goes as three requests of at most 16 MiB; the future returned combines them, and waiting on it must
+        // read their replies as waiting on one would, not leave them to the reader thread. (READs only: a caller
+        // issuing a large WRITE spends long enough writing it that the reader thread rightly takes the replies.)
+        int size = 40 << 20;
+        try (RemoteConnection c = connect(true); Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = c.allocate(RegionTag.scratch("split"), size).get(10, TimeUnit.SECONDS);
+            MemorySegment src = arena.allocate(size);
+            for (long i = 0; i < size; i += 8) {
+                src.set(ValueLayout.JAVA_LONG_UNALIGNED, i, i * 0x9E3779B97F4A7C15L);
+            }
+            c.write(r, 0, src).get(10, TimeUnit.SECONDS);
+            MemorySegment dst = arena.allocate(size);
+            List<String> others = new ArrayList<>();
+            for (int round = 0; round < 20; round++) {
+                dst.fill((byte) 0);
+                Thread on = completedOn(c.read(r, 0, dst));
+                if (on != Thread.currentThread()) {
+                    others.add(on == null ? "done before waiting" : on.getName());
+                }
+                assertEquals(-1L, src.mismatch(dst), "round " + round);
+            }
+            assertTrue(others.size() <= 5, "the waiting caller completed only " + (20 - others.size())
+                    + " of 20 split reads itself; the others: " + others);
+        }
+    }
+
+    @Test
     void anOperationItsIssuerDoesNotWaitOnStillCompletes() throws Exception {
         try (RemoteConnection c = connect(true); Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("unwaited"), 1 << 20).get(10, TimeUnit.SECONDS);

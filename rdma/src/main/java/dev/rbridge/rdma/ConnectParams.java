@@ -45,8 +45,9 @@ public final class ConnectParams {
 
     /**
      * How many transport connections carry this one (tcp: TCP connections, each served by its own memserver thread;
-     * data operations go to the least busy, everything else to the first). One is the lowest latency per operation;
-     * more let large transfers use more memserver cores. Providers that manage their own paths (ucx, local) ignore it.
+     * data operations to the first not already busy with half a megabyte, everything else to the first). One is the
+     * lowest latency per operation; more let large transfers use more memserver cores. Providers that manage their
+     * own paths (ucx, local) ignore it.
      */
     public ConnectParams lanes(int lanes) {
         if (lanes < 1 || lanes > MAX_LANES) {
@@ -61,11 +62,12 @@ public final class ConnectParams {
     }
 
     /**
-     * Caller-driven completion: a thread that waits on an operation's future ({@code get} or {@code join}) while no
-     * other thread is reading the connection reads the replies itself, instead of parking until the provider's I/O
-     * thread completes it and wakes it. A synchronous caller then costs what a blocking socket client costs (tcp: two
-     * fewer thread hand-offs per operation, which on a shared CPU is most of a 4K round trip); asynchronous callers
-     * are served by the I/O thread as always. The price: an interrupt delivered to a thread while it reads for the
+     * Caller-driven completion: a thread that waits on a future the provider returned ({@code get}, {@code join}, or
+     * {@code get} with a timeout at least the operation timeout; not futures derived from it with {@code thenApply}
+     * and the like) while no other thread is reading the connection reads the replies itself, instead of parking
+     * until the provider's I/O thread completes it and wakes it. A synchronous caller then costs what a blocking
+     * socket client costs (tcp: two fewer thread hand-offs per operation, which on a shared CPU is most of a 4K round
+     * trip); asynchronous callers are served by the I/O thread as always. The price: an interrupt delivered to a thread while it reads for the
      * connection closes the socket (java.nio semantics) and so the connection, so enable it only where waiting
      * threads are not interrupted (the remote-memory tools; not a bridge). The I/O thread also stops reading an idle
      * connection, so a peer that went away is noticed at the next operation rather than at once. Providers without

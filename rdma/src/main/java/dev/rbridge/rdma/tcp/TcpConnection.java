@@ -480,7 +480,73 @@ final class TcpConnection implements RemoteConnection {
         for (long off = 0; off < size; off += Wire.MAX_DATA) {
             parts.add(op.run(off, Math.min(Wire.MAX_DATA, size - off)));
         }
-        return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
+        return allOf(parts.toArray(CompletableFuture[]::new));
+    }
+
+    /**
+     * {@link CompletableFuture#allOf}, except that in caller-driven mode a thread waiting on the result reads replies
+     * for each part in turn, as it would waiting on the part itself; otherwise nobody it trusts to wait would read
+     * them, and they would wait for the reader thread's next timed look.
+     */
+    static CompletableFuture<Void> allOf(CompletableFuture<?>[] parts) {
+        CompletableFuture<Void> all = CompletableFuture.allOf(parts);
+        for (CompletableFuture<?> part : parts) {
+            if (part instanceof TcpConnection.DrivenFuture<?>) {
+                AllOf joined = new AllOf(parts);
+                all.whenComplete((v, t) -> {
+                    if (t == null) {
+                        joined.complete(null);
+                    } else {
+                        joined.completeExceptionally(t);
+                    }
+                });
+                return joined;
+            }
+        }
+        return all;
+    }
+
+    /** See {@link #allOf}. */
+    private static final class AllOf extends CompletableFuture<Void> {
+        private final CompletableFuture<?>[] parts;
+
+        AllOf(CompletableFuture<?>[] parts) {
+            this.parts = parts;
+        }
+
+        /**
+         * Reads each connection's replies until all its parts are done, holding the read role throughout: driving the
+         * parts one by one would hand the role to the reader thread between them (a caller that lets go of it with
+         * operations pending wakes that thread), which then completes the rest.
+         */
+        private void driveParts(long waitNanos) {
+            java.util.Map<TcpConnection, List<CompletableFuture<?>>> byConnection = new java.util.IdentityHashMap<>();
+            for (CompletableFuture<?> part : parts) {
+                if (part instanceof TcpConnection.DrivenFuture<?> d) {
+                    byConnection.computeIfAbsent(d.connection(), k -> new ArrayList<>()).add(d);
+                }
+            }
+            byConnection.forEach((connection, own) -> connection.driveFor(own.size() == 1 ? own.getFirst()
+                    : CompletableFuture.allOf(own.toArray(CompletableFuture[]::new)), waitNanos));
+        }
+
+        @Override
+        public Void get() throws InterruptedException, ExecutionException {
+            driveParts(Long.MAX_VALUE);
+            return super.get();
+        }
+
+        @Override
+        public Void get(long timeout, TimeUnit unit) throws InterruptedException, ExecutionException, TimeoutException {
+            driveParts(unit.toNanos(timeout));
+            return super.get(timeout, unit);
+        }
+
+        @Override
+        public Void join() {
+            driveParts(Long.MAX_VALUE);
+            return super.join();
+        }
     }
 
     private <T> CompletableFuture<T> send(int opcode, int bodyLength, BodyWriter body, MemorySegment data,
@@ -756,6 +822,16 @@ final class TcpConnection implements RemoteConnection {
      * A caller waiting on {@code f} reads replies itself until {@code f} completes, if it can take the read role
      * within the polling budget; otherwise it returns and the caller waits as usual.
      */
+    /**
+     * Reads replies until {@code f} (this connection's operations only) completes, for a caller about to wait up to
+     * {@code waitNanos} on it; a shorter wait than the operation timeout could not be kept while blocked in a read.
+     */
+    private void driveFor(CompletableFuture<?> f, long waitNanos) {
+        if (waitNanos >= timeoutNanos) {
+            drive(f); // the watchdog bounds this one
+        }
+    }
+
     private void drive(CompletableFuture<?> f) {
         if (readsReplies() || Thread.currentThread().isInterrupted()) {
             return; // an interrupted thread must not touch the socket: its read would close it
@@ -918,7 +994,11 @@ final class TcpConnection implements RemoteConnection {
     }
 
     /** A request's future that, waited on, lets the waiting thread read the replies (caller-driven mode). */
-    private final class DrivenFuture<T> extends CompletableFuture<T> {
+    final class DrivenFuture<T> extends CompletableFuture<T> {
+        TcpConnection connection() {
+            return TcpConnection.this;
+        }
+
         @Override
         public T get() throws InterruptedException, ExecutionException {
             drive(this);
@@ -927,9 +1007,7 @@ final class TcpConnection implements RemoteConnection {
 
         @Override
         public T get(long timeout, TimeUnit unit) throws InterruptedException, ExecutionException, TimeoutException {
-            if (unit.toNanos(timeout) >= timeoutNanos) {
-                drive(this); // a shorter wait could not be kept while blocked in a read; the watchdog bounds this one
-            }
+            driveFor(this, unit.toNanos(timeout));
             return super.get(timeout, unit);
         }
 
