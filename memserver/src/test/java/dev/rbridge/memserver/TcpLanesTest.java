@@ -164,6 +164,37 @@ class TcpLanesTest {
         }
     }
 
+    @Test
+    void givingBackALeaseWaitsForTheWritesOnEveryLane() throws Exception {
+        // The next owner takes an answered UNLEASE as a clean handover (every write done) and skips its resync. The
+        // lease lives on the first lane; here that lane carries 1 MiB of writes and each other lane 32 MiB (a lane
+        // with half a megabyte outstanding is passed over), so lane 0 alone would answer long before the rest.
+        try (RemoteConnection c = connect("handover", 4); Arena arena = Arena.ofShared()) {
+            assertFalse(c.lease("vol", "owner-a", Duration.ofSeconds(30)).get(10, TimeUnit.SECONDS).tookOver());
+            RegionDescriptor r = c.allocate(new RegionTag("vol", 0, 0, 1), 97L << 20).get(10, TimeUnit.SECONDS);
+            MemorySegment small = arena.allocate(1 << 20);
+            MemorySegment large = arena.allocate(32 << 20);
+            for (int round = 0; round < 5; round++) {
+                small.fill((byte) round);
+                large.fill((byte) ~round);
+                List<CompletableFuture<Void>> writes = new ArrayList<>();
+                writes.add(c.write(r, 0, small));
+                for (int i = 0; i < 3; i++) {
+                    writes.add(c.write(r, (1L << 20) + ((long) i << 25), large));
+                }
+                c.unlease("vol", "owner-a").get(30, TimeUnit.SECONDS);
+                long unfinished = writes.stream().filter(w -> !w.isDone()).count();
+                assertEquals(0, unfinished, "round " + round + ": writes still in flight when UNLEASE was answered");
+                for (CompletableFuture<Void> w : writes) {
+                    w.get(); // and none of them failed
+                }
+                assertFalse(c.lease("vol", "owner-a", Duration.ofSeconds(30)).get(10, TimeUnit.SECONDS).tookOver());
+            }
+            assertTrue(stats("handover").stream().filter(s -> s.writeOps() > 0).count() >= 2,
+                    "the writes should have spread over lanes: " + stats("handover"));
+        }
+    }
+
     private List<ConnectionStats.Snapshot> stats(String name) {
         return clientsNamed(name).stream().map(MemServer.ClientView::stats).toList();
     }

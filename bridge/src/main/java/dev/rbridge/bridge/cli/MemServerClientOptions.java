@@ -39,8 +39,8 @@ final class MemServerClientOptions {
 
     @Option(names = "--lanes", paramLabel = "N", defaultValue = "1",
             description = "tcp: TCP connections to open to the memserver, each served by its own memserver thread; "
-                    + "data operations go to the least busy. More lanes let large transfers use more memserver cores; "
-                    + "one is the lowest latency. Default ${DEFAULT-VALUE}.")
+                    + "data operations go to the first not already busy with half a megabyte. More lanes let "
+                    + "large transfers use more memserver cores; one is the lowest latency. Default ${DEFAULT-VALUE}.")
     int lanes;
 
     @Option(names = "--completion", paramLabel = "MODE", defaultValue = "caller",

@@ -127,7 +127,9 @@ final class TcpLanes implements RemoteConnection {
 
     @Override
     public CompletableFuture<Void> unlease(String volume, String owner) {
-        return lanes[0].unlease(volume, owner);
+        // Over one connection an answered UNLEASE means every write before it is done, and the next owner trusts a
+        // clean handover for that (it skips the resync). Lane 0 alone cannot say so for the other lanes' writes.
+        return flush().thenCompose(done -> lanes[0].unlease(volume, owner));
     }
 
     @Override
@@ -157,7 +159,7 @@ final class TcpLanes implements RemoteConnection {
         for (int i = 0; i < lanes.length; i++) {
             all[i] = lanes[i].flush();
         }
-        return CompletableFuture.allOf(all);
+        return TcpConnection.allOf(all);
     }
 
     @Override
