@@ -79,6 +79,11 @@ final class UcxListener implements RemoteListener {
         /** Connections that were given the key; guarded by {@link #registrations}. */
         final Set<UcxServerConnection> mappers = new HashSet<>();
         boolean dead;
+        /**
+         * Completed by the creator once it has checked the region again after listing this (see {@link #map}): false
+         * when the region went while UCX registered it. Until then nobody else hands out its key.
+         */
+        final CompletableFuture<Boolean> confirmed = new CompletableFuture<>();
 
         Registration(RegKey id, RegionService.Pin pin, UcpMemory memory) {
             this.id = id;
@@ -163,6 +168,18 @@ final class UcxListener implements RemoteListener {
      */
     Registration map(UcxServerConnection c, RegionService.Session s, long region, long key, long length)
             throws RemoteMemoryException {
+        while (true) {
+            Registration reg = mapOnce(c, s, region, key, length);
+            // Another connection's registration is usable once its creator confirmed it; one that turned out to be
+            // for a withdrawn region is already unlisted and dropped, and looking again says why (or registers anew).
+            if (reg.confirmed.join()) {
+                return reg;
+            }
+        }
+    }
+
+    private Registration mapOnce(UcxServerConnection c, RegionService.Session s, long region, long key, long length)
+            throws RemoteMemoryException {
         RegKey k = new RegKey(region, key, length);
         RegionService.Pin check = s.pin(region, key, 0, length); // NO_SUCH_REGION, ACCESS_DENIED, OUT_OF_RANGE
         Registration reg;
@@ -195,20 +212,22 @@ final class UcxListener implements RemoteListener {
         }
         // The region may have been released, revoked or re-keyed while UCX registered it, and the withdrawal that came
         // with that found nothing to withdraw. Checking again now that this registration is listed closes the gap:
-        // any later withdrawal finds it.
+        // any later withdrawal finds it. Connections that found it listed meanwhile wait for this check (confirmed).
         try {
             s.pin(region, key, 0, length).close();
-        } catch (RemoteMemoryException gone) {
+        } catch (RemoteMemoryException | RuntimeException gone) {
             boolean mine;
             synchronized (registrations) {
                 mine = registrations.remove(k, reg);
             }
+            reg.confirmed.complete(false); // before the drop: whoever waits must not wait on its failure too
             if (mine) { // otherwise a withdrawal took it and drops it
                 reg.dead = true;
                 drop(reg, 0);
             }
             throw gone;
         }
+        reg.confirmed.complete(true);
         log.debug("registered region {} ({} bytes) with UCX", region, length);
         return reg;
     }
