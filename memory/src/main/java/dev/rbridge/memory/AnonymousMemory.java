@@ -18,8 +18,10 @@ import java.nio.file.StandardOpenOption;
 
 /**
  * A private anonymous mapping (Linux {@code mmap}): address space is reserved up front, the kernel backs a page with
- * RAM only when it is first written, and {@link #release} hands pages back ({@code MADV_DONTNEED}), after which they
- * read as zeroes. This is what makes an export of any size cost only the memory actually written.
+ * RAM only when it is first touched, and {@link #release} hands pages back ({@code MADV_DONTNEED}), after which they
+ * read as zeroes. This is what makes an export of any size cost only the memory actually written, provided readers
+ * leave pages never written alone: on some kernels a read fault backs a page too, so {@link #writtenPages} says which
+ * pages hold data, and the owner marks them as it writes.
  */
 public final class AnonymousMemory implements AutoCloseable {
     public static final int PAGE_SIZE = 4096;
@@ -49,11 +51,13 @@ public final class AnonymousMemory implements AutoCloseable {
 
     private final MemorySegment segment;
     private final long pageSize;
+    private final WrittenPages writtenPages;
     private volatile boolean closed;
 
     private AnonymousMemory(MemorySegment segment, long pageSize) {
         this.segment = segment;
         this.pageSize = pageSize;
+        this.writtenPages = new WrittenPages(segment.byteSize());
     }
 
     private static MethodHandle downcall(String name, FunctionDescriptor descriptor) {
@@ -118,6 +122,14 @@ public final class AnonymousMemory implements AutoCloseable {
         return segment;
     }
 
+    /**
+     * Which pages hold written data: marked by whoever writes {@link #segment} (this class cannot see writes), cleared
+     * by {@link #release}.
+     */
+    public WrittenPages writtenPages() {
+        return writtenPages;
+    }
+
     /** Gives the pages of a page-aligned range back to the kernel; they read as zeroes afterwards. */
     public void release(long offset, long length) {
         if ((offset | length) % pageSize != 0) {
@@ -126,6 +138,7 @@ public final class AnonymousMemory implements AutoCloseable {
         if (length == 0) {
             return;
         }
+        writtenPages.clear(offset, length); // first: a read from now on sends zeroes rather than fault a page in
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(CALL_STATE);
             int rc = (int) MADVISE.invokeExact(state, segment.asSlice(offset, length), length, MADV_DONTNEED);
@@ -141,8 +154,8 @@ public final class AnonymousMemory implements AutoCloseable {
 
     /**
      * Bytes of this mapping backed by RAM of its own right now: pages written and not released. Read from
-     * {@code /proc/self/pagemap} (present and exclusively mapped), not {@code mincore}: a page that was only read maps
-     * the kernel's shared zero page, which mincore counts as resident although it costs nothing. Returns 0 once
+     * {@code /proc/self/pagemap} (present and exclusively mapped), not {@code mincore}: on most kernels a page that was
+     * only read maps the kernel's shared zero page, which mincore counts as resident although it costs nothing. Returns 0 once
      * closed. Reads 8 bytes per page of the mapping, so it is for scrapes, not the data path.
      */
     public synchronized long residentBytes() {
