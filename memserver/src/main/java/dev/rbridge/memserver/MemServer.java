@@ -1,6 +1,7 @@
 package dev.rbridge.memserver;
 
 import dev.rbridge.memory.AnonymousMemory;
+import dev.rbridge.memory.WrittenPages;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.ListenParams;
@@ -451,16 +452,39 @@ public final class MemServer implements RegionService, AutoCloseable {
     /** A pinned range of one region; closing it (once) drops the pin. */
     private static final class RegionPin implements Pin {
         final Region region;
+        private final long offset;
         private final MemorySegment slice;
         private boolean closed;
 
-        RegionPin(Region region, MemorySegment slice) {
+        RegionPin(Region region, long offset, MemorySegment slice) {
             this.region = region;
+            this.offset = offset;
             this.slice = slice;
         }
 
         public MemorySegment memory() {
             return slice;
+        }
+
+        @Override
+        public void wrote() {
+            region.memory.writtenPages().mark(offset, slice.byteSize());
+        }
+
+        @Override
+        public void runs(RegionService.RunVisitor visitor) {
+            WrittenPages written = region.memory.writtenPages();
+            long end = offset + slice.byteSize();
+            for (long at = offset; at < end; ) {
+                long runEnd = written.runEnd(at, end);
+                visitor.run(at - offset, runEnd - at, written.isWritten(at));
+                at = runEnd;
+            }
+        }
+
+        @Override
+        public void exposed() {
+            region.memory.writtenPages().markEverything();
         }
 
         public void close() {
@@ -480,7 +504,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         if (!r.pin()) {
             throw new RemoteMemoryException(Status.NO_SUCH_REGION, "region " + id + " was released");
         }
-        return new RegionPin(r, r.memory.segment().asSlice(offset, length));
+        return new RegionPin(r, offset, r.memory.segment().asSlice(offset, length));
     }
 
     private void zero(long id, long key, long offset, long length) throws RemoteMemoryException {
@@ -489,13 +513,24 @@ public final class MemServer implements RegionService, AutoCloseable {
             long pageStart = (offset + page - 1) & -page;
             long pageEnd = (offset + length) & -page;
             if (pageStart < pageEnd) {
-                p.memory().asSlice(0, pageStart - offset).fill((byte) 0);
                 p.region.memory.release(pageStart, pageEnd - pageStart); // whole pages go back to the system
-                p.memory().asSlice(pageEnd - offset).fill((byte) 0);
+                zeroWritten(p, 0, pageStart - offset);
+                zeroWritten(p, pageEnd - offset, offset + length - pageEnd);
             } else {
-                p.memory().fill((byte) 0);
+                zeroWritten(p, 0, length);
             }
         }
+    }
+
+    /** Zeroes the written parts of a pinned range; the rest reads as zeroes already and is left untouched. */
+    private static void zeroWritten(RegionPin p, long from, long length) {
+        p.runs((at, n, written) -> {
+            long start = Math.max(at, from);
+            long end = Math.min(at + n, from + length);
+            if (written && start < end) {
+                p.memory().asSlice(start, end - start).fill((byte) 0);
+            }
+        });
     }
 
     // ------------------------------------------------------------------------------------------------- admin

@@ -66,11 +66,40 @@ public interface RegionService {
         void closed();
     }
 
-    /** Region memory held for one operation. */
+    /**
+     * Region memory held for one operation. Transports report what they write ({@link #wrote}) and serve reads run
+     * by run ({@link #runs}): memory never written reads as zeroes and is best sent as zeroes without touching it,
+     * since on some kernels reading an untouched page backs it with RAM.
+     */
     interface Pin extends AutoCloseable {
         MemorySegment memory();
 
+        /** The transport has put data into the whole pinned range: reads return it from now on. */
+        default void wrote() {
+        }
+
+        /**
+         * Covers the pinned range with consecutive runs, in order, each holding written data or never written (reads
+         * as zeroes): {@code visitor} gets each run's offset within the pin, length, and which it is.
+         */
+        default void runs(RunVisitor visitor) {
+            visitor.run(0, memory().byteSize(), true);
+        }
+
+        /**
+         * The pinned memory is handed to something that writes it without reporting (one-sided RDMA from a NIC):
+         * from now on the whole region counts as written.
+         */
+        default void exposed() {
+        }
+
         @Override
         void close();
+    }
+
+    /** See {@link Pin#runs}. */
+    @FunctionalInterface
+    interface RunVisitor {
+        void run(long offset, long length, boolean written);
     }
 }

@@ -128,7 +128,13 @@ final class LocalConnection implements RemoteConnection {
         }
         return call(() -> {
             try (RegionService.Pin pin = session.pin(region.id(), region.key(), offset, dst.byteSize())) {
-                MemorySegment.copy(pin.memory(), 0, dst, 0, dst.byteSize());
+                pin.runs((at, length, written) -> {
+                    if (written) {
+                        MemorySegment.copy(pin.memory(), at, dst, at, length);
+                    } else {
+                        dst.asSlice(at, length).fill((byte) 0); // never written: not worth a page of the region
+                    }
+                });
             }
             stats.readOps.increment();
             stats.readBytes.add(dst.byteSize());
@@ -141,6 +147,7 @@ final class LocalConnection implements RemoteConnection {
         return call(() -> {
             try (RegionService.Pin pin = session.pin(region.id(), region.key(), offset, src.byteSize())) {
                 MemorySegment.copy(src, 0, pin.memory(), 0, src.byteSize());
+                pin.wrote();
             }
             stats.writeOps.increment();
             stats.writeBytes.add(src.byteSize());

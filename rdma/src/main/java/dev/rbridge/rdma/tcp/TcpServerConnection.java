@@ -43,6 +43,8 @@ final class TcpServerConnection implements Runnable {
     private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
     private final ByteBuffer replyArea = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN);
     private final List<ByteBuffer> replies = new ArrayList<>();
+    /** What READ replies send for region memory never written; shared and read-only. */
+    private static final ByteBuffer ZEROES = ByteBuffer.allocateDirect(256 << 10).asReadOnlyBuffer();
     private final List<RegionService.Pin> pins = new ArrayList<>();
     private ByteBuffer scratch;
     /** The last request carried large WRITE data: read only the next header and address, so that its data skips in. */
@@ -230,6 +232,7 @@ final class TcpServerConnection implements Runnable {
                     throw new EOFException();
                 }
             }
+            pin.wrote();
         }
         afterLarge = length >= Wire.LARGE;
         stats.writeOps.increment();
@@ -260,7 +263,17 @@ final class TcpServerConnection implements Runnable {
         }
         pins.add(pin); // held until the reply data is on the wire
         queueReply(h.opcode, h.id, 0, length);
-        replies.add(pin.memory().asByteBuffer());
+        pin.runs((at, n, written) -> {
+            if (written) {
+                replies.add(pin.memory().asSlice(at, n).asByteBuffer());
+            } else { // never written: zeroes from a shared buffer, so that no page of the region gets backed
+                for (long done = 0; done < n; ) {
+                    int chunk = (int) Math.min(n - done, ZEROES.capacity());
+                    replies.add(ZEROES.duplicate().limit(chunk));
+                    done += chunk;
+                }
+            }
+        });
         queuedBytes += length;
         stats.readOps.increment();
         stats.readBytes.add(length);

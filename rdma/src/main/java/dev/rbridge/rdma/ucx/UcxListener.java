@@ -191,6 +191,9 @@ final class UcxListener implements RemoteListener {
                 return reg;
             }
         }
+        // Clients write registered memory with one-sided RDMA the memserver never sees: the region counts as written
+        // from here on, so no transport serves a page of it as never written.
+        check.exposed();
         try {
             UcpMemory memory = loop.call(() -> context.memoryMap(new UcpMemMapParams()
                     .setAddress(check.memory().address()).setLength(length).nonBlocking()), 30_000);
