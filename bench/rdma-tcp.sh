@@ -13,8 +13,8 @@
 #                none: let the scheduler place them
 #   --repeat N   run every row N times, tcp and baseline back to back, alternating which goes first; print medians
 #   --rows LIST  comma-separated subset of: rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8 (default all)
-#   --lanes N    TCP connections per provider connection (rbridge bench --lanes; default 4; rbridge serve uses one
-#                per two CPUs, at most 4).
+#   --lanes N    TCP connections per provider connection (rbridge bench --lanes; default what rbridge serve uses:
+#                one per two CPUs, at most 4).
 #                One operation at a time always takes the first, so QD1 rows do not depend on it; the baseline's
 #                QD N is N connections.
 #   --completion caller|thread|both
@@ -31,7 +31,7 @@
 # /proc/PID/stat over the whole client run, warm-up included, so both server figures are a little high alike).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"; lanes=4; completion=both
+time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"; lanes=""; completion=both
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s="$2"; shift 2 ;;
@@ -45,6 +45,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[ -n "$lanes" ] || lanes=$(( $(nproc) / 2 < 1 ? 1 : $(nproc) / 2 > 4 ? 4 : $(nproc) / 2 ))
 case "$pin" in same|split|none) ;; *) echo "--pin must be same, split or none" >&2; exit 2 ;; esac
 case "$completion" in caller|thread|both) ;; *) echo "--completion must be caller, thread or both" >&2; exit 2 ;; esac
 
