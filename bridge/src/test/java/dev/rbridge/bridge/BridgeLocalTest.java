@@ -214,6 +214,40 @@ class BridgeLocalTest {
     }
 
     @Test
+    void rebuildingASparseSlabBacksOnlyTheChunksThatHoldData() throws Exception {
+        for (int i = 0; i < 3; i++) {
+            memserver(256 * MIB);
+        }
+        Bridge b = bridge(volume("sparse", 64 * MIB, 4 * MIB, 2));
+        Volume v = b.volume("sparse");
+        byte[] page = new byte[4096];
+        new Random(5).nextBytes(page);
+        for (int slab = 0; slab < 16; slab += 2) {
+            write(v, slab * 4 * MIB + MIB, page); // one page in every other slab
+        }
+        memservers.getFirst().close();
+        for (int slab = 0; slab < 16; slab += 2) {
+            write(v, slab * 4 * MIB + MIB, page); // the same bytes again: each write meets the dead replica
+        }
+        await("degraded then rebuilt", () -> v.status().state().equals("healthy")
+                && b.memservers().getFirst().state() != dev.rbridge.bridge.memservers.MemserverLink.State.UP
+                && b.rebuilder().queued() == 0 && b.rebuilder().current() == null);
+        for (int slab = 0; slab < 16; slab++) {
+            byte[] back = read(v, slab * 4 * MIB + MIB, 4096);
+            assertArrayEquals(slab % 2 == 0 ? page : new byte[4096], back, "slab " + slab);
+        }
+        // Eight slabs with two replicas each, one page of data apiece: a rebuilt replica holds the 256 KiB chunk
+        // around its page, not 4 MiB of copied zeroes.
+        long resident = memservers.get(1).stats().residentBytes() + memservers.get(2).stats().residentBytes();
+        assertTrue(resident <= 16 * (256 << 10), "the survivors back " + resident + " bytes after the rebuild");
+        long copied = b.rebuilder().copiedBytes();
+        assertTrue(copied >= 4 * MIB && copied % (4 * MIB) == 0, "copied " + copied + " bytes: whole slabs");
+        long slabs = copied / (4 * MIB);
+        assertEquals(copied - slabs * (256 << 10), b.rebuilder().zeroedBytes(),
+                "every chunk but the one holding the page went as ZERO");
+    }
+
+    @Test
     void withOneReplicaALostSlabFailsWithEioAndOtherVolumesKeepWorking() throws Exception {
         MemServer a = memserver(256 * MIB);
         memserver(256 * MIB);

@@ -90,6 +90,8 @@ public final class BridgeMeters implements BridgeMetrics {
                 .description("1 while a slab is being copied").strongReference(true).register(registry);
         counter("rbridge.rebuild.copied", r, Rebuilder::copiedBytes, "bytes",
                 "Bytes copied into new or resynchronized replicas");
+        counter("rbridge.rebuild.zeroed", r, Rebuilder::zeroedBytes, "bytes",
+                "Of the bytes copied, those that held only zeroes and were sent as ZERO (no memory used for them)");
         FunctionCounter.builder("rbridge.rebuild.completed", r, Rebuilder::rebuildsDone).tag("kind", "rebuild")
                 .description("Rebuilds and resyncs finished").register(registry);
         FunctionCounter.builder("rbridge.rebuild.completed", r, Rebuilder::resyncsDone).tag("kind", "resync")

@@ -17,13 +17,16 @@ import java.util.concurrent.TimeoutException;
  * The rebuild role: one thread that takes degraded slabs from a queue and copies each onto a new memserver while I/O
  * goes on. For one slab: place a region tagged generation 0 (never trusted after a restart), add it as the building
  * replica so every new write reaches it, wait for the writes issued before that to finish, then copy chunk by chunk
- * behind a {@link RebuildGate}, and finally tag it with the slab's current generation and make it live.
+ * behind a {@link RebuildGate} (a chunk of zeroes as ZERO, so a sparse slab costs the new memserver only its data),
+ * and finally tag it with the slab's current generation and make it live.
  */
 public final class Rebuilder implements Runnable, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Rebuilder.class);
 
     private final SlabHost host;
     private final int chunkSize;
+    /** A chunk of zeroes, to tell chunks that hold nothing (never written, or trimmed) from the rest. */
+    private final MemorySegment zeroChunk;
     private final LinkedBlockingQueue<Slab> queue = new LinkedBlockingQueue<>();
     private final Thread thread;
     private volatile boolean running = true;
@@ -31,6 +34,8 @@ public final class Rebuilder implements Runnable, AutoCloseable {
     private volatile long backoffUntilNanos;
     /** Totals since start, for metrics: bytes copied into new or resynchronized replicas, copies done and failed. */
     private final java.util.concurrent.atomic.LongAdder copiedBytes = new java.util.concurrent.atomic.LongAdder();
+    /** Of those, bytes sent as ZERO (the chunk held only zeroes). */
+    private final java.util.concurrent.atomic.LongAdder zeroedBytes = new java.util.concurrent.atomic.LongAdder();
     private final java.util.concurrent.atomic.LongAdder rebuildsDone = new java.util.concurrent.atomic.LongAdder();
     private final java.util.concurrent.atomic.LongAdder resyncsDone = new java.util.concurrent.atomic.LongAdder();
     private final java.util.concurrent.atomic.LongAdder copiesFailed = new java.util.concurrent.atomic.LongAdder();
@@ -38,6 +43,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
     public Rebuilder(SlabHost host, int chunkSize) {
         this.host = host;
         this.chunkSize = chunkSize;
+        this.zeroChunk = java.lang.foreign.Arena.ofAuto().allocate(chunkSize);
         this.thread = Thread.ofPlatform().name("bridge-rebuild").daemon().unstarted(this);
     }
 
@@ -65,6 +71,11 @@ public final class Rebuilder implements Runnable, AutoCloseable {
 
     public long copiedBytes() {
         return copiedBytes.sum();
+    }
+
+    /** Bytes of {@link #copiedBytes} that held only zeroes and went as ZERO. */
+    public long zeroedBytes() {
+        return zeroedBytes.sum();
     }
 
     public long rebuildsDone() {
@@ -279,7 +290,14 @@ public final class Rebuilder implements Runnable, AutoCloseable {
                 continue;
             }
             try {
-                target.connection().write(target.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
+                // A chunk of zeroes goes as ZERO: the target memserver gives those pages back (or never backs them)
+                // instead of filling RAM with zeroes, so rebuilding a sparse slab costs only the data it holds.
+                if (chunk.mismatch(zeroChunk.asSlice(0, len)) == -1) {
+                    target.connection().zero(target.region(), offset, len).get(timeout, TimeUnit.NANOSECONDS);
+                    zeroedBytes.add(len);
+                } else {
+                    target.connection().write(target.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
+                }
                 return;
             } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
                 throw new RebuildAborted("writing to " + target.describe() + " failed: " + Volume.reason(e));
