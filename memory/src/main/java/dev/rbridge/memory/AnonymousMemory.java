@@ -155,8 +155,8 @@ public final class AnonymousMemory implements AutoCloseable {
     /**
      * Bytes of this mapping backed by RAM of its own right now: pages written and not released. Read from
      * {@code /proc/self/pagemap} (present and exclusively mapped), not {@code mincore}: on most kernels a page that was
-     * only read maps the kernel's shared zero page, which mincore counts as resident although it costs nothing. Returns 0 once
-     * closed. Reads 8 bytes per page of the mapping, so it is for scrapes, not the data path.
+     * only read maps the kernel's shared zero page, which mincore counts as resident although it costs nothing.
+     * Returns 0 once closed. Reads 8 bytes per page of the mapping, so it is for scrapes, not the data path.
      */
     public synchronized long residentBytes() {
         if (closed) {

@@ -13,12 +13,16 @@ import org.junit.jupiter.api.Test;
 
 class AnonymousMemoryTest {
 
-    @Test
-    void residentBytesFollowWritesAndReleases() throws IOException {
-        // With transparent huge pages forced on, one write may back 2 MiB: page-exact counts only hold without.
+    /** With transparent huge pages forced on, one write may back 2 MiB: page-exact counts only hold without. */
+    private static void assumePageExactCounts() throws IOException {
         Path thp = Path.of("/sys/kernel/mm/transparent_hugepage/enabled");
         Assumptions.assumeFalse(Files.exists(thp) && Files.readString(thp).contains("[always]"),
                 "transparent huge pages are 'always' on this host");
+    }
+
+    @Test
+    void residentBytesFollowWritesAndReleases() throws IOException {
+        assumePageExactCounts();
         try (AnonymousMemory m = AnonymousMemory.map(64L << 20)) {
             assertEquals(0, m.residentBytes(), "nothing is backed before the first write");
             m.segment().set(ValueLayout.JAVA_BYTE, 0, (byte) 1);
@@ -38,9 +42,7 @@ class AnonymousMemoryTest {
         // Most kernels map the shared zero page on a read fault (free, and not counted); some back the page (Linux
         // 6.18 on this project's CI VMs), which is why readers of region memory consult WrittenPages. Either way the
         // count must say what the kernel did.
-        Path thp = Path.of("/sys/kernel/mm/transparent_hugepage/enabled");
-        Assumptions.assumeFalse(Files.exists(thp) && Files.readString(thp).contains("[always]"),
-                "transparent huge pages are 'always' on this host");
+        assumePageExactCounts();
         try (AnonymousMemory m = AnonymousMemory.map(64L << 20)) {
             for (long off = 0; off < (1 << 20); off += 4096) {
                 m.segment().get(ValueLayout.JAVA_BYTE, off);

@@ -473,9 +473,14 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         @Override
         public void runs(RegionService.RunVisitor visitor) {
+            runs(0, slice.byteSize(), visitor);
+        }
+
+        /** As {@link #runs(RegionService.RunVisitor)} over {@code [from, from + length)} of the pin only. */
+        void runs(long from, long length, RegionService.RunVisitor visitor) {
             WrittenPages written = region.memory.writtenPages();
-            long end = offset + slice.byteSize();
-            for (long at = offset; at < end; ) {
+            long end = offset + from + length;
+            for (long at = offset + from; at < end; ) {
                 long runEnd = written.runEnd(at, end);
                 visitor.run(at - offset, runEnd - at, written.isWritten(at));
                 at = runEnd;
@@ -524,11 +529,9 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /** Zeroes the written parts of a pinned range; the rest reads as zeroes already and is left untouched. */
     private static void zeroWritten(RegionPin p, long from, long length) {
-        p.runs((at, n, written) -> {
-            long start = Math.max(at, from);
-            long end = Math.min(at + n, from + length);
-            if (written && start < end) {
-                p.memory().asSlice(start, end - start).fill((byte) 0);
+        p.runs(from, length, (at, n, written) -> {
+            if (written) {
+                p.memory().asSlice(at, n).fill((byte) 0);
             }
         });
     }

@@ -49,17 +49,29 @@ final class FreezingRelay implements AutoCloseable {
 
     private void acceptLoop() {
         while (!listener.isClosed()) {
+            Socket client;
             try {
-                Socket client = listener.accept();
+                client = listener.accept();
+            } catch (IOException e) {
+                return; // closed
+            }
+            sockets.add(client);
+            try {
                 Socket server = new Socket(target.getAddress(), target.getPort());
+                sockets.add(server);
                 client.setTcpNoDelay(true);
                 server.setTcpNoDelay(true);
-                sockets.add(client);
-                sockets.add(server);
                 pump(client.getInputStream(), server.getOutputStream(), false);
                 pump(server.getInputStream(), client.getOutputStream(), true);
             } catch (IOException e) {
-                return; // closed
+                // The memserver is unreachable: say so and drop this client (it sees the connection close), and go
+                // on accepting rather than leave later clients hanging.
+                System.err.println("relay: cannot reach memserver " + target + ": " + e);
+                try {
+                    client.close();
+                } catch (IOException ignored) {
+                    // closing a socket we are giving up on
+                }
             }
         }
     }

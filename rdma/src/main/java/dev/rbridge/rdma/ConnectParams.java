@@ -67,11 +67,11 @@ public final class ConnectParams {
      * and the like) while no other thread is reading the connection reads the replies itself, instead of parking
      * until the provider's I/O thread completes it and wakes it. A synchronous caller then costs what a blocking
      * socket client costs (tcp: two fewer thread hand-offs per operation, which on a shared CPU is most of a 4K round
-     * trip); asynchronous callers are served by the I/O thread as always. The price: an interrupt delivered to a thread while it reads for the
-     * connection closes the socket (java.nio semantics) and so the connection, so enable it only where waiting
-     * threads are not interrupted (the remote-memory tools; not a bridge). The I/O thread also stops reading an idle
-     * connection, so a peer that went away is noticed at the next operation rather than at once. Providers without
-     * a reading thread to spare (ucx, local) ignore it.
+     * trip); asynchronous callers are served by the I/O thread as always. The price: an interrupt delivered to a
+     * thread while it reads for the connection closes the socket (java.nio semantics) and so the connection, so
+     * enable it only where waiting threads are not interrupted (the remote-memory tools; not a bridge). The I/O
+     * thread also stops reading an idle connection, so a peer that went away is noticed at the next operation rather
+     * than at once. Providers without a reading thread to spare (ucx, local) ignore it.
      */
     public ConnectParams callerDriven(boolean callerDriven) {
         this.callerDriven = callerDriven;

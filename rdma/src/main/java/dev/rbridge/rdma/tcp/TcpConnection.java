@@ -484,9 +484,9 @@ final class TcpConnection implements RemoteConnection {
     }
 
     /**
-     * {@link CompletableFuture#allOf}, except that in caller-driven mode a thread waiting on the result reads replies
-     * for each part in turn, as it would waiting on the part itself; otherwise nobody it trusts to wait would read
-     * them, and they would wait for the reader thread's next timed look.
+     * {@link CompletableFuture#allOf}, except that in caller-driven mode a thread waiting on the result reads the
+     * parts' replies, as it would waiting on one part; otherwise nobody it trusts to wait would read them, and they
+     * would wait for the reader thread's next timed look.
      */
     static CompletableFuture<Void> allOf(CompletableFuture<?>[] parts) {
         CompletableFuture<Void> all = CompletableFuture.allOf(parts);
@@ -819,10 +819,6 @@ final class TcpConnection implements RemoteConnection {
     }
 
     /**
-     * A caller waiting on {@code f} reads replies itself until {@code f} completes, if it can take the read role
-     * within the polling budget; otherwise it returns and the caller waits as usual.
-     */
-    /**
      * Reads replies until {@code f} (this connection's operations only) completes, for a caller about to wait up to
      * {@code waitNanos} on it; a shorter wait than the operation timeout could not be kept while blocked in a read.
      */
@@ -832,6 +828,10 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
+    /**
+     * A caller waiting on {@code f} reads replies itself until {@code f} completes, if it can take the read role
+     * within the polling budget; otherwise it returns and the caller waits as usual.
+     */
     private void drive(CompletableFuture<?> f) {
         if (readsReplies() || Thread.currentThread().isInterrupted()) {
             return; // an interrupted thread must not touch the socket: its read would close it

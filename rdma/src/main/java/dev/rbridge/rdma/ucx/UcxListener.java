@@ -43,6 +43,8 @@ import java.util.concurrent.TimeUnit;
  * kept for a grace period before the memory may be unmapped.
  */
 final class UcxListener implements RemoteListener {
+    /** How long registering a region with UCX, or waiting for another connection to, may take. */
+    private static final long REGISTER_TIMEOUT_MILLIS = 30_000;
     private static final Logger log = LoggerFactory.getLogger(UcxListener.class);
     /** How long memory stays registered and mapped after a client that may still hold its key went away. */
     static final long GRACE_MILLIS = 10_000;
@@ -172,9 +174,24 @@ final class UcxListener implements RemoteListener {
             Registration reg = mapOnce(c, s, region, key, length);
             // Another connection's registration is usable once its creator confirmed it; one that turned out to be
             // for a withdrawn region is already unlisted and dropped, and looking again says why (or registers anew).
-            if (reg.confirmed.join()) {
+            if (confirmed(reg, region)) {
                 return reg;
             }
+        }
+    }
+
+    /** Waits, bounded like the registration itself, for the creator's re-check of a listed registration. */
+    private static boolean confirmed(Registration reg, long region) throws RemoteMemoryException {
+        try {
+            return reg.confirmed.get(REGISTER_TIMEOUT_MILLIS, TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.TimeoutException | java.util.concurrent.ExecutionException e) {
+            throw new RemoteMemoryException(RemoteMemoryException.Status.INTERNAL, "region " + region
+                    + ": the connection registering it with UCX did not confirm it within "
+                    + REGISTER_TIMEOUT_MILLIS + " ms");
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new RemoteMemoryException(RemoteMemoryException.Status.INTERNAL, "region " + region
+                    + ": interrupted waiting for its UCX registration");
         }
     }
 
@@ -196,7 +213,7 @@ final class UcxListener implements RemoteListener {
         check.exposed();
         try {
             UcpMemory memory = loop.call(() -> context.memoryMap(new UcpMemMapParams()
-                    .setAddress(check.memory().address()).setLength(length).nonBlocking()), 30_000);
+                    .setAddress(check.memory().address()).setLength(length).nonBlocking()), REGISTER_TIMEOUT_MILLIS);
             reg = new Registration(k, check, memory);
         } catch (Exception e) {
             check.close();
