@@ -5,7 +5,7 @@
 # same JDK, JVM options and CPU placement. Not a test: numbers only.
 #
 #   bench/rdma-tcp.sh [--time SEC] [--iters N] [--pin same|split|none] [--repeat N] [--rows LIST] [--lanes N]
-#                     [--completion caller|thread|both]
+#                     [--completion caller|thread|both] [--tcp-congestion NAME]
 #
 #   --time SEC   seconds per bandwidth row (default 5, after 1 s of unmeasured warm-up)
 #   --iters N    timed operations per latency row (default 20000, plus a tenth as warm-up)
@@ -22,6 +22,9 @@
 #                itself, as a synchronous client; thread, the provider's reader thread, as rbridge serve runs;
 #                both (default) prints a row for each. Bandwidth rows keep operations in flight from completions,
 #                where the two are the same.
+#   --tcp-congestion NAME
+#                congestion control of the tcp provider's sockets, both ends (default: rbridge's, cubic); system
+#                runs it under the host's default, as the baseline always runs (the table's header names both).
 #
 # Why pin: in this VM kind a wake-up across CPUs costs ~80 us and on the same CPU a few, so unpinned results are
 # bimodal (QD1 read p50 9 or 90 us; 4K QD32 read ~1000 or ~3000 MB/s) depending on where the scheduler puts the
@@ -31,7 +34,7 @@
 # /proc/PID/stat over the whole client run, warm-up included, so both server figures are a little high alike).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"; lanes=""; completion=both
+time_s=5; iters=20000; pin=same; repeat=1; rows="rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8"; lanes=""; completion=both; cc=cubic
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s="$2"; shift 2 ;;
@@ -41,7 +44,8 @@ while [ $# -gt 0 ]; do
     --rows) rows="$2"; shift 2 ;;
     --lanes) lanes="$2"; shift 2 ;;
     --completion) completion="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --tcp-congestion) cc="$2"; shift 2 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +71,7 @@ wait_for() { # file pattern -> waits up to 30 s for the pattern to appear in the
 }
 
 setsid "$root/rbridge" memserver --listen 127.0.0.1:0 --admin none --capacity 8G --token "$token" \
-  >"$work/ms.out" 2>"$work/ms.log" &
+  --tcp-congestion "$cc" >"$work/ms.out" 2>"$work/ms.log" &
 ms_pid=$!
 setsid "$java_home/bin/java" --enable-native-access=ALL-UNNAMED "${java_opts[@]}" -cp "$work/nb" NioBaseline \
   server 127.0.0.1:0 >"$work/nb.out" 2>"$work/nb.log" &
@@ -96,7 +100,7 @@ run_client() { # impl test size depth -> the result line (4th line of output, rb
     local mode=caller; [ "$1" = tcpt ] && mode=thread
     local extra=(--iters "$amount"); case "$2" in *-bw) extra=(--time "$amount") ;; esac
     "${client_cpu[@]}" "$root/rbridge" bench --server "$ms_addr" --token "$token" --test "$2" --size "$3" \
-      --tx-depth "$4" --lanes "$lanes" --completion "$mode" "${extra[@]}" | awk 'NR==4'
+      --tx-depth "$4" --lanes "$lanes" --completion "$mode" --tcp-congestion "$cc" "${extra[@]}" | awk 'NR==4'
   else
     "${client_cpu[@]}" "$java_home/bin/java" "${java_opts[@]}" -cp "$work/nb" NioBaseline client "$nb_addr" \
       "$2" "$3" "$4" "$amount" | awk 'NR==4'
@@ -152,6 +156,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) p
 printf '\nplacement: --pin %s, %s repeat(s), medians; tcp = tcp provider with %s lane(s) (memserver + rbridge bench),' \
   "$pin" "$repeat" "$lanes"
 printf ' NIO = plain-NIO baseline (bench/baseline), same run\n'
+host_cc="$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)"
+printf 'TCP congestion control: tcp %s, NIO %s (the host default)\n' "$([ "$cc" = system ] && echo "$host_cc" || echo "$cc")" "$host_cc"
 printf '%-28s %10s %10s %7s %18s %18s\n' row "tcp" "NIO" ratio "tcp CPU s/GB c+s" "NIO CPU s/GB c+s"
 printf '%s\n' "$(printf '%.0s-' $(seq 1 96))"
 for k in "${keys[@]}"; do

@@ -179,7 +179,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         try {
             c = provider.connect(new ConnectParams().address(l.address()).token(config.token())
                     .clientName("rbridge-bridge " + config.owner()).operationTimeout(config.operationTimeout())
-                    .lanes(config.lanes())
+                    .lanes(config.lanes()).tcpCongestion(config.tcpCongestion())
                     .connectTimeout(config.operationTimeout()));
         } catch (RemoteMemoryException e) {
             if (!e.getMessage().equals(l.lastError())) {

@@ -23,6 +23,7 @@ public final class BridgeConfig {
     private final Duration startWait;
     private final int rebuildChunk;
     private final int lanes;
+    private final String tcpCongestion;
     private final BridgeMetrics metrics;
 
     private BridgeConfig(Builder b) {
@@ -66,6 +67,7 @@ public final class BridgeConfig {
                     + ": " + b.lanes);
         }
         this.lanes = b.lanes;
+        this.tcpCongestion = dev.rbridge.rdma.ConnectParams.checkCongestion(b.tcpCongestion);
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
     }
 
@@ -122,6 +124,11 @@ public final class BridgeConfig {
         return lanes;
     }
 
+    /** TCP congestion control of tcp-transport connections; see ConnectParams#tcpCongestion. */
+    public String tcpCongestion() {
+        return tcpCongestion;
+    }
+
     public BridgeMetrics metrics() {
         return metrics;
     }
@@ -133,7 +140,7 @@ public final class BridgeConfig {
         volumes.forEach(b::volume);
         return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
                 .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
-                .lanes(lanes).metrics(m).build();
+                .lanes(lanes).tcpCongestion(tcpCongestion).metrics(m).build();
     }
 
     public static final class Builder {
@@ -147,6 +154,7 @@ public final class BridgeConfig {
         private Duration startWait = Duration.ofSeconds(10);
         private int rebuildChunk = 1 << 20;
         private int lanes = defaultLanes();
+        private String tcpCongestion = dev.rbridge.rdma.ConnectParams.TCP_CONGESTION_DEFAULT;
         private BridgeMetrics metrics = BridgeMetrics.NONE;
 
         public Builder memserver(InetSocketAddress a) {
@@ -196,6 +204,11 @@ public final class BridgeConfig {
 
         public Builder lanes(int n) {
             this.lanes = n;
+            return this;
+        }
+
+        public Builder tcpCongestion(String algorithm) {
+            this.tcpCongestion = algorithm;
             return this;
         }
 

@@ -91,12 +91,14 @@ public final class MemServer implements RegionService, AutoCloseable {
     public static MemServer start(MemServerConfig config) throws IOException {
         RemoteMemoryProvider provider = Providers.byName(config.transport());
         MemServer server = new MemServer(config);
-        server.listener = provider.listen(new ListenParams().address(config.listen()), server);
+        server.listener = provider.listen(new ListenParams().address(config.listen())
+                .tcpCongestion(config.tcpCongestion()), server);
         if (config.token() == null) {
             log.warn("no token configured: any client that can reach {} may use this memory", server.address());
         }
-        log.info("memserver {} lending up to {} bytes over {} at {}:{}", server.serverId, config.capacityBytes(),
-                provider.name(), server.address().getHostString(), server.address().getPort());
+        log.info("memserver {} lending up to {} bytes over {} at {}:{}{}", server.serverId, config.capacityBytes(),
+                provider.name(), server.address().getHostString(), server.address().getPort(),
+                provider.name().equals("tcp") ? " (TCP congestion control: " + config.tcpCongestion() + ")" : "");
         return server;
     }
 

@@ -13,6 +13,16 @@ public final class ConnectParams {
     private Duration operationTimeout = Duration.ofSeconds(5);
     private int lanes = 1;
     private boolean callerDriven;
+    private String tcpCongestion = TCP_CONGESTION_DEFAULT;
+
+    /**
+     * The TCP congestion control the tcp provider asks for on its sockets unless told otherwise: CUBIC, because BBR
+     * (the host default on many cloud images) sizes its window from the minimum round trip, which on a LAN or
+     * loopback is microseconds, and so throttles a connection that keeps several large transfers in flight.
+     */
+    public static final String TCP_CONGESTION_DEFAULT = "cubic";
+    /** {@link #tcpCongestion} value that keeps the host's default ({@code net.ipv4.tcp_congestion_control}). */
+    public static final String TCP_CONGESTION_SYSTEM = "system";
 
     /** Most lanes a connection may have. */
     public static final int MAX_LANES = 16;
@@ -80,6 +90,30 @@ public final class ConnectParams {
 
     public boolean callerDriven() {
         return callerDriven;
+    }
+
+    /**
+     * TCP congestion control for the tcp provider's sockets (Linux {@code TCP_CONGESTION}): an algorithm the kernel
+     * offers ({@code net.ipv4.tcp_available_congestion_control}), or {@link #TCP_CONGESTION_SYSTEM} for the host's
+     * default. A host that refuses it keeps its default and the provider logs why once; the connection is not
+     * failed for it. Other providers ignore it.
+     */
+    public ConnectParams tcpCongestion(String algorithm) {
+        this.tcpCongestion = checkCongestion(algorithm);
+        return this;
+    }
+
+    public String tcpCongestion() {
+        return tcpCongestion;
+    }
+
+    /** {@code algorithm} if it can name a congestion control (as Linux spells them) or is "system"; else throws. */
+    public static String checkCongestion(String algorithm) {
+        if (algorithm == null || !algorithm.matches("[A-Za-z0-9_]{1,15}")) {
+            throw new IllegalArgumentException("a TCP congestion control is a kernel name like cubic, reno or bbr "
+                    + "(up to 15 letters, digits or _), or 'system' for the host's default: " + algorithm);
+        }
+        return algorithm;
     }
 
     public InetSocketAddress address() {

@@ -8,6 +8,7 @@ import java.util.Objects;
 public final class ListenParams {
     private InetSocketAddress address = new InetSocketAddress("127.0.0.1", 7471);
     private Duration helloTimeout = Duration.ofSeconds(10);
+    private String tcpCongestion = ConnectParams.TCP_CONGESTION_DEFAULT;
 
     public ListenParams address(InetSocketAddress address) {
         this.address = Objects.requireNonNull(address);
@@ -18,6 +19,16 @@ public final class ListenParams {
     public ListenParams helloTimeout(Duration d) {
         this.helloTimeout = Objects.requireNonNull(d);
         return this;
+    }
+
+    /** TCP congestion control of accepted tcp-provider sockets; see {@link ConnectParams#tcpCongestion(String)}. */
+    public ListenParams tcpCongestion(String algorithm) {
+        this.tcpCongestion = ConnectParams.checkCongestion(algorithm);
+        return this;
+    }
+
+    public String tcpCongestion() {
+        return tcpCongestion;
     }
 
     public InetSocketAddress address() {

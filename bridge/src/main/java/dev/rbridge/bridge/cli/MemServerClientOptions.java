@@ -50,6 +50,12 @@ final class MemServerClientOptions {
                     + "runs). Default ${DEFAULT-VALUE}.")
     String completion;
 
+    @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
+            description = "tcp: TCP congestion control of the connection (cubic, reno, bbr, ... as the kernel offers "
+                    + "them), or system for the host's default. BBR throttles a connection with several large "
+                    + "transfers in flight on a microsecond path. Default ${DEFAULT-VALUE}.")
+    String tcpCongestion;
+
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
             description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
     String logLevel;
@@ -81,7 +87,7 @@ final class MemServerClientOptions {
         return new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
                 .token(Endpoints.token(token, tokenFile)).clientName(clientName)
                 .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes)
-                .callerDriven(completion.equals("caller"));
+                .callerDriven(completion.equals("caller")).tcpCongestion(tcpCongestion);
     }
 
     /** What a tool does with its connection and scratch region; returns the exit code. */

@@ -6,6 +6,7 @@ import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.memserver.AdminHttpServer;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.rdma.ConnectParams;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -58,6 +59,13 @@ final class MemServerCommand implements Callable<Integer> {
             description = "Remote-memory transport: tcp, ucx or local. Default ${DEFAULT-VALUE}.")
     String transport;
 
+    @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
+            description = "tcp: TCP congestion control of client connections (cubic, reno, bbr, ... as the kernel "
+                    + "offers them), or system for the host's default. BBR throttles a connection with several large "
+                    + "transfers in flight on a microsecond path; a host that refuses the choice keeps its default "
+                    + "and the log says why. Default ${DEFAULT-VALUE}.")
+    String tcpCongestion;
+
     @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_MEMSERVER,
             description = MetricsEndpoint.HELP)
     String metrics;
@@ -74,7 +82,7 @@ final class MemServerCommand implements Callable<Integer> {
         MemServerConfig config;
         try {
             config = new MemServerConfig(Endpoints.parse(listen, MemServerConfig.DEFAULT_PORT), Sizes.parse(capacity),
-                    Endpoints.token(token, tokenFile), transport, hugePages, mlock);
+                    Endpoints.token(token, tokenFile), transport, hugePages, mlock, tcpCongestion);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }

@@ -92,6 +92,14 @@ public final class ServeCommand implements Callable<Integer> {
                     + ". Default: one per two CPUs of this host, at most 4.")
     Integer lanes;
 
+    @Option(names = "--tcp-congestion", paramLabel = "NAME",
+            defaultValue = dev.rbridge.rdma.ConnectParams.TCP_CONGESTION_DEFAULT,
+            description = "tcp transport: TCP congestion control of the connections to memservers (cubic, reno, bbr,"
+                    + " ... as the kernel offers them), or system for the host's default. BBR throttles a connection"
+                    + " with several large transfers in flight on a microsecond path; a host that refuses the choice"
+                    + " keeps its default and the log says why. Default ${DEFAULT-VALUE}.")
+    String tcpCongestion;
+
     @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "10",
             description = "Ownership lease on each volume, renewed every third of it. A bridge that stops renewing"
                     + " (hung, cut off) can be replaced after this long; a bridge that exits frees it at once."
@@ -168,7 +176,8 @@ public final class ServeCommand implements Callable<Integer> {
                 .token(Endpoints.token(token, tokenFile))
                 .operationTimeout(seconds("--timeout", timeout))
                 .leaseTtl(seconds("--lease", lease))
-                .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)));
+                .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
+                .tcpCongestion(tcpCongestion);
         if (lanes != null) {
             if (!transport.equals("tcp")) {
                 throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport

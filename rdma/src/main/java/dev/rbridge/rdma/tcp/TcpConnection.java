@@ -237,6 +237,7 @@ final class TcpConnection implements RemoteConnection {
         try {
             Wire.tune(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
+            TcpCongestion.apply(ch, params.tcpCongestion());
             ServerInfo info = hello(ch, params, clientName, peer);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");

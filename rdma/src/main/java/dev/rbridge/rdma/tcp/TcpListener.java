@@ -57,6 +57,7 @@ final class TcpListener implements RemoteListener {
             try {
                 ch = server.accept();
                 Wire.tune(ch);
+                TcpCongestion.apply(ch, params.tcpCongestion());
             } catch (ClosedChannelException e) {
                 return;
             } catch (IOException e) {

@@ -1,0 +1,80 @@
+package dev.rbridge.rdma.tcp;
+
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** Choosing a socket's congestion control through setsockopt on a real loopback connection. */
+@Timeout(30)
+class TcpCongestionTest {
+    ServerSocketChannel listener;
+    SocketChannel client;
+    SocketChannel accepted;
+
+    @BeforeEach
+    void connect() throws IOException {
+        listener = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
+        client = SocketChannel.open(listener.getLocalAddress());
+        accepted = listener.accept();
+    }
+
+    @AfterEach
+    void close() throws IOException {
+        client.close();
+        accepted.close();
+        listener.close();
+    }
+
+    static String hostDefault() throws IOException {
+        return Files.readString(Path.of("/proc/sys/net/ipv4/tcp_congestion_control")).strip();
+    }
+
+    @Test
+    void eachEndRunsWhatWasSetOnItAndOnlyThat() throws IOException {
+        TcpCongestion.set(client, "reno");
+        assertEquals("reno", TcpCongestion.get(client));
+        assertEquals(hostDefault(), TcpCongestion.get(accepted), "the other end of the connection is untouched");
+        TcpCongestion.set(accepted, "cubic");
+        assertEquals("cubic", TcpCongestion.get(accepted));
+        assertEquals("reno", TcpCongestion.get(client));
+    }
+
+    @Test
+    void anAlgorithmTheKernelLacksIsRefusedWithWhereToLook() {
+        IOException e = assertThrows(IOException.class, () -> TcpCongestion.set(client, "nosuchcc"));
+        assertTrue(e.getMessage().contains("tcp_available_congestion_control"), e.getMessage());
+    }
+
+    @Test
+    void aRefusedChoiceLeavesTheSocketWorkingUnderTheHostDefault() throws IOException {
+        TcpCongestion.apply(client, "nosuchcc");
+        assertEquals(hostDefault(), TcpCongestion.get(client));
+        TcpCongestion.apply(client, "system");
+        assertEquals(hostDefault(), TcpCongestion.get(client));
+        client.write(ByteBuffer.wrap(new byte[] {42}));
+        ByteBuffer b = ByteBuffer.allocate(1);
+        accepted.read(b);
+        assertEquals(42, b.get(0));
+    }
+
+    @Test
+    void anUnconnectedSocketIsRefusedRatherThanGuessedAt() throws IOException {
+        try (SocketChannel loose = SocketChannel.open()) {
+            IOException e = assertThrows(IOException.class, () -> TcpCongestion.set(loose, "reno"));
+            assertTrue(e.getMessage().contains("not connected"), e.getMessage());
+        }
+    }
+}
