@@ -84,6 +84,13 @@ final class DemoCommand implements Callable<Integer> {
             description = "On shutdown, how long in-flight requests may take to finish. Default ${DEFAULT-VALUE}.")
     int drainTimeout;
 
+    @Option(names = "--tcp-congestion", paramLabel = "NAME",
+            defaultValue = dev.rbridge.rdma.ConnectParams.TCP_CONGESTION_DEFAULT,
+            description = "TCP congestion control of the NBD connections accepted (and, with --transport tcp, of the"
+                    + " memserver links): cubic, reno, bbr, ... as the kernel offers them, or system for the host's"
+                    + " default. Default ${DEFAULT-VALUE}.")
+    String tcpCongestion;
+
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
             description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
     String logLevel;
@@ -120,13 +127,14 @@ final class DemoCommand implements Callable<Integer> {
         Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
         Bridge bridge;
         try {
-            BridgeConfig.Builder b = BridgeConfig.builder().transport(transport).startWait(Duration.ZERO);
+            BridgeConfig.Builder b = BridgeConfig.builder().transport(transport).startWait(Duration.ZERO)
+                    .tcpCongestion(tcpCongestion);
             if (telemetry != null) {
                 b.metrics(new BridgeMeters(telemetry.registry()));
             }
             for (int i = 0; i < memserverCount; i++) {
                 MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity,
-                        null, transport));
+                        null, transport, false, false, tcpCongestion));
                 memservers.add(m);
                 b.memserver(m.address());
                 if (telemetry != null) {

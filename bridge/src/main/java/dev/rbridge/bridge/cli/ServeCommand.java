@@ -94,10 +94,11 @@ public final class ServeCommand implements Callable<Integer> {
 
     @Option(names = "--tcp-congestion", paramLabel = "NAME",
             defaultValue = dev.rbridge.rdma.ConnectParams.TCP_CONGESTION_DEFAULT,
-            description = "tcp transport: TCP congestion control of the connections to memservers (cubic, reno, bbr,"
-                    + " ... as the kernel offers them), or system for the host's default. BBR throttles a connection"
-                    + " with several large transfers in flight on a microsecond path; a host that refuses the choice"
-                    + " keeps its default and the log says why. Default ${DEFAULT-VALUE}.")
+            description = "TCP congestion control of this bridge's sockets: its tcp-transport connections to"
+                    + " memservers and the NBD connections it accepts (cubic, reno, bbr, ... as the kernel offers them),"
+                    + " or system for the host's default. BBR throttles a connection with several large transfers in"
+                    + " flight on a microsecond path; a host that refuses the choice keeps its default and the log"
+                    + " says why. Default ${DEFAULT-VALUE}.")
     String tcpCongestion;
 
     @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "10",
@@ -228,7 +229,9 @@ public final class ServeCommand implements Callable<Integer> {
         MetricsHttpServer metricsServer = null;
         java.util.concurrent.atomic.AtomicReference<NbdServer> listening = new java.util.concurrent.atomic.AtomicReference<>();
         try {
+            String congestion = bridge.config().tcpCongestion();
             NbdServerConfig.Builder b = NbdServerConfig.builder()
+                    .tcpSocketSetup(ch -> dev.rbridge.rdma.tcp.TcpCongestion.apply(ch, congestion))
                     .handshakeTimeout(Duration.ofSeconds(handshakeTimeout))
                     .drainTimeout(Duration.ofSeconds(drainTimeout));
             if (telemetry != null) {

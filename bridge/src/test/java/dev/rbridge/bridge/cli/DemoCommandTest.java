@@ -146,4 +146,46 @@ class DemoCommandTest {
         org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class, () -> Sizes.parse("-1G"));
         org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class, () -> Sizes.parse("99999999T"));
     }
+
+    /**
+     * Every TCP socket of a demo process, the NBD connection it accepted and both ends of its tcp-transport memserver
+     * link, runs the congestion control asked for, as the kernel reports it to iproute2's ss.
+     */
+    @Test
+    void itsNbdAndMemserverSocketsRunTheChosenCongestionControl() throws Exception {
+        Path dir = Files.createTempDirectory("demo-cc");
+        Path log = dir.resolve("demo.log");
+        // one the host does not use by default, so that a socket left alone is seen
+        String chosen = Files.readString(Path.of("/proc/sys/net/ipv4/tcp_congestion_control")).strip().equals("reno")
+                ? "cubic" : "reno";
+        Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--transport", "tcp", "--tcp-congestion", chosen,
+                "--size", "64M");
+        try {
+            String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))
+                    .readLine();
+            Matcher m = SERVING.matcher(String.valueOf(line));
+            assertTrue(m.find(), line + "\n" + Files.readString(log));
+            java.net.URI uri = java.net.URI.create(m.group(1));
+            try (java.net.Socket nbd = new java.net.Socket(uri.getHost(), uri.getPort())) {
+                assertEquals(0x4e42444d, new java.io.DataInputStream(nbd.getInputStream()).readInt(),
+                        "NBDMAGIC: the server has accepted and greeted the connection");
+                Process ss = new ProcessBuilder("ss", "-tinpH", "state", "established").redirectErrorStream(true)
+                        .start();
+                List<String> lines = new String(ss.getInputStream().readAllBytes(), StandardCharsets.UTF_8).lines()
+                        .toList();
+                assertEquals(0, ss.waitFor());
+                List<String> algorithms = new ArrayList<>();
+                for (int i = 0; i + 1 < lines.size(); i++) {
+                    if (lines.get(i).contains("pid=" + p.pid() + ",")) {
+                        algorithms.add(lines.get(i + 1).strip().split("\\s+")[0]);
+                    }
+                }
+                // the accepted NBD socket, and the bridge's and the memserver's ends of the memserver link
+                assertTrue(algorithms.size() >= 3, "sockets of the demo: " + algorithms + "\n" + String.join("\n", lines));
+                assertEquals(List.of(chosen), algorithms.stream().distinct().toList(), String.join("\n", lines));
+            }
+        } finally {
+            p.destroyForcibly();
+        }
+    }
 }

@@ -145,6 +145,7 @@ public final class NbdServer implements AutoCloseable {
                     ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
                     // a client whose host vanished (no FIN, no RST) is found by the kernel and its thread freed
                     ch.setOption(StandardSocketOptions.SO_KEEPALIVE, true);
+                    config.tcpSocketSetup().accept(ch);
                 }
             } catch (IOException e) {
                 closeQuietly(ch);

@@ -1,11 +1,13 @@
 package dev.rbridge.nbd.server;
 
+import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.function.Consumer;
 
 /**
  * Everything the NBD server needs, validated once when built. Defaults suit a local block device: a client gets 30 s to
@@ -22,6 +24,7 @@ public final class NbdServerConfig {
     private final int maxInFlightPerConnection;
     private final long bufferPoolRetainBytes;
     private final NbdServerMetrics metrics;
+    private final Consumer<SocketChannel> tcpSocketSetup;
 
     private NbdServerConfig(Builder b) {
         if (b.listen.isEmpty()) {
@@ -45,6 +48,7 @@ public final class NbdServerConfig {
         this.maxInFlightPerConnection = b.maxInFlightPerConnection;
         this.bufferPoolRetainBytes = b.bufferPoolRetainBytes;
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
+        this.tcpSocketSetup = Objects.requireNonNull(b.tcpSocketSetup, "tcpSocketSetup");
         this.exportList = List.copyOf(b.exports.values()); // LinkedHashMap: configured order
     }
 
@@ -101,6 +105,11 @@ public final class NbdServerConfig {
         return metrics;
     }
 
+    /** See {@link Builder#tcpSocketSetup}. */
+    public Consumer<SocketChannel> tcpSocketSetup() {
+        return tcpSocketSetup;
+    }
+
     public static final class Builder {
         private final List<ListenAddress> listen = new ArrayList<>();
         private final Map<String, Export> exports = new LinkedHashMap<>();
@@ -111,6 +120,8 @@ public final class NbdServerConfig {
         private int maxInFlightPerConnection = 1024;
         private long bufferPoolRetainBytes = 256L << 20;
         private NbdServerMetrics metrics = NbdServerMetrics.NONE;
+        private Consumer<SocketChannel> tcpSocketSetup = ch -> {
+        };
 
         public Builder listen(ListenAddress address) {
             listen.add(Objects.requireNonNull(address));
@@ -156,6 +167,16 @@ public final class NbdServerConfig {
 
         public Builder metrics(NbdServerMetrics metrics) {
             this.metrics = metrics;
+            return this;
+        }
+
+        /**
+         * Called with each accepted TCP connection (not Unix-socket ones) before it is served, after the server's own
+         * options (TCP_NODELAY, SO_KEEPALIVE): where the embedding application tunes its sockets (rbridge chooses
+         * their congestion control there). It must not throw; by default it does nothing.
+         */
+        public Builder tcpSocketSetup(Consumer<SocketChannel> setup) {
+            this.tcpSocketSetup = setup;
             return this;
         }
 

@@ -37,7 +37,7 @@ import java.util.stream.Stream;
  * asked for their local and peer address ({@code getsockname}/{@code getpeername}) until one matches the channel's.
  * A connected channel's address pair is unique while it is open, so the match is the channel's own descriptor.
  */
-final class TcpCongestion {
+public final class TcpCongestion {
     private static final Logger log = LoggerFactory.getLogger(TcpCongestion.class);
     private static final int IPPROTO_TCP = 6;
     private static final int TCP_CONGESTION = 13;
@@ -55,9 +55,9 @@ final class TcpCongestion {
     /**
      * Sets {@code algorithm} on {@code channel} (connected) unless it is {@link ConnectParams#TCP_CONGESTION_SYSTEM}. Never fails the connection:
      * a host that refuses (algorithm not available or not allowed, no native access, not Linux) keeps its default,
-     * and says why once in the log.
+     * and says why once in the log. Also used for the bridge's NBD sockets.
      */
-    static void apply(SocketChannel channel, String algorithm) {
+    public static void apply(SocketChannel channel, String algorithm) {
         if (algorithm == null || algorithm.equals(ConnectParams.TCP_CONGESTION_SYSTEM)) {
             return;
         }
