@@ -87,8 +87,7 @@ final class DemoCommand implements Callable<Integer> {
     @Option(names = "--tcp-congestion", paramLabel = "NAME",
             defaultValue = dev.rbridge.rdma.ConnectParams.TCP_CONGESTION_DEFAULT,
             description = "TCP congestion control of the NBD connections accepted (and, with --transport tcp, of the"
-                    + " memserver links): cubic, reno, bbr, ... as the kernel offers them, or system for the host's"
-                    + " default. Default ${DEFAULT-VALUE}.")
+                    + " memserver links)" + MemServerClientOptions.TCP_CONGESTION_HELP)
     String tcpCongestion;
 
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",

@@ -50,10 +50,13 @@ final class MemServerClientOptions {
                     + "runs). Default ${DEFAULT-VALUE}.")
     String completion;
 
+    /** What every command's --tcp-congestion says after naming the sockets it governs. */
+    static final String TCP_CONGESTION_HELP = ": cubic, reno, bbr, ... as the kernel offers them, or system for the"
+            + " host's default. BBR throttles a connection with several large transfers in flight on a microsecond"
+            + " path; a host that refuses the choice keeps its default and the log says why. Default ${DEFAULT-VALUE}.";
+
     @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
-            description = "tcp: TCP congestion control of the connection (cubic, reno, bbr, ... as the kernel offers "
-                    + "them), or system for the host's default. BBR throttles a connection with several large "
-                    + "transfers in flight on a microsecond path. Default ${DEFAULT-VALUE}.")
+            description = "tcp: TCP congestion control of the connection" + TCP_CONGESTION_HELP)
     String tcpCongestion;
 
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",

@@ -60,10 +60,8 @@ final class MemServerCommand implements Callable<Integer> {
     String transport;
 
     @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
-            description = "tcp: TCP congestion control of client connections (cubic, reno, bbr, ... as the kernel "
-                    + "offers them), or system for the host's default. BBR throttles a connection with several large "
-                    + "transfers in flight on a microsecond path; a host that refuses the choice keeps its default "
-                    + "and the log says why. Default ${DEFAULT-VALUE}.")
+            description = "tcp: TCP congestion control of client connections"
+                    + MemServerClientOptions.TCP_CONGESTION_HELP)
     String tcpCongestion;
 
     @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_MEMSERVER,

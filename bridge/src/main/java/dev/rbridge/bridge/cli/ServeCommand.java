@@ -94,11 +94,8 @@ public final class ServeCommand implements Callable<Integer> {
 
     @Option(names = "--tcp-congestion", paramLabel = "NAME",
             defaultValue = dev.rbridge.rdma.ConnectParams.TCP_CONGESTION_DEFAULT,
-            description = "TCP congestion control of this bridge's sockets: its tcp-transport connections to"
-                    + " memservers and the NBD connections it accepts (cubic, reno, bbr, ... as the kernel offers them),"
-                    + " or system for the host's default. BBR throttles a connection with several large transfers in"
-                    + " flight on a microsecond path; a host that refuses the choice keeps its default and the log"
-                    + " says why. Default ${DEFAULT-VALUE}.")
+            description = "TCP congestion control of this bridge's sockets (its tcp-transport connections to"
+                    + " memservers and the NBD connections it accepts)" + MemServerClientOptions.TCP_CONGESTION_HELP)
     String tcpCongestion;
 
     @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "10",

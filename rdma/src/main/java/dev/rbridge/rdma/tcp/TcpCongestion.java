@@ -17,10 +17,8 @@ import java.lang.invoke.VarHandle;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.channels.SocketChannel;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.List;
 import java.util.stream.Stream;
 
 /**
@@ -43,22 +41,37 @@ public final class TcpCongestion {
     private static final int TCP_CONGESTION = 13;
     private static final int AF_INET = 2;
     private static final int AF_INET6 = 10;
-    private static final int NAME_MAX = 16; // TCP_CA_NAME_MAX
+    private static final int NAME_MAX = 16; // TCP_CA_NAME_MAX, terminating NUL included
 
     /** Algorithms already refused here: each is warned about once, then logged at debug. */
     private static final java.util.Set<String> REFUSED = java.util.concurrent.ConcurrentHashMap.newKeySet();
-    private static final Natives NATIVES = Natives.load();
+    /** The libc calls, or null when they cannot be linked; then {@link #UNLINKED} says why. */
+    private static final Natives NATIVES;
+    private static final String UNLINKED;
+
+    static {
+        Natives n = null;
+        String why = null;
+        try {
+            n = Natives.load();
+        } catch (RuntimeException | LinkageError e) {
+            why = "cannot call libc's socket functions (" + e.getMessage() + "); is the JVM started with "
+                    + "--enable-native-access=ALL-UNNAMED?";
+        }
+        NATIVES = n;
+        UNLINKED = why;
+    }
 
     private TcpCongestion() {
     }
 
     /**
-     * Sets {@code algorithm} on {@code channel} (connected) unless it is {@link ConnectParams#TCP_CONGESTION_SYSTEM}. Never fails the connection:
-     * a host that refuses (algorithm not available or not allowed, no native access, not Linux) keeps its default,
-     * and says why once in the log. Also used for the bridge's NBD sockets.
+     * Sets {@code algorithm} on {@code channel} (connected) unless it is {@link ConnectParams#TCP_CONGESTION_SYSTEM}.
+     * Never fails the connection: a host that refuses (algorithm not available or not allowed, no native access, not
+     * Linux) keeps its default, and says why once in the log. Also used for the bridge's NBD sockets.
      */
     public static void apply(SocketChannel channel, String algorithm) {
-        if (algorithm == null || algorithm.equals(ConnectParams.TCP_CONGESTION_SYSTEM)) {
+        if (algorithm.equals(ConnectParams.TCP_CONGESTION_SYSTEM)) {
             return;
         }
         try {
@@ -75,18 +88,14 @@ public final class TcpCongestion {
 
     /** Sets {@code algorithm} on {@code channel}; throws with the reason when the host refuses. */
     static void set(SocketChannel channel, String algorithm) throws IOException {
-        if (NATIVES == null) {
-            throw new IOException("no native access to libc (run the JVM with --enable-native-access=ALL-UNNAMED)");
-        }
-        int fd = descriptorOf(channel);
-        byte[] name = algorithm.getBytes(StandardCharsets.US_ASCII);
-        if (name.length == 0 || name.length >= NAME_MAX) {
-            throw new IOException("'" + algorithm + "' is not a congestion control name");
-        }
+        // ASCII and shorter than NAME_MAX once checked; "system" is no kernel name, so it is refused there too
+        int nameLength = ConnectParams.checkCongestion(algorithm).length();
+        Natives natives = natives();
+        int fd = descriptorOf(natives, channel);
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Natives.CALL_STATE);
             MemorySegment value = arena.allocateFrom(algorithm);
-            int rc = (int) NATIVES.setsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value, name.length);
+            int rc = (int) natives.setsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value, nameLength);
             if (rc != 0) {
                 int errno = (int) Natives.ERRNO.get(state, 0L);
                 throw new IOException(switch (errno) {
@@ -105,15 +114,13 @@ public final class TcpCongestion {
 
     /** The algorithm {@code channel} runs under, as the kernel reports it. */
     static String get(SocketChannel channel) throws IOException {
-        if (NATIVES == null) {
-            throw new IOException("no native access to libc");
-        }
-        int fd = descriptorOf(channel);
+        Natives natives = natives();
+        int fd = descriptorOf(natives, channel);
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Natives.CALL_STATE);
             MemorySegment value = arena.allocate(NAME_MAX);
             MemorySegment length = arena.allocateFrom(ValueLayout.JAVA_INT, NAME_MAX);
-            int rc = (int) NATIVES.getsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value, length);
+            int rc = (int) natives.getsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value, length);
             if (rc != 0) {
                 throw new IOException("getsockopt(TCP_CONGESTION) failed with errno " + Natives.ERRNO.get(state, 0L));
             }
@@ -125,23 +132,33 @@ public final class TcpCongestion {
         }
     }
 
-    private static int descriptorOf(SocketChannel channel) throws IOException {
+    private static Natives natives() throws IOException {
+        if (NATIVES == null) {
+            throw new IOException(UNLINKED);
+        }
+        return NATIVES;
+    }
+
+    /**
+     * The descriptor of {@code channel}: every open descriptor is asked for its peer (descriptors that are not
+     * connected sockets simply fail the call, which is cheaper than reading each /proc link to see what it is).
+     */
+    private static int descriptorOf(Natives natives, SocketChannel channel) throws IOException {
         InetSocketAddress local = (InetSocketAddress) channel.getLocalAddress();
         InetSocketAddress remote = (InetSocketAddress) channel.getRemoteAddress();
         if (local == null || remote == null) {
             throw new IOException("the socket is not connected");
         }
-        List<Integer> sockets;
+        int[] descriptors;
         try (Stream<Path> fds = Files.list(Path.of("/proc/self/fd"))) {
-            sockets = fds.filter(TcpCongestion::isSocket).map(p -> Integer.parseInt(p.getFileName().toString()))
-                    .toList();
+            descriptors = fds.mapToInt(p -> Integer.parseInt(p.getFileName().toString())).toArray();
         }
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment address = arena.allocate(128);
             MemorySegment length = arena.allocate(ValueLayout.JAVA_INT);
-            for (int fd : sockets) {
-                if (remote.equals(address(NATIVES.getpeername, fd, address, length))
-                        && local.equals(address(NATIVES.getsockname, fd, address, length))) {
+            for (int fd : descriptors) {
+                if (remote.equals(address(natives.getpeername, fd, address, length))
+                        && local.equals(address(natives.getsockname, fd, address, length))) {
                     return fd;
                 }
             }
@@ -149,21 +166,24 @@ public final class TcpCongestion {
         throw new IOException("no descriptor of this process has the address pair " + local + " - " + remote);
     }
 
-    private static boolean isSocket(Path fd) {
-        try {
-            return Files.readSymbolicLink(fd).toString().startsWith("socket:");
-        } catch (IOException | UnsupportedOperationException e) {
-            return false; // closed meanwhile, or not a link: not ours
-        }
-    }
-
-    /** The address {@code call} (getsockname or getpeername) reports for {@code fd}, or null. */
+    /**
+     * The address {@code call} (getsockname or getpeername) reports for {@code fd}, or null when the call fails (not
+     * a socket, not connected, closed meanwhile) or the address is not an IP one.
+     */
     private static InetSocketAddress address(MethodHandle call, int fd, MemorySegment buffer, MemorySegment length) {
+        int rc;
         try {
             length.set(ValueLayout.JAVA_INT, 0, (int) buffer.byteSize());
-            if ((int) call.invokeExact(fd, buffer, length) != 0) {
-                return null;
-            }
+            rc = (int) call.invokeExact(fd, buffer, length);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IllegalStateException(t); // invokeExact declares Throwable; libc calls throw nothing checked
+        }
+        if (rc != 0) {
+            return null;
+        }
+        try {
             int family = Short.toUnsignedInt(buffer.get(ValueLayout.JAVA_SHORT, 0));
             int port = Short.toUnsignedInt(buffer.get(ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(
                     java.nio.ByteOrder.BIG_ENDIAN), 2));
@@ -174,8 +194,8 @@ public final class TcpCongestion {
             };
             // An IPv4-mapped IPv6 address comes back as the IPv4 address, as the JDK reports a dual-stack socket's.
             return ip == null ? null : new InetSocketAddress(InetAddress.getByAddress(ip), port);
-        } catch (Throwable t) {
-            return null;
+        } catch (java.net.UnknownHostException e) {
+            return null; // only for an address of another length, which the switch rules out
         }
     }
 
@@ -185,24 +205,19 @@ public final class TcpCongestion {
         static final VarHandle ERRNO = CALL_STATE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
 
         static Natives load() {
-            try {
-                Linker linker = Linker.nativeLinker();
-                FunctionDescriptor sockopt = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
-                        ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT);
-                FunctionDescriptor getsockopt = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
-                        ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.ADDRESS);
-                FunctionDescriptor name = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
-                        ValueLayout.ADDRESS, ValueLayout.ADDRESS);
-                Linker.Option errno = Linker.Option.captureCallState("errno");
-                return new Natives(
-                        linker.downcallHandle(find(linker, "setsockopt"), sockopt, errno),
-                        linker.downcallHandle(find(linker, "getsockopt"), getsockopt, errno),
-                        linker.downcallHandle(find(linker, "getsockname"), name),
-                        linker.downcallHandle(find(linker, "getpeername"), name));
-            } catch (RuntimeException | LinkageError e) {
-                log.debug("no libc socket calls: {}", e.toString());
-                return null;
-            }
+            Linker linker = Linker.nativeLinker();
+            FunctionDescriptor sockopt = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                    ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT);
+            FunctionDescriptor getsockopt = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                    ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.ADDRESS);
+            FunctionDescriptor name = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                    ValueLayout.ADDRESS, ValueLayout.ADDRESS);
+            Linker.Option errno = Linker.Option.captureCallState("errno");
+            return new Natives(
+                    linker.downcallHandle(find(linker, "setsockopt"), sockopt, errno),
+                    linker.downcallHandle(find(linker, "getsockopt"), getsockopt, errno),
+                    linker.downcallHandle(find(linker, "getsockname"), name),
+                    linker.downcallHandle(find(linker, "getpeername"), name));
         }
 
         private static MemorySegment find(Linker linker, String symbol) {
