@@ -31,6 +31,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -206,37 +207,60 @@ class TcpCallerDrivenTest {
             RegionDescriptor r = c.allocate(RegionTag.scratch("interrupted"), 1 << 20).get(10, TimeUnit.SECONDS);
             RegionDescriptor o = other.allocate(RegionTag.scratch("bystander"), 1 << 20).get(10, TimeUnit.SECONDS);
             AtomicReference<CompletableFuture<Void>> op = new AtomicReference<>();
-            AtomicReference<Throwable> waited = new AtomicReference<>();
-            AtomicReference<Boolean> stillInterrupted = new AtomicReference<>();
-            CountDownLatch issued = new CountDownLatch(1);
-            Thread caller = Thread.ofPlatform().start(() -> {
-                try {
-                    // Until this thread has read a reply itself, it is not trusted to wait, and issuing wakes
-                    // the reader thread, which might be the one blocked in the read when the interrupt comes.
-                    for (int i = 0; i < 100 && completedOn(c.read(r, 0, arena.allocate(4096)))
-                            != Thread.currentThread(); i++) {
-                        Thread.onSpinWait();
+            // Whether the frozen read is read by this caller or by the reader thread is up to the scheduler (the
+            // reader thread may hold the role, blocked, when the caller comes to wait): look at where the caller is,
+            // and when it only waits, thaw the memserver and try again.
+            for (int attempt = 1; ; attempt++) {
+                AtomicReference<Throwable> waited = new AtomicReference<>();
+                AtomicReference<Boolean> stillInterrupted = new AtomicReference<>();
+                CountDownLatch issued = new CountDownLatch(1);
+                Thread caller = Thread.ofPlatform().start(() -> {
+                    try {
+                        // Until this thread has read a reply itself, it is not trusted to wait, and issuing wakes
+                        // the reader thread. Bounded by time, not by a count: under load it can take many rounds.
+                        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(8);
+                        while (completedOn(c.read(r, 0, arena.allocate(4096))) != Thread.currentThread()) {
+                            if (System.nanoTime() > until) {
+                                throw new AssertionError("in 8 s of reads this caller never read a reply itself");
+                            }
+                            Thread.onSpinWait();
+                        }
+                        memserver.signal("STOP");
+                        op.set(c.read(r, 0, arena.allocate(4096)));
+                        issued.countDown();
+                        op.get().get(10, TimeUnit.SECONDS); // reads, and blocks: the memserver is frozen
+                    } catch (Throwable t) {
+                        stillInterrupted.set(Thread.currentThread().isInterrupted());
+                        waited.set(t);
+                        issued.countDown();
                     }
-                    memserver.signal("STOP");
-                    op.set(c.read(r, 0, arena.allocate(4096)));
-                    issued.countDown();
-                    op.get().get(10, TimeUnit.SECONDS); // reads, and blocks: the memserver is frozen
-                } catch (Throwable t) {
-                    stillInterrupted.set(Thread.currentThread().isInterrupted());
-                    waited.set(t);
+                });
+                boolean reading;
+                try {
+                    assertTrue(issued.await(20, TimeUnit.SECONDS));
+                    if (waited.get() instanceof AssertionError precondition) {
+                        throw precondition;
+                    }
+                    Thread.sleep(300); // well past the polling budget, well within the 2 s operation timeout
+                    reading = java.util.Arrays.stream(caller.getStackTrace()).anyMatch(
+                            f -> f.getMethodName().equals("awaitHeader") && f.getClassName().endsWith("TcpConnection"));
+                    if (reading) {
+                        caller.interrupt();
+                    }
+                } finally {
+                    memserver.signal("CONT");
                 }
-            });
-            try {
-                assertTrue(issued.await(10, TimeUnit.SECONDS));
-                Thread.sleep(300); // well past the polling budget, well within the 2 s operation timeout
-                caller.interrupt();
                 caller.join(10_000);
+                if (!reading) {
+                    assertNull(waited.get(), "the thawed read completes for a caller that only waited");
+                    assertTrue(attempt < 5, "in 5 attempts the caller never read its frozen operation itself");
+                    continue;
+                }
                 // The read failed under it, so the wait ends with that failure; the interrupt stays set.
                 ExecutionException failed = assertInstanceOf(ExecutionException.class, waited.get());
                 assertTrue(failed.getCause().getMessage().contains("interrupted"), failed.getCause().getMessage());
                 assertTrue(stillInterrupted.get());
-            } finally {
-                memserver.signal("CONT");
+                break;
             }
             ExecutionException e = assertThrows(ExecutionException.class, () -> op.get().get(10, TimeUnit.SECONDS));
             RemoteMemoryException cause = assertInstanceOf(RemoteMemoryException.class, e.getCause());
