@@ -9,7 +9,8 @@ import java.io.InputStream;
  * polls. A thread blocked in a read is woken by the kernel, and in the VMs this was measured on, a wake-up across CPUs
  * costs ~40 µs each way: with the two ends on different CPUs, 4K QD1 took ~90 µs per operation blocking and ~11 µs
  * polling (bench/rdma-tcp.sh --pin split; the same on both ends matters, either alone gets ~33 µs). With both ends on
- * one CPU polling neither helps nor hurts (the yield lets the peer run).
+ * one CPU polling costs (4K read p50 ~35 µs against ~24 blocking, 2026-11-25, bench/README.md): that placement is not
+ * the one this serves.
  *
  * <p>It never burns a CPU while idle: after the budget the thread blocks as before, and every poll that ends empty
  * doubles the number of following waits that block at once (up to {@link #MAX_SKIP}), so a sparse load, whose input
