@@ -2,6 +2,7 @@ package dev.rbridge.rdma.tcp;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.util.function.LongSupplier;
 
 /**
  * Spin-then-block for the one thread that reads a connection (the client's reader, the memserver's connection
@@ -31,9 +32,18 @@ final class Spinner {
     /** The skip set by the last empty poll: doubled by the next one, cleared by a poll that finds input. */
     private int backoff;
 
-    /** {@code socket}: the connection's input stream, used only for {@link InputStream#available()}. */
-    Spinner(InputStream socket) {
+    /** Counts the requests sent on the connection (client side), or null (memserver side). */
+    private final LongSupplier sent;
+
+    /**
+     * {@code socket}: the connection's input stream, used only for {@link InputStream#available()}; {@code sent}: a
+     * count of the requests sent on it, or null. A request sent while polling restarts the budget: its reply is due
+     * a round trip later, whatever the wait before it was (a reader thread whose last reply woke the thread that
+     * issues the next request polls through that wake-up).
+     */
+    Spinner(InputStream socket, LongSupplier sent) {
         this.socket = socket;
+        this.sent = sent;
     }
 
     /** Polls for input for up to the budget; true when input came, false when the caller should block reading. */
@@ -51,9 +61,14 @@ final class Spinner {
             return false;
         }
         long start = System.nanoTime();
+        long seen = sent == null ? 0 : sent.getAsLong();
         while (socket.available() == 0) {
             if (stop != null && stop.getAsBoolean()) {
                 return false;
+            }
+            if (sent != null && sent.getAsLong() != seen) {
+                seen = sent.getAsLong();
+                start = System.nanoTime();
             }
             if (System.nanoTime() - start >= BUDGET_NANOS) {
                 backoff = Math.min(MAX_SKIP, Math.max(1, backoff * 2));

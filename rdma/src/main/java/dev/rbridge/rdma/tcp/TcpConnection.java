@@ -200,7 +200,7 @@ final class TcpConnection implements RemoteConnection {
         this.channel = channel;
         this.stats = stats;
         this.callerDriven = callerDriven;
-        this.spinner = new Spinner(channel.socket().getInputStream());
+        this.spinner = new Spinner(channel.socket().getInputStream(), ids::get);
         this.safeReplyBytes = channel.getOption(java.net.StandardSocketOptions.SO_RCVBUF) / 4;
         this.safeRequestBytes = channel.getOption(java.net.StandardSocketOptions.SO_SNDBUF) / 4;
         this.peer = peer;

@@ -385,7 +385,7 @@ final class TcpServerConnection implements Runnable {
         while (in.remaining() < n) {
             flushReplies();
             if (spinner == null) {
-                spinner = new Spinner(channel.socket().getInputStream());
+                spinner = new Spinner(channel.socket().getInputStream(), null);
             }
             spinner.await();
             Wire.readMore(channel, in, afterLarge ? Math.max(n, Wire.HEADER + Wire.DATA_ADDRESS) : Integer.MAX_VALUE);
