@@ -251,6 +251,7 @@ class TcpCallerDrivenTest {
                     memserver.signal("CONT");
                 }
                 caller.join(10_000);
+                assertFalse(caller.isAlive(), "the caller still waits 10 s after the memserver thawed");
                 if (!reading) {
                     assertNull(waited.get(), "the thawed read completes for a caller that only waited");
                     assertTrue(attempt < 5, "in 5 attempts the caller never read its frozen operation itself");

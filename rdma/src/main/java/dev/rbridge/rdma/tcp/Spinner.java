@@ -23,6 +23,11 @@ final class Spinner {
      * well within it; 100 µs measured no better than 50 µs and burns twice as long after the last message.
      */
     static final long BUDGET_NANOS = 50_000;
+    /**
+     * Longest poll however many requests are issued meanwhile (each restarts the budget): a peer that stopped
+     * answering while its client keeps issuing must not keep the reader polling until the operation timeout.
+     */
+    static final long MAX_POLL_NANOS = 20 * BUDGET_NANOS;
     /** Most waits that block at once after a run of empty polls. */
     static final int MAX_SKIP = 1024;
 
@@ -32,21 +37,24 @@ final class Spinner {
     /** The skip set by the last empty poll: doubled by the next one, cleared by a poll that finds input. */
     private int backoff;
 
-    /** Counts the requests sent on the connection (client side), or null (memserver side). */
-    private final LongSupplier sent;
+    /** Counts the requests issued on the connection (client side), or null (memserver side). */
+    private final LongSupplier issued;
 
     /**
-     * {@code socket}: the connection's input stream, used only for {@link InputStream#available()}; {@code sent}: a
-     * count of the requests sent on it, or null. A request sent while polling restarts the budget: its reply is due
-     * a round trip later, whatever the wait before it was (a reader thread whose last reply woke the thread that
-     * issues the next request polls through that wake-up).
+     * {@code socket}: the connection's input stream, used only for {@link InputStream#available()}; {@code issued}:
+     * a count of the requests issued on it, or null. A request issued while polling restarts the budget (up to
+     * {@link #MAX_POLL_NANOS} in all): its reply is due a round trip later, whatever the wait before it was (a reader
+     * thread whose last reply woke the thread that issues the next request polls through that wake-up).
      */
-    Spinner(InputStream socket, LongSupplier sent) {
+    Spinner(InputStream socket, LongSupplier issued) {
         this.socket = socket;
-        this.sent = sent;
+        this.issued = issued;
     }
 
-    /** Polls for input for up to the budget; true when input came, false when the caller should block reading. */
+    /**
+     * Polls for input for up to the budget (restarted by requests issued meanwhile, see the constructor); true when
+     * input came, false when the caller should block reading.
+     */
     boolean await() throws IOException {
         return await(null);
     }
@@ -60,17 +68,22 @@ final class Spinner {
             skip--;
             return false;
         }
-        long start = System.nanoTime();
-        long seen = sent == null ? 0 : sent.getAsLong();
+        long first = System.nanoTime();
+        long start = first;
+        long seen = issued == null ? 0 : issued.getAsLong();
         while (socket.available() == 0) {
             if (stop != null && stop.getAsBoolean()) {
                 return false;
             }
-            if (sent != null && sent.getAsLong() != seen) {
-                seen = sent.getAsLong();
-                start = System.nanoTime();
+            long now = System.nanoTime();
+            if (issued != null && now - first < MAX_POLL_NANOS) {
+                long count = issued.getAsLong();
+                if (count != seen) {
+                    seen = count;
+                    start = now;
+                }
             }
-            if (System.nanoTime() - start >= BUDGET_NANOS) {
+            if (now - start >= BUDGET_NANOS) {
                 backoff = Math.min(MAX_SKIP, Math.max(1, backoff * 2));
                 skip = backoff;
                 return false;

@@ -55,8 +55,8 @@ public final class TcpCongestion {
         try {
             n = Natives.load();
         } catch (RuntimeException | LinkageError e) {
-            why = "cannot call libc's socket functions (" + e.getMessage() + "); is the JVM started with "
-                    + "--enable-native-access=ALL-UNNAMED?";
+            why = "cannot call libc's socket functions: " + e + " (they need native access, "
+                    + "--enable-native-access=ALL-UNNAMED, and a libc that has them)";
         }
         NATIVES = n;
         UNLINKED = why;

@@ -10,22 +10,30 @@ import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+import java.util.function.LongSupplier;
 
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * The spinner on a real loopback connection: when it gives up, and that requests sent while it polls keep it polling.
- * The peer writes long after the budget, so the sent count decides the outcome rather than the scheduler.
+ * The spinner on a real loopback connection: when it gives up, that requests issued while it polls keep it polling,
+ * and for how long at most. The peer writes long after the budget, so the count of requests issued decides the
+ * outcome rather than the scheduler.
  */
 @Timeout(30)
 class SpinnerTest {
-    private static final long PEER_DELAY_MILLIS = 200; // thousands of budgets
+    private static final long LATE_MILLIS = 200; // thousands of budgets, and far beyond the longest poll
 
     ServerSocketChannel listener;
     SocketChannel client;
     SocketChannel peer;
+    final List<Thread> writers = new ArrayList<>();
 
     @BeforeEach
     void connect() throws IOException {
@@ -35,63 +43,102 @@ class SpinnerTest {
     }
 
     @AfterEach
-    void close() throws IOException {
+    void close() throws Exception {
+        for (Thread w : writers) {
+            w.interrupt(); // each writes once and ends; none outlives its test
+            w.join(10_000);
+            assertFalse(w.isAlive());
+        }
         client.close();
         peer.close();
         listener.close();
     }
 
     @Test
-    void withNothingSentItGivesUpAfterTheBudgetAndThenBlocksAtOnce() throws Exception {
+    void withNothingIssuedItGivesUpAfterTheBudgetAndThenBlocksAtOnce() throws Exception {
         Spinner spinner = new Spinner(client.socket().getInputStream(), new AtomicLong()::get);
-        Thread writer = writeLater();
+        Thread writer = writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
         long start = System.nanoTime();
         assertFalse(spinner.await(), "no input within the budget");
-        assertTrue(System.nanoTime() - start < PEER_DELAY_MILLIS * 1_000_000, "gave up before the input came");
+        assertTrue(System.nanoTime() - start < TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS), "gave up before the input");
         // The empty poll makes the next wait block at once rather than poll again.
         assertFalse(spinner.await());
         writer.join();
-        // Input already there: found without polling at all once the back-off is spent.
-        assertTrue(spinner.await());
+        // The input is there now; the back-off is spent, so a wait finds it (the loop only covers a kernel that has
+        // not made the byte readable the instant write returned).
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        boolean found = spinner.await();
+        while (!found && System.nanoTime() < until) {
+            found = spinner.await();
+        }
+        assertTrue(found);
     }
 
     @Test
-    void aRequestSentWhilePollingRestartsTheBudget() throws Exception {
-        // Every look at the count finds one more request sent, as under a steady stream of sends; the input comes 20
-        // budgets later. A pause of a whole budget between two looks (a safepoint, a preemption) legitimately ends the
-        // poll, so a few attempts are allowed; without the restart every attempt ends after one budget.
-        AtomicLong sent = new AtomicLong();
+    void aRequestIssuedWhilePollingRestartsTheBudget() throws Exception {
+        // The count grows at every look, as under a steady stream of requests; the input comes 0.4 ms (eight
+        // budgets) after polling began, inside the longest poll. Without the restart the poll ends after one budget.
+        // A writer that is late past the longest poll (a loaded host) fails an attempt, so a few are allowed.
         int attempts = 0;
         boolean found = false;
-        while (!found && attempts++ < 5) {
-            Spinner spinner = new Spinner(client.socket().getInputStream(), sent::incrementAndGet);
-            Thread writer = writeLater(1);
+        while (!found && attempts < 5) {
+            attempts++;
+            CountDownLatch polling = new CountDownLatch(1);
+            AtomicLong issued = new AtomicLong();
+            LongSupplier count = () -> {
+                polling.countDown();
+                return issued.incrementAndGet();
+            };
+            Spinner spinner = new Spinner(client.socket().getInputStream(), count);
+            Thread writer = writeAfter(polling, 8 * Spinner.BUDGET_NANOS);
             found = spinner.await();
             writer.join();
-            client.read(ByteBuffer.allocate(1)); // the next attempt starts with nothing to read
+            if (polling.getCount() == 0) {
+                client.read(ByteBuffer.allocate(1)); // it wrote: the next attempt starts with nothing to read
+            }
         }
-        assertTrue(found, "in " + attempts + " attempts the spinner never polled until the input came 1 ms later");
+        assertTrue(found, "in " + attempts + " attempts the spinner never polled until the input came");
     }
 
     @Test
-    void theMemserverSideHasNoSentCountAndGivesUp() throws Exception {
+    void requestsIssuedForeverDoNotKeepItPollingPastTheLongestPoll() throws Exception {
+        AtomicLong issued = new AtomicLong();
+        Spinner spinner = new Spinner(client.socket().getInputStream(), issued::incrementAndGet);
+        writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
+        long start = System.nanoTime();
+        assertFalse(spinner.await(), "polled on until the input came because requests kept coming");
+        assertTrue(System.nanoTime() - start < TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
+    }
+
+    @Test
+    void theMemserverSideHasNoCountAndGivesUp() throws Exception {
         Spinner spinner = new Spinner(client.socket().getInputStream(), null);
-        writeLater();
+        writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
         assertFalse(spinner.await());
     }
 
-    private Thread writeLater() {
-        return writeLater(PEER_DELAY_MILLIS);
-    }
-
-    private Thread writeLater(long millis) {
-        return Thread.ofPlatform().start(() -> {
+    /**
+     * A thread that, once {@code go} opens, waits {@code nanos} and writes one byte to the client; if {@code go} stays
+     * shut for 2 s (a spinner that never looked at its count), it writes nothing.
+     */
+    private Thread writeAfter(CountDownLatch go, long nanos) {
+        Thread w = Thread.ofPlatform().start(() -> {
             try {
-                Thread.sleep(millis);
+                if (!go.await(2, TimeUnit.SECONDS)) {
+                    return;
+                }
+                long until = System.nanoTime() + nanos;
+                while (System.nanoTime() < until) {
+                    LockSupport.parkNanos(until - System.nanoTime());
+                }
                 peer.write(ByteBuffer.wrap(new byte[] {1}));
-            } catch (InterruptedException | IOException e) {
+            } catch (InterruptedException e) {
+                // the test ended before the write was due (close interrupts): nothing to write to any more
+            } catch (IOException e) {
                 throw new IllegalStateException(e);
             }
         });
+        writers.add(w);
+        return w;
     }
 }
