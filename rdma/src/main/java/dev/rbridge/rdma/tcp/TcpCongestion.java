@@ -95,7 +95,8 @@ public final class TcpCongestion {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Natives.CALL_STATE);
             MemorySegment value = arena.allocateFrom(algorithm);
-            int rc = (int) natives.setsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value, nameLength);
+            int rc = call(() -> (int) natives.setsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value,
+                    nameLength));
             if (rc != 0) {
                 int errno = (int) Natives.ERRNO.get(state, 0L);
                 throw new IOException(switch (errno) {
@@ -105,10 +106,6 @@ public final class TcpCongestion {
                     default -> "setsockopt(TCP_CONGESTION) failed with errno " + errno;
                 });
             }
-        } catch (IOException | RuntimeException | Error e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IllegalStateException(t);
         }
     }
 
@@ -120,12 +117,25 @@ public final class TcpCongestion {
             MemorySegment state = arena.allocate(Natives.CALL_STATE);
             MemorySegment value = arena.allocate(NAME_MAX);
             MemorySegment length = arena.allocateFrom(ValueLayout.JAVA_INT, NAME_MAX);
-            int rc = (int) natives.getsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value, length);
+            int rc = call(() -> (int) natives.getsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value,
+                    length));
             if (rc != 0) {
                 throw new IOException("getsockopt(TCP_CONGESTION) failed with errno " + Natives.ERRNO.get(state, 0L));
             }
             return value.getString(0);
-        } catch (IOException | RuntimeException | Error e) {
+        }
+    }
+
+    /** A downcall returning int; {@link MethodHandle#invokeExact} declares Throwable, which libc calls never throw. */
+    @FunctionalInterface
+    private interface LibcCall {
+        int run() throws Throwable;
+    }
+
+    private static int call(LibcCall c) {
+        try {
+            return c.run();
+        } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
             throw new IllegalStateException(t);
@@ -167,20 +177,12 @@ public final class TcpCongestion {
     }
 
     /**
-     * The address {@code call} (getsockname or getpeername) reports for {@code fd}, or null when the call fails (not
+     * The address {@code name} (getsockname or getpeername) reports for {@code fd}, or null when the call fails (not
      * a socket, not connected, closed meanwhile) or the address is not an IP one.
      */
-    private static InetSocketAddress address(MethodHandle call, int fd, MemorySegment buffer, MemorySegment length) {
-        int rc;
-        try {
-            length.set(ValueLayout.JAVA_INT, 0, (int) buffer.byteSize());
-            rc = (int) call.invokeExact(fd, buffer, length);
-        } catch (RuntimeException | Error e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IllegalStateException(t); // invokeExact declares Throwable; libc calls throw nothing checked
-        }
-        if (rc != 0) {
+    private static InetSocketAddress address(MethodHandle name, int fd, MemorySegment buffer, MemorySegment length) {
+        length.set(ValueLayout.JAVA_INT, 0, (int) buffer.byteSize());
+        if (call(() -> (int) name.invokeExact(fd, buffer, length)) != 0) {
             return null;
         }
         try {

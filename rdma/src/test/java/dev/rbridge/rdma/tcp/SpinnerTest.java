@@ -6,9 +6,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
-import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
-import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
@@ -30,16 +28,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class SpinnerTest {
     private static final long LATE_MILLIS = 200; // thousands of budgets, and far beyond the longest poll
 
-    ServerSocketChannel listener;
+    LoopbackPair pair;
     SocketChannel client;
     SocketChannel peer;
     final List<Thread> writers = new ArrayList<>();
 
     @BeforeEach
     void connect() throws IOException {
-        listener = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
-        client = SocketChannel.open(listener.getLocalAddress());
-        peer = listener.accept();
+        pair = new LoopbackPair();
+        client = pair.client;
+        peer = pair.accepted;
     }
 
     @AfterEach
@@ -49,9 +47,7 @@ class SpinnerTest {
             w.join(10_000);
             assertFalse(w.isAlive());
         }
-        client.close();
-        peer.close();
-        listener.close();
+        pair.close();
     }
 
     @Test

@@ -6,9 +6,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
-import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
-import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -20,22 +18,20 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /** Choosing a socket's congestion control through setsockopt on a real loopback connection. */
 @Timeout(30)
 class TcpCongestionTest {
-    ServerSocketChannel listener;
+    LoopbackPair pair;
     SocketChannel client;
     SocketChannel accepted;
 
     @BeforeEach
     void connect() throws IOException {
-        listener = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
-        client = SocketChannel.open(listener.getLocalAddress());
-        accepted = listener.accept();
+        pair = new LoopbackPair();
+        client = pair.client;
+        accepted = pair.accepted;
     }
 
     @AfterEach
     void close() throws IOException {
-        client.close();
-        accepted.close();
-        listener.close();
+        pair.close();
     }
 
     static String hostDefault() throws IOException {
