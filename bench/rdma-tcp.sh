@@ -12,6 +12,7 @@
 #   --pin same   both servers and the client on CPU 0 (default); split: servers on CPU 0, client on CPU 1;
 #                none: let the scheduler place them
 #   --repeat N   run every row N times, tcp and baseline back to back, alternating which goes first; print medians
+#                and in how many of the N pairs tcp was the better (wins)
 #   --rows LIST  comma-separated subset of: rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8 (default all)
 #   --lanes N    TCP connections per provider connection (rbridge bench --lanes; default what rbridge serve uses:
 #                one per two CPUs, at most 4).
@@ -19,8 +20,9 @@
 #                QD N is N connections.
 #   --completion caller|thread|both
 #                who reads replies in the latency rows (rbridge bench --completion): caller, the waiting thread
-#                itself, as a synchronous client; thread, the provider's reader thread, as rbridge serve runs;
-#                both (default) prints a row for each. Bandwidth rows keep operations in flight from completions,
+#                itself, as a synchronous client; thread, the provider's reader thread, as rbridge serve runs
+#                (timed until it completes the operation, not until the waiter wakes); both (default) prints a
+#                row for each. Bandwidth rows keep operations in flight from completions,
 #                where the two are the same.
 #   --tcp-congestion NAME
 #                congestion control of the tcp provider's sockets, both ends (default: rbridge's, cubic); system
@@ -45,7 +47,7 @@ while [ $# -gt 0 ]; do
     --lanes) lanes="$2"; shift 2 ;;
     --completion) completion="$2"; shift 2 ;;
     --tcp-congestion) cc="$2"; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -152,14 +154,21 @@ median() { # key impl metric -> median over the repeats, or -
           x = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2; printf "%.2f", x }' "$results"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+wins() { # key impl metric lower|higher -> "W/N": in how many of the N repeats tcp beat NIO (the pair run back to back)
+  awk -v k="$1" -v i="$2" -v m="$3" -v better="$4" '$1 == k && $3 == m && $2 == i {t[nt++] = $4}
+    $1 == k && $3 == m && $2 == "nio" {n[nn++] = $4}
+    END { r = nt < nn ? nt : nn; if (!r) { print "-"; exit }
+          for (a = 0; a < r; a++) if (better == "lower" ? t[a] < n[a] : t[a] > n[a]) w++
+          printf "%d/%d", w, r }' "$results"
+}
 
 printf '\nplacement: --pin %s, %s repeat(s), medians; tcp = tcp provider with %s lane(s) (memserver + rbridge bench),' \
   "$pin" "$repeat" "$lanes"
 printf ' NIO = plain-NIO baseline (bench/baseline), same run\n'
 host_cc="$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)"
 printf 'TCP congestion control: tcp %s, NIO %s (the host default)\n' "$([ "$cc" = system ] && echo "$host_cc" || echo "$cc")" "$host_cc"
-printf '%-28s %10s %10s %7s %18s %18s\n' row "tcp" "NIO" ratio "tcp CPU s/GB c+s" "NIO CPU s/GB c+s"
-printf '%s\n' "$(printf '%.0s-' $(seq 1 96))"
+printf '%-28s %10s %10s %7s %7s %18s %18s\n' row "tcp" "NIO" ratio wins "tcp CPU s/GB c+s" "NIO CPU s/GB c+s"
+printf '%s\n' "$(printf '%.0s-' $(seq 1 104))"
 for k in "${keys[@]}"; do
   case "${test_of[$k]}" in
     *-lat)
@@ -168,14 +177,16 @@ for k in "${keys[@]}"; do
           t="$(median "$k" "$impl" "$m")"; n="$(median "$k" nio "$m")"
           label="${name_of[$k]} $m us"; [ "$impl" = tcpt ] && label="$label [thread]"
           [ "$impl" = tcp ] && [ "$completion" = both ] && label="$label [caller]"
-          printf '%-28s %10s %10s %7s\n' "$label" "$t" "$n" "$(ratio "$n" "$t")"
+          printf '%-28s %10s %10s %7s %7s\n' "$label" "$t" "$n" "$(ratio "$n" "$t")" "$(wins "$k" "$impl" "$m" lower)"
         done
       done ;;
     *)
       t="$(median "$k" tcp mbs)"; n="$(median "$k" nio mbs)"
-      printf '%-28s %10s %10s %7s %18s %18s\n' "${name_of[$k]} MB/s" "$t" "$n" "$(ratio "$t" "$n")" \
+      printf '%-28s %10s %10s %7s %7s %18s %18s\n' "${name_of[$k]} MB/s" "$t" "$n" "$(ratio "$t" "$n")" \
+        "$(wins "$k" tcp mbs higher)" \
         "$(median "$k" tcp ccpu)+$(median "$k" tcp scpu)" "$(median "$k" nio ccpu)+$(median "$k" nio scpu)" ;;
   esac
 done
-printf '\nratio > 1: the tcp provider is better (latency: NIO/tcp; bandwidth: tcp/NIO). Earlier throwaway-prototype\n'
+printf '\nratio > 1: the tcp provider is better (latency: NIO/tcp; bandwidth: tcp/NIO); wins: in how many repeats tcp beat\n'
+printf 'NIO run back to back with it (on a noisy VM a median ratio of one row can hide a coin flip). Earlier throwaway-prototype\n'
 printf 'figures (shared/notes/transports.md): 4K QD1 p50 6.4/6.9 us, 4K QD32 1354/1265 MB/s, 1M QD1 3671/2943 MB/s.\n'

@@ -26,7 +26,9 @@ import java.util.concurrent.atomic.AtomicReference;
 @Command(name = "bench",
         mixinStandardHelpOptions = true,
         description = {"Measure remote-memory latency or bandwidth against a memserver, perftest style.",
-                "read-lat/write-lat: one operation at a time, microseconds per operation.",
+                "read-lat/write-lat: one operation at a time, microseconds from posting it to its completion "
+                        + "(--completion thread: until the provider's thread completes it; waking the waiting "
+                        + "thread is not counted).",
                 "read-bw/write-bw: --tx-depth operations in flight; --duplex mixes reads and writes."},
         footer = {"", "Examples:",
                 "  rbridge bench --server 10.0.0.5:7471 --token T --test read-lat --size 4K --iters 20000",
