@@ -12,7 +12,7 @@
 #   --pin same   both servers and the client on CPU 0 (default); split: servers on CPU 0, client on CPU 1;
 #                none: let the scheduler place them
 #   --repeat N   run every row N times, tcp and baseline back to back, alternating which goes first; print medians
-#                and in how many of the N pairs tcp was the better (wins)
+#                and in how many of the N repeats tcp beat the baseline (wins)
 #   --rows LIST  comma-separated subset of: rl,wl,rb,wb,rb1m,wb1m,rb1m8,wb1m8 (default all)
 #   --lanes N    TCP connections per provider connection (rbridge bench --lanes; default what rbridge serve uses:
 #                one per two CPUs, at most 4).
@@ -110,18 +110,20 @@ run_client() { # impl test size depth -> the result line (4th line of output, rb
 }
 
 results="$work/results"; : >"$results"
-measure() { # key impl test size depth rep -> appends "key impl metric value" lines
+measure() { # key impl test size depth rep -> appends "key impl metric value rep" lines
   place
   local pid="$ms_java"; [ "$2" = nio ] && pid="$nb_java"
   local t0 t1 r; t0="$(ticks "$pid")"; r="$(run_client "$2" "$3" "$4" "$5")"; t1="$(ticks "$pid")"
   [ -n "$r" ] || { echo "$2 $3 $4 $5: no result" >&2; return 0; }
   case "$3" in
-    *-lat) echo "$r" | awk -v k="$1" -v i="$2" '{print k, i, "p50", $5; print k, i, "p99", $8}' >>"$results" ;;
+    *-lat) echo "$r" | awk -v k="$1" -v i="$2" -v n="$6" '{print k, i, "p50", $5, n; print k, i, "p99", $8, n}' \
+      >>"$results" ;;
     *)
-      echo "$r" | awk -v k="$1" -v i="$2" -v s="$4" -v d="$((t1 - t0))" -v hz="$hz" '{
+      echo "$r" | awk -v k="$1" -v i="$2" -v s="$4" -v d="$((t1 - t0))" -v hz="$hz" -v n="$6" '{
         m = 1; if (s ~ /K$/) m = 1024; if (s ~ /M$/) m = 1048576
         gb = $2 * m * substr(s, 1, length(s) - 1) / 1e9
-        print k, i, "mbs", $4; print k, i, "ccpu", $6; if (gb > 0) print k, i, "scpu", d / hz / gb }' >>"$results" ;;
+        print k, i, "mbs", $4, n; print k, i, "ccpu", $6, n; if (gb > 0) print k, i, "scpu", d / hz / gb, n }' \
+        >>"$results" ;;
   esac
 }
 
@@ -142,7 +144,7 @@ for rep in $(seq 1 "$repeat"); do
     order=(tcp nio); case "${test_of[$k]}" in *-lat) order=("${lat_impls[@]}" nio) ;; esac
     [ $((rep % 2)) = 0 ] && order=(nio "${order[@]:0:${#order[@]}-1}")
     for impl in "${order[@]}"; do
-      measure "$k" "$impl" "${test_of[$k]}" "${size_of[$k]}" "${depth_of[$k]}"
+      measure "$k" "$impl" "${test_of[$k]}" "${size_of[$k]}" "${depth_of[$k]}" "$rep"
     done
   done
 done
@@ -154,11 +156,11 @@ median() { # key impl metric -> median over the repeats, or -
           x = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2; printf "%.2f", x }' "$results"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
-wins() { # key impl metric lower|higher -> "W/N": in how many of the N repeats tcp beat NIO (the pair run back to back)
-  awk -v k="$1" -v i="$2" -v m="$3" -v better="$4" '$1 == k && $3 == m && $2 == i {t[nt++] = $4}
-    $1 == k && $3 == m && $2 == "nio" {n[nn++] = $4}
-    END { r = nt < nn ? nt : nn; if (!r) { print "-"; exit }
-          for (a = 0; a < r; a++) if (better == "lower" ? t[a] < n[a] : t[a] > n[a]) w++
+wins() { # key impl metric lower|higher -> "W/N": of the N repeats where both ran, in how many tcp beat NIO
+  awk -v k="$1" -v i="$2" -v m="$3" -v better="$4" '$1 == k && $3 == m && $2 == i {t[$5] = $4}
+    $1 == k && $3 == m && $2 == "nio" {n[$5] = $4}
+    END { for (x in t) if (x in n) { r++; if (better == "lower" ? t[x] + 0 < n[x] + 0 : t[x] + 0 > n[x] + 0) w++ }
+          if (!r) { print "-"; exit }
           printf "%d/%d", w, r }' "$results"
 }
 
@@ -188,5 +190,5 @@ for k in "${keys[@]}"; do
   esac
 done
 printf '\nratio > 1: the tcp provider is better (latency: NIO/tcp; bandwidth: tcp/NIO); wins: in how many repeats tcp beat\n'
-printf 'NIO run back to back with it (on a noisy VM a median ratio of one row can hide a coin flip). Earlier throwaway-prototype\n'
+printf 'NIO measured in the same repeat (on a noisy VM a median ratio of one row can hide a coin flip). Earlier throwaway-prototype\n'
 printf 'figures (shared/notes/transports.md): 4K QD1 p50 6.4/6.9 us, 4K QD32 1354/1265 MB/s, 1M QD1 3671/2943 MB/s.\n'

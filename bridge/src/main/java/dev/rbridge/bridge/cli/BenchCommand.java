@@ -168,7 +168,8 @@ final class BenchCommand implements Callable<Integer> {
             f.get(remote.timeout * 2L, TimeUnit.SECONDS); // the operation's own future: waiting on it, we read for it
         }
         // In thread mode wait on the stamp's future, not on f: a future runs its dependents last-registered first, so
-        // a waiter on f would be woken (a futex wake, a few µs here) before the stamp, and that would be counted.
+        // a waiter on f would be woken (a futex wake, a few µs here) before the stamp, and that would be counted. A
+        // caller that cannot take the read role waits on f and is woken so too: a synchronous client's real wait.
         timed.get(remote.timeout * 2L, TimeUnit.SECONDS);
         return completedAt[0] - start;
     }
