@@ -164,7 +164,7 @@ final class BenchCommand implements Callable<Integer> {
         long start = System.nanoTime();
         CompletableFuture<Void> f = op.run(0, read);
         CompletableFuture<Void> timed = f.whenComplete((v, t) -> completedAt[0] = System.nanoTime());
-        if (remote.completion.equals("caller")) {
+        if (remote.callerReads()) {
             f.get(remote.timeout * 2L, TimeUnit.SECONDS); // the operation's own future: waiting on it, we read for it
         }
         // In thread mode wait on the stamp's future, not on f: a future runs its dependents last-registered first, so

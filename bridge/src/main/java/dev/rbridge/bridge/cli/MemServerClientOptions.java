@@ -90,7 +90,12 @@ final class MemServerClientOptions {
         return new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
                 .token(Endpoints.token(token, tokenFile)).clientName(clientName)
                 .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes)
-                .callerDriven(completion.equals("caller")).tcpCongestion(tcpCongestion);
+                .callerDriven(callerReads()).tcpCongestion(tcpCongestion);
+    }
+
+    /** Whether a thread waiting on an operation reads its reply itself ({@code --completion caller}). */
+    boolean callerReads() {
+        return completion.equals("caller");
     }
 
     /** What a tool does with its connection and scratch region; returns the exit code. */

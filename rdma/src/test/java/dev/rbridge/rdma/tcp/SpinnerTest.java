@@ -7,7 +7,6 @@ import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
@@ -29,15 +28,11 @@ class SpinnerTest {
     private static final long LATE_MILLIS = 200; // thousands of budgets, and far beyond the longest poll
 
     LoopbackPair pair;
-    SocketChannel client;
-    SocketChannel peer;
     final List<Thread> writers = new ArrayList<>();
 
     @BeforeEach
     void connect() throws IOException {
         pair = new LoopbackPair();
-        client = pair.client;
-        peer = pair.accepted;
     }
 
     @AfterEach
@@ -52,7 +47,7 @@ class SpinnerTest {
 
     @Test
     void withNothingIssuedItGivesUpAfterTheBudgetAndThenBlocksAtOnce() throws Exception {
-        Spinner spinner = new Spinner(client.socket().getInputStream(), new AtomicLong()::get);
+        Spinner spinner = new Spinner(pair.client.socket().getInputStream(), new AtomicLong()::get);
         Thread writer = writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
         long start = System.nanoTime();
         assertFalse(spinner.await(), "no input within the budget");
@@ -85,12 +80,12 @@ class SpinnerTest {
                 polling.countDown();
                 return issued.incrementAndGet();
             };
-            Spinner spinner = new Spinner(client.socket().getInputStream(), count);
+            Spinner spinner = new Spinner(pair.client.socket().getInputStream(), count);
             Thread writer = writeAfter(polling, 8 * Spinner.BUDGET_NANOS);
             found = spinner.await();
             writer.join();
             if (polling.getCount() == 0) {
-                client.read(ByteBuffer.allocate(1)); // it wrote: the next attempt starts with nothing to read
+                pair.client.read(ByteBuffer.allocate(1)); // it wrote: the next attempt starts with nothing to read
             }
         }
         assertTrue(found, "in " + attempts + " attempts the spinner never polled until the input came");
@@ -99,7 +94,7 @@ class SpinnerTest {
     @Test
     void requestsIssuedForeverDoNotKeepItPollingPastTheLongestPoll() throws Exception {
         AtomicLong issued = new AtomicLong();
-        Spinner spinner = new Spinner(client.socket().getInputStream(), issued::incrementAndGet);
+        Spinner spinner = new Spinner(pair.client.socket().getInputStream(), issued::incrementAndGet);
         writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
         long start = System.nanoTime();
         assertFalse(spinner.await(), "polled on until the input came because requests kept coming");
@@ -108,7 +103,7 @@ class SpinnerTest {
 
     @Test
     void theMemserverSideHasNoCountAndGivesUp() throws Exception {
-        Spinner spinner = new Spinner(client.socket().getInputStream(), null);
+        Spinner spinner = new Spinner(pair.client.socket().getInputStream(), null);
         writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
         assertFalse(spinner.await());
     }
@@ -127,7 +122,7 @@ class SpinnerTest {
                 while (System.nanoTime() < until) {
                     LockSupport.parkNanos(until - System.nanoTime());
                 }
-                peer.write(ByteBuffer.wrap(new byte[] {1}));
+                pair.accepted.write(ByteBuffer.wrap(new byte[] {1}));
             } catch (InterruptedException e) {
                 // the test ended before the write was due (close interrupts): nothing to write to any more
             } catch (IOException e) {

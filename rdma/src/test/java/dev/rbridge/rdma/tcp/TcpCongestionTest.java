@@ -19,14 +19,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(30)
 class TcpCongestionTest {
     LoopbackPair pair;
-    SocketChannel client;
-    SocketChannel accepted;
 
     @BeforeEach
     void connect() throws IOException {
         pair = new LoopbackPair();
-        client = pair.client;
-        accepted = pair.accepted;
     }
 
     @AfterEach
@@ -40,29 +36,29 @@ class TcpCongestionTest {
 
     @Test
     void eachEndRunsWhatWasSetOnItAndOnlyThat() throws IOException {
-        TcpCongestion.set(client, "reno");
-        assertEquals("reno", TcpCongestion.get(client));
-        assertEquals(hostDefault(), TcpCongestion.get(accepted), "the other end of the connection is untouched");
-        TcpCongestion.set(accepted, "cubic");
-        assertEquals("cubic", TcpCongestion.get(accepted));
-        assertEquals("reno", TcpCongestion.get(client));
+        TcpCongestion.set(pair.client, "reno");
+        assertEquals("reno", TcpCongestion.get(pair.client));
+        assertEquals(hostDefault(), TcpCongestion.get(pair.accepted), "the other end of the connection is untouched");
+        TcpCongestion.set(pair.accepted, "cubic");
+        assertEquals("cubic", TcpCongestion.get(pair.accepted));
+        assertEquals("reno", TcpCongestion.get(pair.client));
     }
 
     @Test
     void anAlgorithmTheKernelLacksIsRefusedWithWhereToLook() {
-        IOException e = assertThrows(IOException.class, () -> TcpCongestion.set(client, "nosuchcc"));
+        IOException e = assertThrows(IOException.class, () -> TcpCongestion.set(pair.client, "nosuchcc"));
         assertTrue(e.getMessage().contains("tcp_available_congestion_control"), e.getMessage());
     }
 
     @Test
     void aRefusedChoiceLeavesTheSocketWorkingUnderTheHostDefault() throws IOException {
-        TcpCongestion.apply(client, "nosuchcc");
-        assertEquals(hostDefault(), TcpCongestion.get(client));
-        TcpCongestion.apply(client, "system");
-        assertEquals(hostDefault(), TcpCongestion.get(client));
-        client.write(ByteBuffer.wrap(new byte[] {42}));
+        TcpCongestion.apply(pair.client, "nosuchcc");
+        assertEquals(hostDefault(), TcpCongestion.get(pair.client));
+        TcpCongestion.apply(pair.client, "system");
+        assertEquals(hostDefault(), TcpCongestion.get(pair.client));
+        pair.client.write(ByteBuffer.wrap(new byte[] {42}));
         ByteBuffer b = ByteBuffer.allocate(1);
-        accepted.read(b);
+        pair.accepted.read(b);
         assertEquals(42, b.get(0));
     }
 
