@@ -109,6 +109,23 @@ class MemServerFloodTest {
     }
 
     @Test
+    void clientsThatComeAndGoLeaveNoDirectMemoryBehind() throws Exception {
+        try (MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20,
+                TOKEN, "tcp"))) {
+            served(m.address());
+            System.gc();
+            long before = directMemory();
+            for (int i = 0; i < 100; i++) {
+                served(m.address());
+            }
+            long grown = directMemory() - before;
+            // Buffers of ended connections wait for the next ones; they do not pile up until a GC finds them.
+            assertTrue(grown < 4L << 20, "100 clients one after the other left " + (grown >> 10)
+                    + " KiB of direct memory behind");
+        }
+    }
+
+    @Test
     void theAcceptLoopOutlivesExhaustedDirectMemory() throws Exception {
         try (MemServerProcess p = MemServerProcess.start(64L << 20, TOKEN, "tcp",
                 List.of("-XX:MaxDirectMemorySize=16m"))) {

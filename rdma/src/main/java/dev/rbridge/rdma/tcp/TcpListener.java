@@ -40,6 +40,8 @@ final class TcpListener implements RemoteListener {
     private final ListenParams params;
     private final RegionService service;
     private final ConnectionGate gate;
+    /** Buffers of authenticated connections; as many idle as a busy memserver's churn of tool connections needs. */
+    private final BufferPool buffers = new BufferPool(TcpServerConnection.BUFFER, 32);
     private final Set<TcpServerConnection> connections = ConcurrentHashMap.newKeySet();
     private volatile boolean closed;
     private volatile String problem;
@@ -128,7 +130,7 @@ final class TcpListener implements RemoteListener {
                             victim.peer().getHostAddress(), remote.getAddress().getHostAddress(),
                             params.limits().maxUnauthenticated());
                 }
-                TcpServerConnection c = new TcpServerConnection(ch, remote, service, a.slot(),
+                TcpServerConnection c = new TcpServerConnection(ch, remote, service, a.slot(), buffers,
                         params.tcpCongestion(), this::ended);
                 connections.add(c);
                 try {

@@ -30,8 +30,8 @@ import java.util.function.Consumer;
  * when the input runs dry (or the queue grows large), so a pipelined burst costs one system call each way.
  *
  * <p>Until the client has authenticated, the connection holds {@value #HELLO_INPUT} bytes of input buffer and
- * {@value #HELLO_REPLIES} of reply buffer, made by its own thread: a peer without the token costs a thread and a few
- * kilobytes until the hello timeout, never the large buffers an authenticated client gets. Every reply, a LIST of
+ * {@value #HELLO_REPLIES} of reply buffer, on the heap, made by its own thread: a peer without the token costs a
+ * thread and a few kilobytes until the hello timeout, never the large direct buffers an authenticated client gets. Every reply, a LIST of
  * many regions included, goes out through the fixed reply buffer, so what a client asks for never decides an
  * allocation.
  *
@@ -59,6 +59,8 @@ final class TcpServerConnection implements Runnable {
     private final java.net.InetSocketAddress remote;
     private final RegionService service;
     private final ConnectionGate.Slot slot;
+    /** Where the buffers of an authenticated client come from and go back to. */
+    private final BufferPool buffers;
     /** TCP congestion control, set once the client has authenticated. */
     private final String congestion;
     private final Consumer<TcpServerConnection> onEnd;
@@ -71,7 +73,6 @@ final class TcpServerConnection implements Runnable {
     /** What READ replies send for region memory never written; shared and read-only. */
     private static final ByteBuffer ZEROES = ByteBuffer.allocateDirect(256 << 10).asReadOnlyBuffer();
     private final List<RegionService.Pin> pins = new ArrayList<>();
-    private ByteBuffer scratch;
     /** The last request carried large WRITE data: read only the next header and address, so that its data skips in. */
     private boolean afterLarge;
     /** Polls briefly before this thread blocks for input; made on first use. */
@@ -84,8 +85,10 @@ final class TcpServerConnection implements Runnable {
     private long helloTimeoutMillis;
 
     TcpServerConnection(SocketChannel channel, java.net.InetSocketAddress remote, RegionService service,
-                        ConnectionGate.Slot slot, String congestion, Consumer<TcpServerConnection> onEnd) {
+                        ConnectionGate.Slot slot, BufferPool buffers, String congestion,
+                        Consumer<TcpServerConnection> onEnd) {
         this.channel = channel;
+        this.buffers = buffers;
         this.congestion = congestion;
         this.remote = remote;
         this.service = service;
@@ -134,7 +137,9 @@ final class TcpServerConnection implements Runnable {
     @Override
     public void run() {
         try {
-            ByteBuffer hello = ByteBuffer.allocateDirect(HELLO_INPUT + HELLO_REPLIES);
+            // On the heap: the JDK reads and writes heap buffers through a direct buffer of this thread's, freed
+            // when the thread ends, so a flood of short-lived connections leaves no direct memory for the GC to find.
+            ByteBuffer hello = ByteBuffer.allocate(HELLO_INPUT + HELLO_REPLIES);
             in = hello.slice(0, HELLO_INPUT).order(ByteOrder.LITTLE_ENDIAN).flip();
             replyArea = hello.slice(HELLO_INPUT, HELLO_REPLIES).order(ByteOrder.LITTLE_ENDIAN);
             if (hello()) {
@@ -167,6 +172,13 @@ final class TcpServerConnection implements Runnable {
             releasePins();
             close();
             slot.close();
+            replies.clear();
+            if (in != null && in.isDirect()) {
+                buffers.give(in);
+                buffers.give(replyArea);
+            }
+            in = null;
+            replyArea = null;
             RegionService.Session s = session;
             if (s != null) {
                 s.closed();
@@ -233,8 +245,14 @@ final class TcpServerConnection implements Runnable {
 
     /** The buffers of an authenticated client; what it pipelined behind its HELLO moves along. */
     private void grow() {
-        ByteBuffer bigIn = ByteBuffer.allocateDirect(BUFFER).order(ByteOrder.LITTLE_ENDIAN);
-        ByteBuffer bigReplies = ByteBuffer.allocateDirect(BUFFER).order(ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer bigIn = buffers.take();
+        ByteBuffer bigReplies;
+        try {
+            bigReplies = buffers.take();
+        } catch (OutOfMemoryError e) {
+            buffers.give(bigIn);
+            throw e;
+        }
         bigIn.put(in).flip();
         in = bigIn;
         replyArea = bigReplies;
@@ -487,21 +505,24 @@ final class TcpServerConnection implements Runnable {
         return b;
     }
 
+    /** Reads past {@code n} bytes of input (a refused WRITE's data), through the input buffer. */
     private void skip(long n) throws IOException {
         int buffered = (int) Math.min(in.remaining(), n);
         in.position(in.position() + buffered);
         long left = n - buffered;
-        if (left > 0 && scratch == null) {
-            scratch = ByteBuffer.allocateDirect(64 << 10);
+        if (left == 0) {
+            return;
         }
+        // Everything buffered is consumed: the input buffer is free to read the rest into and drop it.
         while (left > 0) {
-            scratch.clear().limit((int) Math.min(scratch.capacity(), left));
-            int r = channel.read(scratch);
+            in.clear().limit((int) Math.min(in.capacity(), left));
+            int r = channel.read(in);
             if (r < 0) {
                 throw new EOFException();
             }
             left -= r;
         }
+        in.position(0).limit(0);
     }
 
     // ------------------------------------------------------------------------------------------------ replies
