@@ -94,7 +94,12 @@ final class TcpListener implements RemoteListener {
                 try {
                     take(ch);
                     backoff = 0;
-                } catch (Throwable e) {
+                } catch (IOException e) {
+                    // This peer's socket failed (reset before it was taken, say): its loss alone, no pause.
+                    TcpConnection.closeQuietly(ch);
+                    service.refused("accept_failed", null);
+                    limited.info("accept_failed", "could not take a new connection ({}); dropped it", e.toString());
+                } catch (Throwable e) { // out of memory or threads: give the process a moment
                     TcpConnection.closeQuietly(ch);
                     service.refused("accept_failed", null);
                     backoff = Math.min(BACKOFF_MAX_MILLIS, Math.max(BACKOFF_MIN_MILLIS, backoff * 2));

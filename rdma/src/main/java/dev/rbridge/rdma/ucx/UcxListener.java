@@ -177,7 +177,12 @@ final class UcxListener implements RemoteListener {
                 try {
                     take(ch);
                     backoff = 0;
-                } catch (Throwable e) {
+                } catch (IOException e) {
+                    // This peer's socket failed (reset before it was taken, say): its loss alone, no pause.
+                    closeQuietly(ch);
+                    service.refused("accept_failed", null);
+                    limited.info("accept_failed", "could not take a new connection ({}); dropped it", e.toString());
+                } catch (Throwable e) { // out of memory or threads: give the process a moment
                     closeQuietly(ch);
                     service.refused("accept_failed", null);
                     backoff = Math.min(1000, Math.max(5, backoff * 2));
