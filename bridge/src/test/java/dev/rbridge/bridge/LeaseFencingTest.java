@@ -167,6 +167,17 @@ class LeaseFencingTest {
     }
 
     @Test
+    void leasesAreAtMostFiveMinutesAndTheClientNameKeepsTheOwnersSecretPart() {
+        IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                () -> BridgeConfig.builder().memserver(new InetSocketAddress("127.0.0.1", 7471))
+                        .memserver(new InetSocketAddress("127.0.0.1", 7472)).volume(volume("disk"))
+                        .leaseTtl(Duration.ofMinutes(6)).build());
+        assertTrue(e.getMessage().contains("at most 300 s"), e.getMessage());
+        assertEquals("bridge@host:123", Bridge.publicName("bridge@host:123:0badcafe"));
+        assertEquals("chosen-by-hand", Bridge.publicName("chosen-by-hand"));
+    }
+
+    @Test
     void aBridgeWhoseConnectionWasCutTakesItsLeaseBackAndReopensItsRegions() throws Exception {
         MemServer cut = memserver();
         memserver();

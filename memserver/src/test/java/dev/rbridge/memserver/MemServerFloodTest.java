@@ -55,6 +55,23 @@ class MemServerFloodTest {
         return out;
     }
 
+    /** True once the memserver has closed {@code s} (after whatever it said first). */
+    static boolean dropped(Socket s) throws IOException {
+        s.setSoTimeout(1);
+        byte[] b = new byte[512];
+        try {
+            while (true) {
+                if (s.getInputStream().read(b) < 0) {
+                    return true;
+                }
+            }
+        } catch (java.net.SocketTimeoutException e) {
+            return false;
+        } catch (IOException e) {
+            return true; // reset
+        }
+    }
+
     static void closeAll(List<Socket> sockets) {
         for (Socket s : sockets) {
             try {
@@ -67,7 +84,11 @@ class MemServerFloodTest {
 
     /** A client with the token does its work: allocate, write, read back, release. */
     static void served(InetSocketAddress memserver) throws Exception {
-        try (RemoteConnection c = new TcpProvider().connect(new ConnectParams().address(memserver).token(TOKEN)
+        served(new TcpProvider(), memserver);
+    }
+
+    static void served(dev.rbridge.rdma.RemoteMemoryProvider provider, InetSocketAddress memserver) throws Exception {
+        try (RemoteConnection c = provider.connect(new ConnectParams().address(memserver).token(TOKEN)
                 .clientName("honest").connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5)));
              Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("honest"), 1 << 20).get(5, TimeUnit.SECONDS);
@@ -108,15 +129,38 @@ class MemServerFloodTest {
         }
     }
 
+    /** A client with the token over a plain socket (no direct buffers of its own): HELLO, LIST, gone. */
+    static void greetAndLeave(InetSocketAddress memserver) throws IOException {
+        byte[] token = TOKEN.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        java.nio.ByteBuffer out = java.nio.ByteBuffer.allocate(24 + 2 + token.length + 2 + 24)
+                .order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 1).putLong(1).putInt(0)
+                .putInt(2 + token.length + 2).putShort((short) token.length).put(token).putShort((short) 0);
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 4).putLong(2).putInt(0).putInt(0); // LIST
+        try (Socket s = new Socket()) {
+            s.connect(memserver, 5000);
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(out.array());
+            java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
+            for (int reply = 0; reply < 2; reply++) {
+                byte[] header = new byte[24];
+                in.readFully(header);
+                int length = java.nio.ByteBuffer.wrap(header).order(java.nio.ByteOrder.LITTLE_ENDIAN).getInt(20);
+                assertEquals(0, java.nio.ByteBuffer.wrap(header).order(java.nio.ByteOrder.LITTLE_ENDIAN).getInt(16));
+                in.readFully(new byte[length]);
+            }
+        }
+    }
+
     @Test
     void clientsThatComeAndGoLeaveNoDirectMemoryBehind() throws Exception {
         try (MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20,
                 TOKEN, "tcp"))) {
-            served(m.address());
+            greetAndLeave(m.address());
             System.gc();
             long before = directMemory();
             for (int i = 0; i < 100; i++) {
-                served(m.address());
+                greetAndLeave(m.address());
             }
             long grown = directMemory() - before;
             // Buffers of ended connections wait for the next ones; they do not pile up until a GC finds them.
@@ -140,6 +184,33 @@ class MemServerFloodTest {
             String log = p.logText();
             assertTrue(!log.contains("Exception in thread") && !log.contains("OutOfMemoryError"),
                     "the memserver's log:\n" + log);
+        }
+    }
+
+    @Test
+    void aUcxMemserverHoldsAtMostItsUnauthenticatedLimitToo() throws Exception {
+        try (MemServerProcess p = MemServerProcess.start(64L << 20, TOKEN, "ucx",
+                List.of("-XX:MaxDirectMemorySize=16m"))) {
+            List<Socket> flood = silent(p.address, 300); // 8 from each of 38 addresses
+            try {
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+                long dropped = 0;
+                while (System.nanoTime() < deadline) {
+                    dropped = 0;
+                    for (Socket s : flood) {
+                        dropped += dropped(s) ? 1 : 0;
+                    }
+                    if (dropped >= 300 - 64) {
+                        break;
+                    }
+                }
+                assertTrue(dropped >= 300 - 64, "the ucx memserver holds " + (300 - dropped)
+                        + " connections that never said hello (limit 64)");
+                served(new dev.rbridge.rdma.ucx.UcxProvider(), p.address);
+            } finally {
+                closeAll(flood);
+            }
+            assertTrue(!p.logText().contains("OutOfMemoryError"), p.logText());
         }
     }
 
