@@ -10,8 +10,13 @@ import java.time.format.DateTimeFormatter;
 import java.util.ArrayList;
 import java.util.List;
 
-/** A complete answer: status, content type, body and any extra headers. Immutable. */
-public record HttpResponse(int status, String contentType, byte[] body, List<Header> headers) {
+/**
+ * A complete answer: status, content type, body, any extra headers, and what to do once it is out.
+ *
+ * @param afterSent run on a thread of its own once the answer is written (or the connection is gone before), for
+ *                  operations that must not begin before their answer leaves, such as stopping the process; or null
+ */
+public record HttpResponse(int status, String contentType, byte[] body, List<Header> headers, Runnable afterSent) {
     public static final String TEXT = "text/plain; charset=utf-8";
     public static final String JSON = "application/json";
 
@@ -31,6 +36,10 @@ public record HttpResponse(int status, String contentType, byte[] body, List<Hea
         headers = List.copyOf(headers);
     }
 
+    public HttpResponse(int status, String contentType, byte[] body, List<Header> headers) {
+        this(status, contentType, body, headers, null);
+    }
+
     public static HttpResponse text(int status, String body) {
         return of(status, TEXT, body);
     }
@@ -47,7 +56,11 @@ public record HttpResponse(int status, String contentType, byte[] body, List<Hea
     public HttpResponse withHeaders(List<Header> more) {
         List<Header> all = new ArrayList<>(headers);
         all.addAll(more);
-        return new HttpResponse(status, contentType, body, all);
+        return new HttpResponse(status, contentType, body, all, afterSent);
+    }
+
+    public HttpResponse afterSent(Runnable action) {
+        return new HttpResponse(status, contentType, body, headers, action);
     }
 
     /**

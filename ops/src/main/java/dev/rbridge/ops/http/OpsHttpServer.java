@@ -349,6 +349,7 @@ public final class OpsHttpServer implements AutoCloseable {
         long requestStart;
         boolean served;
         ByteBuffer out;
+        Runnable afterSent;
         boolean closeAfterWrite;
         boolean closed;
 
@@ -437,8 +438,16 @@ public final class OpsHttpServer implements AutoCloseable {
             boolean close = !r.keepAlive();
             try {
                 workers.execute(() -> {
-                    ByteBuffer bytes = compute(r).encode(head, close);
-                    fromWorkers.add(() -> answer(bytes, close));
+                    HttpResponse response = compute(r);
+                    ByteBuffer bytes = response.encode(head, close);
+                    fromWorkers.add(() -> {
+                        afterSent = response.afterSent();
+                        if (closed) {
+                            sent();
+                        } else {
+                            answer(bytes, close);
+                        }
+                    });
                     selector.wakeup();
                 });
             } catch (RejectedExecutionException e) {
@@ -484,6 +493,7 @@ public final class OpsHttpServer implements AutoCloseable {
                 return;
             }
             out = null;
+            sent();
             if (closeAfterWrite) {
                 // stop writing, keep reading a moment: closing with unread input would reset the answer away
                 ch.shutdownOutput();
@@ -542,11 +552,21 @@ public final class OpsHttpServer implements AutoCloseable {
             close();
         }
 
+        /** Starts the answer's after-sent action, never on this thread: it may stop the server, which joins it. */
+        private void sent() {
+            Runnable action = afterSent;
+            afterSent = null;
+            if (action != null) {
+                Thread.ofPlatform().name("ops-http-" + config.name() + "-after-sent").start(action);
+            }
+        }
+
         void close() {
             if (closed) {
                 return;
             }
             closed = true;
+            sent(); // an accepted operation goes ahead even if its caller did not wait for the answer
             if (key != null) {
                 key.cancel();
             }

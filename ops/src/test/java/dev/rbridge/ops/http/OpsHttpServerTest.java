@@ -309,6 +309,25 @@ class OpsHttpServerTest {
     }
 
     @Test
+    void anActionThatStopsTheServerRunsAfterItsAnswerIsOut() throws Exception {
+        OpsHttpServer[] self = new OpsHttpServer[1];
+        CountDownLatch stopped = new CountDownLatch(1);
+        byte[] body = new byte[4 << 20]; // larger than socket buffers: written in several rounds
+        self[0] = start(config(), r -> new HttpResponse(202, HttpResponse.TEXT, body, List.of()).afterSent(() -> {
+            self[0].close(); // as shutdown does: the process exits, stopping this server
+            stopped.countDown();
+        }));
+        try (RawHttp c = new RawHttp(self[0].address())) {
+            c.send("POST /shutdown HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+            Thread.sleep(300); // let the server block on a full socket buffer before the client reads
+            RawHttp.Answer a = c.read();
+            assertEquals(202, a.status());
+            assertEquals(body.length, a.body().length(), "the whole answer arrived before the server stopped");
+        }
+        assertTrue(stopped.await(10, TimeUnit.SECONDS));
+    }
+
+    @Test
     void closeStopsListeningAndDropsConnections() throws Exception {
         OpsHttpServer s = start(config(), HELLO);
         RawHttp idle = new RawHttp(s.address());
