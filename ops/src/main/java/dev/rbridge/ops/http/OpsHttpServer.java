@@ -50,6 +50,7 @@ public final class OpsHttpServer implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(OpsHttpServer.class);
     private static final int READ_BUFFER = 4096;
     private static final int WRITE_SLICE = 256 << 10;
+    private static final int ACCEPTS_PER_ROUND = 16;
     /** How long a failing accept (out of file descriptors) pauses accepting, instead of spinning on it. */
     private static final long ACCEPT_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
     /** Longest sleep of the selector when no deadline is nearer. */
@@ -155,15 +156,21 @@ public final class OpsHttpServer implements AutoCloseable {
                     for (Runnable r; (r = fromWorkers.poll()) != null; ) {
                         r.run();
                     }
+                    // connections first, newcomers last: a request that has arrived is read (and, once whole, can
+                    // no longer be evicted) before a new connection in the same round could evict its sender
+                    boolean acceptable = false;
                     Iterator<SelectionKey> it = selector.selectedKeys().iterator();
                     while (it.hasNext()) {
                         SelectionKey k = it.next();
                         it.remove();
                         if (k == acceptKey) {
-                            accept();
+                            acceptable = true;
                         } else if (k.attachment() instanceof Conn c) {
                             c.ready(k);
                         }
+                    }
+                    if (acceptable) {
+                        accept();
                     }
                 } catch (ClosedSelectorException e) {
                     break;
@@ -183,7 +190,8 @@ public final class OpsHttpServer implements AutoCloseable {
     }
 
     private void accept() {
-        while (true) {
+        // a few per round, so a flood of connects cannot keep the loop from reading the connections it has
+        for (int i = 0; i < ACCEPTS_PER_ROUND; i++) {
             SocketChannel ch;
             try {
                 ch = listener.accept();
