@@ -392,8 +392,9 @@ public final class OpsHttpServer implements AutoCloseable {
                 }
             } catch (IOException e) {
                 close(); // the peer reset or went away: its business
-            } catch (RuntimeException e) {
-                log.warn("ops http {}: connection from {} failed", config.name(), peer, e);
+            } catch (RuntimeException e) { // a bug, not the peer's doing; still, the peer must not flood the log
+                refusals.warn("connection-failure", "ops http " + config.name() + ": connection from " + peer
+                        + " failed", e);
                 close();
             }
         }

@@ -20,8 +20,16 @@ public final class RateLimitedLog {
         this.intervalNanos = unit.toNanos(interval);
     }
 
-    /** Logs {@code message} at WARN unless a warning of the same key went out less than an interval ago. */
+    /**
+     * Logs {@code message} at WARN unless a warning of the same key went out less than an interval ago. Keys must
+     * come from a small fixed set (reasons, never peer addresses), since each is remembered.
+     */
     public void warn(String key, String message) {
+        warn(key, message, null);
+    }
+
+    /** As {@link #warn(String, String)}, with the stack trace of {@code failure} when it is logged. */
+    public void warn(String key, String message, Throwable failure) {
         long now = System.nanoTime();
         long suppressed;
         synchronized (keys) {
@@ -33,11 +41,12 @@ public final class RateLimitedLog {
             suppressed = k == null ? 0 : k[1];
             keys.put(key, new long[] {now, 0});
         }
-        if (suppressed > 0) {
-            log.warn("{} ({} more like it in the last {} s not logged)", message, suppressed,
-                    TimeUnit.NANOSECONDS.toSeconds(intervalNanos));
+        String text = suppressed == 0 ? message : message + " (" + suppressed + " more like it in the last "
+                + TimeUnit.NANOSECONDS.toSeconds(intervalNanos) + " s not logged)";
+        if (failure == null) {
+            log.warn("{}", text);
         } else {
-            log.warn("{}", message);
+            log.warn("{}", text, failure);
         }
     }
 }
