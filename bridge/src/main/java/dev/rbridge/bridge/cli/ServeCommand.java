@@ -259,8 +259,7 @@ public final class ServeCommand implements Callable<Integer> {
                 adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge,
                         adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
                 if (adminMeters != null) {
-                    BridgeAdminHttpServer bound = adminServer;
-                    adminMeters.bindConnections(bound::openConnections);
+                    adminMeters.bindConnections(adminServer::openConnections);
                 }
             }
             server = NbdServer.start(nbd);

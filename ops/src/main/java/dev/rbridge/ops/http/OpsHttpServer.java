@@ -154,7 +154,12 @@ public final class OpsHttpServer implements AutoCloseable {
                         break;
                     }
                     for (Runnable r; (r = fromWorkers.poll()) != null; ) {
-                        r.run();
+                        try {
+                            r.run();
+                        } catch (RuntimeException e) { // one connection's trouble; the other answers still go out
+                            refusals.warn("connection-failure", "ops http " + config.name()
+                                    + ": handing an answer to its connection failed", e);
+                        }
                     }
                     // connections first, newcomers last: a request that has arrived is read (and, once whole, can
                     // no longer be evicted) before a new connection in the same round could evict its sender
@@ -447,8 +452,18 @@ public final class OpsHttpServer implements AutoCloseable {
             boolean close = !r.keepAlive();
             try {
                 workers.execute(() -> {
-                    HttpResponse response = compute(r);
-                    ByteBuffer bytes = response.encode(head, close);
+                    HttpResponse computed = compute(r);
+                    ByteBuffer encoded;
+                    try {
+                        encoded = computed.encode(head, close);
+                    } catch (RuntimeException e) { // never leave a connection waiting for an answer that cannot come
+                        log.error("ops http {}: the answer to {} {} cannot be encoded", config.name(),
+                                AdminRules.printable(r.method()), AdminRules.printable(r.path()), e);
+                        computed = config.errorPage().render(500, "internal error: the answer cannot be encoded");
+                        encoded = computed.encode(head, close);
+                    }
+                    HttpResponse response = computed;
+                    ByteBuffer bytes = encoded;
                     fromWorkers.add(() -> {
                         afterSent = response.afterSent();
                         if (closed) {
