@@ -65,7 +65,9 @@ final class DemoCommand implements Callable<Integer> {
     String transport;
 
     @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = "none",
-            description = "Bridge operator interface for rbridge admin --bridge. Default ${DEFAULT-VALUE}.")
+            description = "Bridge operator interface (read-only JSON over HTTP) for rbridge admin --bridge; requests"
+                    + " from web pages and, on loopback, for a Host that is not a loopback name are refused."
+                    + " Default ${DEFAULT-VALUE}.")
     String admin;
 
     @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_BRIDGE,

@@ -7,6 +7,7 @@ import dev.rbridge.bridge.admin.BridgeAdminHttpServer;
 import dev.rbridge.bridge.metrics.BridgeMeters;
 import dev.rbridge.bridge.metrics.MetricsHttpServer;
 import dev.rbridge.bridge.metrics.NbdMeters;
+import dev.rbridge.bridge.metrics.OpsHttpMeters;
 import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.memserver.MemServerConfig;
@@ -14,6 +15,7 @@ import dev.rbridge.nbd.server.Export;
 import dev.rbridge.nbd.server.ListenAddress;
 import dev.rbridge.nbd.server.NbdServer;
 import dev.rbridge.nbd.server.NbdServerConfig;
+import dev.rbridge.ops.http.OpsHttpMetrics;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -110,7 +112,9 @@ public final class ServeCommand implements Callable<Integer> {
     double startWait;
 
     @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = DEFAULT_ADMIN,
-            description = "Operator interface (JSON over HTTP) for rbridge admin --bridge; 'none' turns it off."
+            description = "Operator interface (JSON over HTTP, read-only) for rbridge admin --bridge; 'none' turns"
+                    + " it off. Needs the memservers' token when one is set; requests from web pages (an Origin"
+                    + " header) and, on loopback, requests for a Host that is not a loopback name are refused."
                     + " Default ${DEFAULT-VALUE}.")
     String admin;
 
@@ -249,7 +253,12 @@ public final class ServeCommand implements Callable<Integer> {
             }
             NbdServerConfig nbd = b.build();
             if (admin != null && !admin.equals("none")) {
-                adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge);
+                OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
+                adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge,
+                        adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
+                if (adminMeters != null) {
+                    adminMeters.bindConnections(adminServer::openConnections);
+                }
             }
             server = NbdServer.start(nbd);
             listening.set(server);
