@@ -17,13 +17,14 @@ PIN=split
 SERVER_CPUS=
 FIO_CPUS=
 SLAB=
+BASELINE=
 START_TIMEOUT=${RBRIDGE_START_TIMEOUT:-600}
 
 usage() {
     cat <<EOF
 Usage: bench/fio-bridge.sh [--time SEC] [--ramp SEC] [--repeat N] [--size SIZE] [--rows LIST]
                            [--targets LIST] [--slab SIZE] [--latency clat|lat] [--pin split|none]
-                           [--server-cpus LIST] [--fio-cpus LIST] [--out DIR] [--help]
+                           [--server-cpus LIST] [--fio-cpus LIST] [--baseline DIR] [--out DIR] [--help]
 
 Starts four NBD targets on free 127.0.0.1 ports, each exporting "disk" (1 GiB, in RAM), all at once:
   rb1     rbridge serve --volume disk,size=1G,replicas=1 in front of ONE rbridge memserver (tcp transport):
@@ -66,6 +67,9 @@ Options:
                    the first half of the CPUs: CPU 0 on a 2-core machine) and fio runs on --fio-cpus
                    (default the other half), as in bench/fio-vs-nbdkit.sh. none: no pinning.
   --server-cpus LIST, --fio-cpus LIST   taskset CPU lists for --pin split
+  --baseline DIR   another rbridge checkout (built, e.g. a git worktree of an older commit): targets
+                   base-rb1, base-rb2 and base-demo run its launcher, so a change is measured against the code
+                   before it in the same run; the table gains a "new/base" column per pair (> 1: new is better)
   --out DIR        keep fio JSON and server logs in DIR (default: temp, deleted)
 
 Reading the table: each ratio column compares one rbridge target with nbdkit-two-hop and is oriented
@@ -91,6 +95,7 @@ while [[ $# -gt 0 ]]; do
         --server-cpus) SERVER_CPUS=$2; shift 2 ;;
         --fio-cpus) FIO_CPUS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --baseline) BASELINE=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -127,7 +132,14 @@ for r in "${ROWLIST[@]}"; do
 done
 IFS=, read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
-    case $t in rb1|rb1nm|rb1l1|rb2|demo|nbdkit) ;; *) echo "unknown target '$t' (rb1, rb1nm, rb1l1, rb2, demo, nbdkit)" >&2; exit 2 ;; esac
+    case $t in
+        rb1|rb1nm|rb1l1|rb2|demo|nbdkit) ;;
+        base-rb1|base-rb2|base-demo)
+            [[ -n $BASELINE && -x $BASELINE/rbridge ]] \
+                || { echo "target '$t' needs --baseline DIR with an rbridge launcher in DIR" >&2; exit 2; } ;;
+        *) echo "unknown target '$t' (rb1, rb1nm, rb1l1, rb2, demo, nbdkit, base-rb1, base-rb2, base-demo)" >&2
+           exit 2 ;;
+    esac
 done
 [[ -n $SLAB ]] && SLABSPEC=",slab=$SLAB" || SLABSPEC=
 
@@ -197,9 +209,11 @@ await_nbd() { # await_nbd NAME URI PID TIMEOUT
 }
 
 RB=("$ROOT/rbridge")
+[[ -n $BASELINE ]] && RB_BASE=("$(cd "$BASELINE" && pwd)/rbridge") || RB_BASE=()
+LAUNCHER=("${RB[@]}")   # the rbridge of the target being started
 start_memserver() { # start_memserver NAME METRICS -> MEMSERVER=host:port, MEMSERVER_PGID
     local name=$1 metrics=$2 t0=$SECONDS addr=
-    spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" memserver --listen 127.0.0.1:0 --capacity 2G --admin none \
+    spawn "$name" env RBRIDGE_NO_BUILD=1 "${LAUNCHER[@]}" memserver --listen 127.0.0.1:0 --capacity 2G --admin none \
         --metrics "$metrics"
     MEMSERVER_PGID=$SPAWNED
     until addr=$(sed -n 's/^rbridge memserver: lending .* at \([^ ]*:[0-9]*\).*/\1/p' "$WORK/$name.log") && [[ -n $addr ]]; do
@@ -218,10 +232,13 @@ start_target() { # start_target NAME
     local name=$1 port pgids=() t0=$SECONDS
     port=$(free_port)
     URI[$name]="nbd://127.0.0.1:$port/disk"
-    case $name in
+    LAUNCHER=("${RB[@]}")
+    [[ $name == base-* ]] && LAUNCHER=("${RB_BASE[@]}")
+    case ${name#base-} in
         rb1|rb1nm|rb1l1|rb2)
             # Metrics on a free port each (several targets run at once), or off for rb1nm; rb1l1: one tcp lane.
-            local n=${name#rb} ms=() i metrics=127.0.0.1:0 lanes=()
+            local n=${name#base-} ms=() i metrics=127.0.0.1:0 lanes=()
+            n=${n#rb}
             [[ $name == rb1nm ]] && { n=1; metrics=none; }
             [[ $name == rb1l1 ]] && { n=1; lanes=(--lanes 1); }
             for ((i = 1; i <= n; i++)); do
@@ -229,12 +246,12 @@ start_target() { # start_target NAME
                 ms+=(--memserver "$MEMSERVER")
                 pgids+=("$MEMSERVER_PGID")
             done
-            spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" serve --listen "127.0.0.1:$port" "${ms[@]}" \
+            spawn "$name" env RBRIDGE_NO_BUILD=1 "${LAUNCHER[@]}" serve --listen "127.0.0.1:$port" "${ms[@]}" \
                 --volume "disk,size=1G,replicas=$n$SLABSPEC" --admin none --metrics "$metrics" "${lanes[@]}"
             pgids+=("$SPAWNED")
             ;;
         demo)
-            spawn "$name" env RBRIDGE_NO_BUILD=1 "${RB[@]}" demo --listen "127.0.0.1:$port" --export disk --size 1G \
+            spawn "$name" env RBRIDGE_NO_BUILD=1 "${LAUNCHER[@]}" demo --listen "127.0.0.1:$port" --export disk --size 1G \
                 --metrics 127.0.0.1:0
             pgids+=("$SPAWNED")
             ;;
@@ -273,6 +290,10 @@ runfio() { # runfio TARGET TAG fio-args... -> JSON in $WORK/TAG.TARGET.json
 # Build once (the launcher builds when sources are newer than the jar), then never again during the run.
 if [[ ",$TARGETS," == *,rb* || ",$TARGETS," == *,demo,* ]]; then
     echo "# rbridge: $("${RB[@]}" --version 2>&1 | tail -n 1)"
+fi
+if [[ ",$TARGETS," == *,base-* ]]; then
+    echo "# baseline rbridge ($BASELINE, $(git -C "$BASELINE" rev-parse --short HEAD 2>/dev/null || echo 'not git')):" \
+         "$("${RB_BASE[@]}" --version 2>&1 | tail -n 1)"
 fi
 for t in "${TLIST[@]}"; do start_target "$t"; done
 
@@ -326,10 +347,12 @@ DEF = {
     "sw":   ("1M seq write QD8",  "write", ["mbs"]),
 }
 UNIT = {"iops": "IOPS", "mbs": "MB/s", "p50": "p50 %s us" % lat, "p99": "p99 %s us" % lat}
-HEAD = {"rb1": "serve R=1", "rb1nm": "R=1 nometr", "rb1l1": "R=1 1 lane", "rb2": "serve R=2", "demo": "demo", "nbdkit": "nbdkit 2hop"}
+HEAD = {"rb1": "serve R=1", "rb1nm": "R=1 nometr", "rb1l1": "R=1 1 lane", "rb2": "serve R=2", "demo": "demo",
+        "nbdkit": "nbdkit 2hop", "base-rb1": "base R=1", "base-rb2": "base R=2", "base-demo": "base demo"}
 rb = [t for t in targets if t != "nbdkit"]
 ratios = "nbdkit" in targets
 onoff = "rb1" in targets and "rb1nm" in targets
+pairs = [t for t in targets if "base-" + t in targets]
 out = []
 for r in rows:
     label, side, metrics = DEF[r]
@@ -348,6 +371,9 @@ for r in rows:
         if onoff:
             on, off = vals["rb1"], vals["rb1nm"]
             rat.append((off / on if on else float("nan")) if m in ("p50", "p99") else (on / off if off else float("nan")))
+        for t in pairs:
+            new, old = vals[t], vals["base-" + t]
+            rat.append((old / new if new else float("nan")) if m in ("p50", "p99") else (new / old if old else float("nan")))
         out.append(("%s %s" % (label, UNIT[m]), m, vals, rat))
 
 w = max(len(o[0]) for o in out)
@@ -358,8 +384,10 @@ if ratios:
     print("(rbridge/nbdkit for IOPS and MB/s, nbdkit/rbridge for latency)")
 if onoff:
     print("on/off: rb1 (metrics on) vs rb1nm (--metrics none), > 1 means metrics on is better")
+if pairs:
+    print("X/base: X vs the --baseline build of X, > 1 means the new code is better")
 cols = (["%11s" % HEAD[t] for t in targets] + (["%9s" % ("%s/nk" % t) for t in rb] if ratios else [])
-        + (["%9s" % "on/off"] if onoff else []))
+        + (["%9s" % "on/off"] if onoff else []) + ["%9s" % ("%s/base" % t) for t in pairs])
 print("%-*s %s" % (w, "row", " ".join(cols)))
 print("-" * (w + 1 + len(" ".join(cols))))
 for name, m, vals, rat in out:

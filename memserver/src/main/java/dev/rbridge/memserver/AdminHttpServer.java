@@ -1,23 +1,29 @@
 package dev.rbridge.memserver;
 
-import com.sun.net.httpserver.HttpExchange;
-import com.sun.net.httpserver.HttpServer;
+import dev.rbridge.ops.http.AdminRules;
+import dev.rbridge.ops.http.ErrorPage;
+import dev.rbridge.ops.http.HttpError;
+import dev.rbridge.ops.http.HttpRequest;
+import dev.rbridge.ops.http.HttpResponse;
+import dev.rbridge.ops.http.OpsHttpConfig;
+import dev.rbridge.ops.http.OpsHttpMetrics;
+import dev.rbridge.ops.http.OpsHttpServer;
+import dev.rbridge.ops.http.Refusal;
+import dev.rbridge.ops.http.Routes;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.RegionInfo;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.io.OutputStream;
 import java.net.InetSocketAddress;
-import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
 import java.util.List;
-import java.util.concurrent.Executors;
+import java.util.Map;
 
 /**
- * The memserver's operator interface: JSON over HTTP, apart from the data transport so it works the same whatever
- * the transport. Guarded by the memserver's token ({@code Authorization: Bearer TOKEN}) when one is set.
+ * The memserver's operator interface: JSON over HTTP on the ops server, apart from the data transport so it works
+ * the same whatever the transport. Reads need the memserver's token ({@code Authorization: Bearer TOKEN}) when one
+ * is set; operations that change state always need it and are off without one ({@link AdminRules}).
  *
  * <pre>
  * GET  /clients                  id, name, address, state, regions, bytes and krping counters of each client
@@ -33,9 +39,37 @@ import java.util.concurrent.Executors;
 public final class AdminHttpServer implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(AdminHttpServer.class);
 
-    private final HttpServer http;
+    /** Transport counters, per client and summed over the connected ones. */
+    record Transport(long sendMessages, long sendBytes, long recvMessages, long recvBytes, long readOps,
+                     long readBytes, long writeOps, long writeBytes) {
+        static Transport of(ConnectionStats.Snapshot s) {
+            return new Transport(s.sendMessages(), s.sendBytes(), s.recvMessages(), s.recvBytes(), s.readOps(),
+                    s.readBytes(), s.writeOps(), s.writeBytes());
+        }
+
+        Transport plus(Transport o) {
+            return new Transport(sendMessages + o.sendMessages, sendBytes + o.sendBytes,
+                    recvMessages + o.recvMessages, recvBytes + o.recvBytes, readOps + o.readOps,
+                    readBytes + o.readBytes, writeOps + o.writeOps, writeBytes + o.writeBytes);
+        }
+    }
+
+    record Client(long id, String name, String address, String state, long regions, long bytes, Transport stats) {
+    }
+
+    record Region(long id, long length, String volume, long slab, int replica, long generation, String owner) {
+    }
+
+    record Lease(String volume, String owner, long clientId, String clientName, String address, String state,
+                 long ttlMs, long remainingMs) {
+    }
+
+    record Stats(long capacityBytes, long grantedBytes, long regions, int clients, long refusedConnections,
+                 boolean draining, Transport connectedClientsTransport) {
+    }
+
+    private final OpsHttpServer http;
     private final MemServer memserver;
-    private final String token;
     private final Runnable exit;
 
     /**
@@ -43,200 +77,120 @@ public final class AdminHttpServer implements AutoCloseable {
      */
     public AdminHttpServer(InetSocketAddress address, MemServer memserver, String token, Runnable exit)
             throws IOException {
+        this(address, memserver, token, exit, OpsHttpMetrics.NONE);
+    }
+
+    /**
+     * @param token   the memserver's token, or null: reads are then open and operations that change state off
+     * @param metrics where the server's refusals are counted
+     */
+    public AdminHttpServer(InetSocketAddress address, MemServer memserver, String token, Runnable exit,
+                           OpsHttpMetrics metrics) throws IOException {
         this.memserver = memserver;
-        this.token = token;
         this.exit = exit;
+        Routes routes = Routes.builder(new AdminRules(token, "memserver", "--token-file"))
+                .read("/clients", r -> HttpResponse.json(200, clients(memserver.clients())))
+                .read("/regions", r -> HttpResponse.json(200, regions(memserver.regions())))
+                .read("/leases", r -> HttpResponse.json(200, leases(memserver.leases())))
+                .read("/stats", r -> HttpResponse.json(200, stats()))
+                .mutate("/clients/{id}/disconnect", this::disconnect)
+                .mutate("/regions/{id}/revoke", this::revoke)
+                .mutate("/drain", this::drain)
+                .mutate("/shutdown", this::shutdown)
+                .build();
         try {
-            this.http = HttpServer.create(address, 16);
+            this.http = OpsHttpServer.start(OpsHttpConfig.builder("admin", address).errorPage(ErrorPage.JSON).build(),
+                    routes, metrics);
         } catch (IOException e) {
             throw new IOException("cannot serve admin on " + address.getHostString() + ":" + address.getPort() + ": "
                     + e.getMessage(), e);
         }
-        http.setExecutor(Executors.newSingleThreadExecutor(r -> {
-            Thread t = new Thread(r, "memserver-admin");
-            t.setDaemon(true);
-            return t;
-        }));
-        http.createContext("/", this::handle);
-        http.start();
-        log.info("admin interface at http://{}:{}/", address().getHostString(), address().getPort());
+        log.info("admin interface at http://{}:{}/{}", address().getHostString(), address().getPort(),
+                token == null ? " (no token: reads open, drain/shutdown/revoke/disconnect off)" : "");
     }
 
     public InetSocketAddress address() {
-        return http.getAddress();
+        return http.address();
     }
 
-    private void handle(HttpExchange ex) throws IOException {
-        try (ex) {
-            if (token != null) {
-                String auth = ex.getRequestHeaders().getFirst("Authorization");
-                String expected = "Bearer " + token;
-                if (auth == null || !MessageDigest.isEqual(auth.getBytes(StandardCharsets.UTF_8),
-                        expected.getBytes(StandardCharsets.UTF_8))) {
-                    log.warn("refused admin request {} {} from {}: wrong or missing token", ex.getRequestMethod(),
-                            ex.getRequestURI().getPath(), ex.getRemoteAddress());
-                    send(ex, 401, error("wrong or missing token"));
-                    return;
-                }
-            }
-            String method = ex.getRequestMethod();
-            String[] path = ex.getRequestURI().getPath().replaceAll("^/+|/+$", "").split("/");
-            String route = method + " " + String.join("/", path);
-            if (route.equals("GET clients")) {
-                send(ex, 200, clientsJson(memserver.clients()));
-            } else if (route.equals("GET regions")) {
-                send(ex, 200, regionsJson(memserver.regions()));
-            } else if (route.equals("GET leases")) {
-                send(ex, 200, leasesJson(memserver.leases()));
-            } else if (route.equals("GET stats")) {
-                List<MemServer.ClientView> clients = memserver.clients();
-                long[] sum = new long[8];
-                for (MemServer.ClientView c : clients) {
-                    ConnectionStats.Snapshot st = c.stats();
-                    long[] v = {st.sendMessages(), st.sendBytes(), st.recvMessages(), st.recvBytes(), st.readOps(),
-                            st.readBytes(), st.writeOps(), st.writeBytes()};
-                    for (int i = 0; i < 8; i++) {
-                        sum[i] += v[i];
-                    }
-                }
-                send(ex, 200, "{\"capacity_bytes\":" + memserver.capacityBytes() + ",\"granted_bytes\":"
-                        + memserver.grantedBytes() + ",\"regions\":" + memserver.regionCount() + ",\"clients\":"
-                        + clients.size() + ",\"refused_connections\":" + memserver.refusedConnections()
-                        + ",\"draining\":" + memserver.draining() + ",\"connected_clients_transport\":{"
-                        + "\"send_messages\":" + sum[0] + ",\"send_bytes\":" + sum[1] + ",\"recv_messages\":" + sum[2]
-                        + ",\"recv_bytes\":" + sum[3] + ",\"read_ops\":" + sum[4] + ",\"read_bytes\":" + sum[5]
-                        + ",\"write_ops\":" + sum[6] + ",\"write_bytes\":" + sum[7] + "}}");
-            } else if (method.equals("POST") && path.length == 3 && path[0].equals("clients")
-                    && path[2].equals("disconnect")) {
-                long id = parseId(path[1]);
-                boolean ok = memserver.disconnect(id);
-                send(ex, ok ? 200 : 404, ok ? "{\"disconnected\":" + id + "}" : error("no client " + path[1]));
-            } else if (method.equals("POST") && path.length == 3 && path[0].equals("regions")
-                    && path[2].equals("revoke")) {
-                long id = parseId(path[1]);
-                boolean ok = memserver.revoke(id);
-                send(ex, ok ? 200 : 404, ok ? "{\"revoked\":" + id + "}" : error("no region " + path[1]));
-            } else if (route.equals("POST drain")) {
-                var drained = memserver.drain();
-                send(ex, 202, "{\"draining\":true,\"clients\":" + memserver.clients().size() + "}");
-                // after the answer is out, and never on this thread: exiting joins the threads that stop this server
+    /** Connections open now, for the connections gauge. */
+    public int openConnections() {
+        return http.openConnections();
+    }
+
+    private HttpResponse disconnect(HttpRequest r) {
+        long id = parseId(r.param("id"));
+        if (!memserver.disconnect(id)) {
+            return HttpResponse.json(404, Map.of("error", "no client " + id));
+        }
+        log.info("admin: client {} disconnected by an operator from {}", id, r.peer());
+        return HttpResponse.json(200, Map.of("disconnected", id));
+    }
+
+    private HttpResponse revoke(HttpRequest r) {
+        long id = parseId(r.param("id"));
+        if (!memserver.revoke(id)) {
+            return HttpResponse.json(404, Map.of("error", "no region " + id));
+        }
+        log.info("admin: region {} revoked by an operator from {}", id, r.peer());
+        return HttpResponse.json(200, Map.of("revoked", id));
+    }
+
+    private HttpResponse drain(HttpRequest r) {
+        var drained = memserver.drain();
+        log.info("admin: drain requested by an operator from {}", r.peer());
+        // exit once drained, but not before the answer is out (exiting stops this server)
+        return HttpResponse.json(202, new Draining(true, memserver.clients().size())).afterSent(() ->
                 drained.thenRunAsync(() -> {
                     log.info("drained: no clients left; exiting");
                     exit.run();
-                }, r -> Thread.ofPlatform().start(r));
-            } else if (route.equals("POST shutdown")) {
-                send(ex, 202, "{\"shutting_down\":true}");
-                log.info("shutdown requested by an operator");
-                Thread.ofPlatform().start(exit);
-            } else {
-                send(ex, 404, error("no such admin operation: " + method + " " + ex.getRequestURI().getPath()
-                        + " (GET clients|regions|leases|stats, POST clients/ID/disconnect|regions/ID/revoke|drain|shutdown)"));
-            }
-        } catch (IllegalArgumentException e) {
-            send(ex, 400, error(e.getMessage()));
-        } catch (RuntimeException e) {
-            log.error("admin request failed", e);
-            send(ex, 500, error(e.toString()));
-        }
+                }, t -> Thread.ofPlatform().start(t)));
+    }
+
+    record Draining(boolean draining, int clients) {
+    }
+
+    private HttpResponse shutdown(HttpRequest r) {
+        log.info("shutdown requested by an operator from {}", r.peer());
+        return HttpResponse.json(202, Map.of("shutting_down", true)).afterSent(exit);
     }
 
     private static long parseId(String s) {
         try {
             return Long.parseLong(s);
         } catch (NumberFormatException e) {
-            throw new IllegalArgumentException("'" + s + "' is not an id");
+            throw new HttpError(400, Refusal.MALFORMED, "'" + s + "' is not an id");
         }
     }
 
-    private static void send(HttpExchange ex, int status, String json) throws IOException {
-        byte[] body = (json + "\n").getBytes(StandardCharsets.UTF_8);
-        ex.getResponseHeaders().set("Content-Type", "application/json");
-        ex.sendResponseHeaders(status, body.length);
-        try (OutputStream out = ex.getResponseBody()) {
-            out.write(body);
-        }
-    }
-
-    static String error(String message) {
-        return "{\"error\":" + quote(message) + "}";
-    }
-
-    static String clientsJson(List<MemServer.ClientView> clients) {
-        StringBuilder b = new StringBuilder("[");
+    private Stats stats() {
+        List<MemServer.ClientView> clients = memserver.clients();
+        Transport sum = new Transport(0, 0, 0, 0, 0, 0, 0, 0);
         for (MemServer.ClientView c : clients) {
-            if (b.length() > 1) {
-                b.append(',');
-            }
-            ConnectionStats.Snapshot s = c.stats();
-            b.append("{\"id\":").append(c.id()).append(",\"name\":").append(quote(c.name()))
-                    .append(",\"address\":").append(quote(c.address())).append(",\"state\":").append(quote(c.state()))
-                    .append(",\"regions\":").append(c.regions()).append(",\"bytes\":").append(c.bytes())
-                    .append(",\"stats\":{\"send_messages\":").append(s.sendMessages())
-                    .append(",\"send_bytes\":").append(s.sendBytes())
-                    .append(",\"recv_messages\":").append(s.recvMessages())
-                    .append(",\"recv_bytes\":").append(s.recvBytes())
-                    .append(",\"read_ops\":").append(s.readOps()).append(",\"read_bytes\":").append(s.readBytes())
-                    .append(",\"write_ops\":").append(s.writeOps()).append(",\"write_bytes\":").append(s.writeBytes())
-                    .append("}}");
+            sum = sum.plus(Transport.of(c.stats()));
         }
-        return b.append(']').toString();
+        return new Stats(memserver.capacityBytes(), memserver.grantedBytes(), memserver.regionCount(),
+                clients.size(), memserver.refusedConnections(), memserver.draining(), sum);
     }
 
-    static String regionsJson(List<RegionInfo> regions) {
-        StringBuilder b = new StringBuilder("[");
-        for (RegionInfo r : regions) {
-            if (b.length() > 1) {
-                b.append(',');
-            }
-            b.append("{\"id\":").append(r.descriptor().id()).append(",\"length\":").append(r.descriptor().length())
-                    .append(",\"volume\":").append(quote(r.descriptor().tag().volume()))
-                    .append(",\"slab\":").append(r.descriptor().tag().slab())
-                    .append(",\"replica\":").append(r.descriptor().tag().replica())
-                    .append(",\"generation\":").append(r.descriptor().tag().generation())
-                    .append(",\"owner\":").append(quote(r.owner())).append('}');
-        }
-        return b.append(']').toString();
+    static List<Client> clients(List<MemServer.ClientView> clients) {
+        return clients.stream().map(c -> new Client(c.id(), c.name(), c.address(), c.state(), c.regions(),
+                c.bytes(), Transport.of(c.stats()))).toList();
     }
 
-    static String leasesJson(List<MemServer.LeaseView> leases) {
-        StringBuilder b = new StringBuilder("[");
-        for (MemServer.LeaseView l : leases) {
-            if (b.length() > 1) {
-                b.append(',');
-            }
-            b.append("{\"volume\":").append(quote(l.volume())).append(",\"owner\":").append(quote(l.owner()))
-                    .append(",\"client_id\":").append(l.clientId())
-                    .append(",\"client_name\":").append(quote(l.clientName()))
-                    .append(",\"address\":").append(quote(l.address())).append(",\"state\":").append(quote(l.state()))
-                    .append(",\"ttl_ms\":").append(l.ttlMillis()).append(",\"remaining_ms\":")
-                    .append(l.remainingMillis()).append('}');
-        }
-        return b.append(']').toString();
+    static List<Region> regions(List<RegionInfo> regions) {
+        return regions.stream().map(r -> new Region(r.descriptor().id(), r.descriptor().length(),
+                r.descriptor().tag().volume(), r.descriptor().tag().slab(), r.descriptor().tag().replica(),
+                r.descriptor().tag().generation(), r.owner())).toList();
     }
 
-    static String quote(String s) {
-        StringBuilder b = new StringBuilder("\"");
-        for (char c : s.toCharArray()) {
-            switch (c) {
-                case '"' -> b.append("\\\"");
-                case '\\' -> b.append("\\\\");
-                case '\n' -> b.append("\\n");
-                case '\r' -> b.append("\\r");
-                case '\t' -> b.append("\\t");
-                default -> {
-                    if (c < 0x20) {
-                        b.append(String.format("\\u%04x", (int) c));
-                    } else {
-                        b.append(c);
-                    }
-                }
-            }
-        }
-        return b.append('"').toString();
+    static List<Lease> leases(List<MemServer.LeaseView> leases) {
+        return leases.stream().map(l -> new Lease(l.volume(), l.owner(), l.clientId(), l.clientName(), l.address(),
+                l.state(), l.ttlMillis(), l.remainingMillis())).toList();
     }
 
     @Override
     public void close() {
-        http.stop(0);
+        http.close();
     }
 }

@@ -65,24 +65,19 @@ final class DemoCommand implements Callable<Integer> {
     String transport;
 
     @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = "none",
-            description = "Bridge operator interface for rbridge admin --bridge. Default ${DEFAULT-VALUE}.")
+            description = "Bridge operator interface (read-only JSON over HTTP) for rbridge admin --bridge; requests"
+                    + " from web pages and, on loopback, for a Host that is not a loopback name are refused."
+                    + " Default ${DEFAULT-VALUE}.")
     String admin;
 
     @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_BRIDGE,
             description = MetricsEndpoint.HELP)
     String metrics;
 
-    @Option(names = "--max-payload", paramLabel = "SIZE", defaultValue = "32M",
-            description = "Largest READ or WRITE accepted, advertised to clients. Default ${DEFAULT-VALUE}.")
-    String maxPayload;
 
-    @Option(names = "--handshake-timeout", paramLabel = "SECONDS", defaultValue = "30",
-            description = "Close a connection that has not finished its handshake by then. Default ${DEFAULT-VALUE}.")
-    int handshakeTimeout;
 
-    @Option(names = "--drain-timeout", paramLabel = "SECONDS", defaultValue = "10",
-            description = "On shutdown, how long in-flight requests may take to finish. Default ${DEFAULT-VALUE}.")
-    int drainTimeout;
+    @CommandLine.Mixin
+    NbdServerOptions nbdOptions;
 
     @Option(names = "--tcp-congestion", paramLabel = "NAME",
             defaultValue = dev.rbridge.rdma.ConnectParams.TCP_CONGESTION_DEFAULT,
@@ -100,10 +95,9 @@ final class DemoCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         List<VolumeSpec> volumes = new ArrayList<>();
-        int payload;
         try {
             long defaultSize = Sizes.parse(size);
-            payload = Math.toIntExact(Sizes.parse(maxPayload));
+            nbdOptions.validate();
             for (String e : exports.isEmpty() ? List.of("disk") : exports) {
                 volumes.add(VolumeSpecs.parse("export", e, defaultSize, 1));
             }
@@ -152,7 +146,7 @@ final class DemoCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("demo: " + e.getMessage());
             return 1;
         }
-        return ServeCommand.serve(spec, bridge, ServeCommand.listenAddresses(listen, unix), payload, handshakeTimeout,
-                drainTimeout, admin, telemetry, metrics, "demo", () -> memservers.forEach(MemServer::close));
+        return ServeCommand.serve(spec, bridge, ServeCommand.listenAddresses(listen, unix), nbdOptions, admin,
+                telemetry, metrics, "demo", () -> memservers.forEach(MemServer::close));
     }
 }

@@ -2,10 +2,12 @@ package dev.rbridge.bridge.cli;
 
 import dev.rbridge.bridge.metrics.MemServerMeters;
 import dev.rbridge.bridge.metrics.MetricsHttpServer;
+import dev.rbridge.bridge.metrics.OpsHttpMeters;
 import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.memserver.AdminHttpServer;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.ops.http.OpsHttpMetrics;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionLimits;
 import picocli.CommandLine;
@@ -42,8 +44,10 @@ final class MemServerCommand implements Callable<Integer> {
     Path tokenFile;
 
     @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = "127.0.0.1:7472",
-            description = "Operator interface (JSON over HTTP, token-guarded) for rbridge admin; 'none' turns it off. "
-                    + "Default ${DEFAULT-VALUE}.")
+            description = "Operator interface (JSON over HTTP) for rbridge admin; 'none' turns it off. Reads need the"
+                    + " token when one is set; drain, shutdown, revoke and disconnect always need it (POST only) and"
+                    + " are off without one. Requests from web pages (an Origin header) and, on loopback, requests"
+                    + " for a Host that is not a loopback name are refused. Default ${DEFAULT-VALUE}.")
     String admin;
 
     @Option(names = "--huge-pages",
@@ -118,11 +122,17 @@ final class MemServerCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
+        // made first so the admin server's refusals are counted in it too
+        Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
         AdminHttpServer adminServer = null;
         if (!admin.equals("none")) {
             try {
+                OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
                 adminServer = new AdminHttpServer(Endpoints.parse(admin, 7472), server, config.token(),
-                        () -> System.exit(0));
+                        () -> System.exit(0), adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
+                if (adminMeters != null) {
+                    adminMeters.bindConnections(adminServer::openConnections);
+                }
             } catch (IOException | IllegalArgumentException e) {
                 server.close();
                 spec.commandLine().getErr().println("memserver: " + e.getMessage() + " (use --admin HOST:PORT or none)");
@@ -130,8 +140,7 @@ final class MemServerCommand implements Callable<Integer> {
             }
         }
         MetricsHttpServer metricsServer = null;
-        if (!metrics.equals("none")) {
-            Telemetry telemetry = new Telemetry();
+        if (telemetry != null) {
             MemServerMeters.bind(telemetry.registry(), server, io.micrometer.core.instrument.Tags.empty());
             telemetry.readinessCheck(() -> java.util.Optional.ofNullable(server.notReadyReason())
                     .map(why -> List.of(Telemetry.Problem.fatal(why))).orElse(List.of()));

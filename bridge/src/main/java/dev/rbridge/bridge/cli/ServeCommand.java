@@ -7,6 +7,7 @@ import dev.rbridge.bridge.admin.BridgeAdminHttpServer;
 import dev.rbridge.bridge.metrics.BridgeMeters;
 import dev.rbridge.bridge.metrics.MetricsHttpServer;
 import dev.rbridge.bridge.metrics.NbdMeters;
+import dev.rbridge.bridge.metrics.OpsHttpMeters;
 import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.memserver.MemServerConfig;
@@ -14,6 +15,7 @@ import dev.rbridge.nbd.server.Export;
 import dev.rbridge.nbd.server.ListenAddress;
 import dev.rbridge.nbd.server.NbdServer;
 import dev.rbridge.nbd.server.NbdServerConfig;
+import dev.rbridge.ops.http.OpsHttpMetrics;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -110,7 +112,9 @@ public final class ServeCommand implements Callable<Integer> {
     double startWait;
 
     @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = DEFAULT_ADMIN,
-            description = "Operator interface (JSON over HTTP) for rbridge admin --bridge; 'none' turns it off."
+            description = "Operator interface (JSON over HTTP, read-only) for rbridge admin --bridge; 'none' turns"
+                    + " it off. Needs the memservers' token when one is set; requests from web pages (an Origin"
+                    + " header) and, on loopback, requests for a Host that is not a loopback name are refused."
                     + " Default ${DEFAULT-VALUE}.")
     String admin;
 
@@ -118,17 +122,10 @@ public final class ServeCommand implements Callable<Integer> {
             description = MetricsEndpoint.HELP)
     String metrics;
 
-    @Option(names = "--max-payload", paramLabel = "SIZE", defaultValue = "32M",
-            description = "Largest NBD READ or WRITE accepted. Default ${DEFAULT-VALUE}.")
-    String maxPayload;
 
-    @Option(names = "--handshake-timeout", paramLabel = "SECONDS", defaultValue = "30",
-            description = "Close an NBD connection that has not finished its handshake by then. Default ${DEFAULT-VALUE}.")
-    int handshakeTimeout;
 
-    @Option(names = "--drain-timeout", paramLabel = "SECONDS", defaultValue = "10",
-            description = "On shutdown, how long in-flight requests may take to finish. Default ${DEFAULT-VALUE}.")
-    int drainTimeout;
+    @CommandLine.Mixin
+    NbdServerOptions nbdOptions;
 
     @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
             description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
@@ -145,6 +142,7 @@ public final class ServeCommand implements Callable<Integer> {
                 ConfigFile.apply(configFile, spec);
             }
             bridgeConfig = bridgeConfig();
+            nbdOptions.validate();
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
@@ -157,9 +155,8 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("serve: " + e.getMessage());
             return 1;
         }
-        return serve(spec, bridge, listenAddresses(listen, unix), Math.toIntExact(Sizes.parse(maxPayload)),
-                handshakeTimeout, drainTimeout, admin, telemetry, metrics, "serve", () -> {
-                });
+        return serve(spec, bridge, listenAddresses(listen, unix), nbdOptions, admin, telemetry, metrics, "serve", () -> {
+        });
     }
 
     BridgeConfig bridgeConfig() {
@@ -218,19 +215,18 @@ public final class ServeCommand implements Callable<Integer> {
     }
 
     /** Serves the bridge's volumes over NBD until SIGTERM; shared by serve and demo. */
-    static int serve(CommandLine.Model.CommandSpec spec, Bridge bridge, List<ListenAddress> listen, int maxPayload,
-                     int handshakeTimeout, int drainTimeout, String admin, Telemetry telemetry, String metrics,
-                     String what, Runnable afterBridge) throws InterruptedException {
+    static int serve(CommandLine.Model.CommandSpec spec, Bridge bridge, List<ListenAddress> listen,
+                     NbdServerOptions nbdOptions, String admin, Telemetry telemetry, String metrics, String what,
+                     Runnable afterBridge) throws InterruptedException {
         NbdServer server;
         BridgeAdminHttpServer adminServer = null;
         MetricsHttpServer metricsServer = null;
         java.util.concurrent.atomic.AtomicReference<NbdServer> listening = new java.util.concurrent.atomic.AtomicReference<>();
         try {
             String congestion = bridge.config().tcpCongestion();
-            NbdServerConfig.Builder b = NbdServerConfig.builder()
-                    .tcpSocketSetup(ch -> dev.rbridge.rdma.tcp.TcpCongestion.apply(ch, congestion))
-                    .handshakeTimeout(Duration.ofSeconds(handshakeTimeout))
-                    .drainTimeout(Duration.ofSeconds(drainTimeout));
+            NbdServerConfig.Builder b = nbdOptions.apply(NbdServerConfig.builder())
+                    .tcpSocketSetup(ch -> dev.rbridge.rdma.tcp.TcpCongestion.apply(ch, congestion));
+            int maxPayload = nbdOptions.maxPayloadBytes();
             if (telemetry != null) {
                 NbdMeters nbdMeters = new NbdMeters(telemetry.registry());
                 bridge.volumes().forEach(v -> nbdMeters.register(v.spec().name()));
@@ -238,8 +234,14 @@ public final class ServeCommand implements Callable<Integer> {
                 if (bridge.config().metrics() instanceof BridgeMeters m) {
                     m.bind(bridge);
                 }
-                telemetry.readinessCheck(() -> listening.get() == null
-                        ? List.of(Telemetry.Problem.fatal("NBD listeners not up yet")) : List.of());
+                telemetry.readinessCheck(() -> {
+                    NbdServer up = listening.get();
+                    if (up == null) {
+                        return List.of(Telemetry.Problem.fatal("NBD listeners not up yet"));
+                    }
+                    return up.brokenListeners().entrySet().stream().map(e -> Telemetry.Problem.fatal(
+                            "NBD listener " + e.getKey() + " stopped accepting: " + e.getValue())).toList();
+                });
                 telemetry.readinessCheck(() -> MetricsEndpoint.bridgeReadiness(bridge));
                 metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_BRIDGE, 7475, telemetry);
             }
@@ -251,7 +253,12 @@ public final class ServeCommand implements Callable<Integer> {
             }
             NbdServerConfig nbd = b.build();
             if (admin != null && !admin.equals("none")) {
-                adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge);
+                OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
+                adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge,
+                        adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
+                if (adminMeters != null) {
+                    adminMeters.bindConnections(adminServer::openConnections);
+                }
             }
             server = NbdServer.start(nbd);
             listening.set(server);

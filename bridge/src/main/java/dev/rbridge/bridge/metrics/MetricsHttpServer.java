@@ -1,20 +1,19 @@
 package dev.rbridge.bridge.metrics;
 
-import com.sun.net.httpserver.HttpExchange;
-import com.sun.net.httpserver.HttpServer;
+import dev.rbridge.ops.http.HttpResponse;
+import dev.rbridge.ops.http.OpsHttpConfig;
+import dev.rbridge.ops.http.OpsHttpServer;
+import dev.rbridge.ops.http.Routes;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.io.OutputStream;
 import java.net.InetSocketAddress;
-import java.nio.charset.StandardCharsets;
 import java.util.List;
-import java.util.concurrent.Executors;
 
 /**
- * Serves a {@link Telemetry} over HTTP for Prometheus and orchestrators. No token: like most exporters it binds to
- * localhost by default, and exposes counts, never data or keys.
+ * Serves a {@link Telemetry} over HTTP for Prometheus and orchestrators, on the ops server. No token: like most
+ * exporters it binds to localhost by default, and exposes counts, never data or keys.
  *
  * <pre>
  * GET /metrics   Prometheus text format 0.0.4
@@ -26,83 +25,39 @@ public final class MetricsHttpServer implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(MetricsHttpServer.class);
     private static final String TEXT_004 = "text/plain; version=0.0.4; charset=utf-8";
 
-    private final HttpServer http;
+    private final OpsHttpServer http;
     private final Telemetry telemetry;
 
+    /** @throws java.net.BindException when the address is taken */
     public MetricsHttpServer(InetSocketAddress address, Telemetry telemetry) throws IOException {
         this.telemetry = telemetry;
-        this.http = HttpServer.create(address, 16);
-        http.setExecutor(Executors.newSingleThreadExecutor(r -> {
-            Thread t = new Thread(r, "metrics-http");
-            t.setDaemon(true);
-            return t;
-        }));
-        http.createContext("/", this::handle);
-        http.start();
+        OpsHttpMeters meters = new OpsHttpMeters(telemetry.registry(), "metrics");
+        Routes routes = Routes.builder(null)
+                .open("/metrics", r -> HttpResponse.of(200, TEXT_004, telemetry.scrape()))
+                .open("/healthz", r -> HttpResponse.text(200, "ok\n"))
+                .open("/readyz", r -> readyz())
+                .build();
+        this.http = OpsHttpServer.start(OpsHttpConfig.builder("metrics", address).build(), routes, meters);
+        meters.bindConnections(http::openConnections);
         log.info("metrics at http://{}:{}/metrics", address().getHostString(), address().getPort());
     }
 
+    private HttpResponse readyz() {
+        List<Telemetry.Problem> problems = telemetry.readiness();
+        boolean ready = problems.stream().noneMatch(Telemetry.Problem::fatal);
+        StringBuilder b = new StringBuilder(ready ? "ready\n" : "not ready\n");
+        for (Telemetry.Problem p : problems) {
+            b.append(p.fatal() ? "not ready: " : "warning: ").append(p.text()).append('\n');
+        }
+        return HttpResponse.text(ready ? 200 : 503, b.toString());
+    }
+
     public InetSocketAddress address() {
-        return http.getAddress();
-    }
-
-    private void handle(HttpExchange ex) throws IOException {
-        try (ex) {
-            String method = ex.getRequestMethod();
-            if (!method.equals("GET") && !method.equals("HEAD")) {
-                send(ex, 405, "text/plain; charset=utf-8", "only GET\n");
-                return;
-            }
-            String body;
-            int status = 200;
-            String type = "text/plain; charset=utf-8";
-            try {
-                switch (ex.getRequestURI().getPath()) {
-                    case "/metrics" -> {
-                        body = telemetry.scrape();
-                        type = TEXT_004;
-                    }
-                    case "/healthz" -> body = "ok\n";
-                    case "/readyz" -> {
-                        List<Telemetry.Problem> problems = telemetry.readiness();
-                        boolean ready = problems.stream().noneMatch(Telemetry.Problem::fatal);
-                        StringBuilder b = new StringBuilder(ready ? "ready\n" : "not ready\n");
-                        for (Telemetry.Problem p : problems) {
-                            b.append(p.fatal() ? "not ready: " : "warning: ").append(p.text()).append('\n');
-                        }
-                        body = b.toString();
-                        status = ready ? 200 : 503;
-                    }
-                    default -> {
-                        body = "not found; try /metrics, /healthz or /readyz\n";
-                        status = 404;
-                    }
-                }
-            } catch (RuntimeException e) {
-                log.warn("metrics request {} failed", ex.getRequestURI(), e);
-                body = "internal error: " + e + "\n";
-                status = 500;
-                type = "text/plain; charset=utf-8";
-            }
-            send(ex, status, type, body);
-        }
-    }
-
-    private static void send(HttpExchange ex, int status, String type, String body) throws IOException {
-        byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
-        ex.getResponseHeaders().set("Content-Type", type);
-        boolean head = ex.getRequestMethod().equals("HEAD");
-        ex.sendResponseHeaders(status, head ? -1 : bytes.length);
-        if (!head) {
-            try (OutputStream out = ex.getResponseBody()) {
-                out.write(bytes);
-            }
-        }
+        return http.address();
     }
 
     @Override
     public void close() {
-        http.stop(0);
-        ((java.util.concurrent.ExecutorService) http.getExecutor()).shutdownNow();
+        http.close();
     }
 }

@@ -3,11 +3,13 @@ package dev.rbridge.bridge.metrics;
 import dev.rbridge.nbd.protocol.Errno;
 import dev.rbridge.nbd.protocol.Nbd;
 import dev.rbridge.nbd.server.NbdServerMetrics;
+import dev.rbridge.nbd.server.NbdServerState;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
 
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -26,6 +28,13 @@ import java.util.concurrent.atomic.AtomicLong;
  * rbridge_nbd_requests_in_flight{export}            decoded and not yet answered
  * rbridge_nbd_connections{export}                   sessions in transmission
  * rbridge_nbd_protocol_violations_total             sessions closed because the peer broke the protocol
+ * rbridge_nbd_connections_refused_total{reason}     new connections turned away: connection_limit, peer_limit
+ * rbridge_nbd_connections_closed_total{reason}      connections the server closed: handshake_timeout,
+ *                                                   request_timeout, reply_timeout, idle_evicted, stalled_evicted
+ * rbridge_nbd_connections_open                      connections open now, handshaking ones included
+ * rbridge_nbd_payload_budget_bytes                  payload memory the server may use at once (--nbd-memory)
+ * rbridge_nbd_payload_used_bytes                    payload memory in use now
+ * rbridge_nbd_payload_waiting_connections           connections waiting for payload memory now
  * </pre>
  */
 public final class NbdMeters implements NbdServerMetrics {
@@ -33,15 +42,59 @@ public final class NbdMeters implements NbdServerMetrics {
     private static final int[] COMMANDS = {Nbd.CMD_READ, Nbd.CMD_WRITE, Nbd.CMD_FLUSH, Nbd.CMD_TRIM, Nbd.CMD_CACHE,
             Nbd.CMD_WRITE_ZEROES, Nbd.CMD_BLOCK_STATUS};
     private static final int TABLE = Nbd.CMD_BLOCK_STATUS + 1;
+    private static final List<String> REFUSALS = List.of("connection_limit", "peer_limit");
+    private static final List<String> CLOSINGS = List.of("handshake_timeout", "request_timeout", "reply_timeout",
+            "idle_evicted", "stalled_evicted");
 
     private final MeterRegistry registry;
     private final Map<String, Export> exports = new ConcurrentHashMap<>();
     private final Counter violations;
+    private final Map<String, Counter> refused = new ConcurrentHashMap<>();
+    private final Map<String, Counter> closed = new ConcurrentHashMap<>();
 
     public NbdMeters(MeterRegistry registry) {
         this.registry = registry;
         this.violations = Counter.builder("rbridge.nbd.protocol.violations")
                 .description("NBD sessions closed because the client broke the protocol").register(registry);
+        // every reason up front, so a dashboard or alert sees a series at 0 before the first one
+        REFUSALS.forEach(this::refusedCounter);
+        CLOSINGS.forEach(this::closedCounter);
+    }
+
+    private Counter refusedCounter(String reason) {
+        return refused.computeIfAbsent(reason, r -> Counter.builder("rbridge.nbd.connections.refused").tag("reason", r)
+                .description("New NBD connections turned away by a connection limit").register(registry));
+    }
+
+    private Counter closedCounter(String reason) {
+        return closed.computeIfAbsent(reason, r -> Counter.builder("rbridge.nbd.connections.closed").tag("reason", r)
+                .description("NBD connections the server closed: a time limit, or its slot or memory given to others")
+                .register(registry));
+    }
+
+    @Override
+    public void connectionRefused(String reason) {
+        refusedCounter(reason).increment();
+    }
+
+    @Override
+    public void connectionClosed(String reason) {
+        closedCounter(reason).increment();
+    }
+
+    @Override
+    public void serverStarted(NbdServerState state) {
+        Gauge.builder("rbridge.nbd.connections.open", state, NbdServerState::connections)
+                .description("NBD connections open now, handshaking ones included").strongReference(true)
+                .register(registry);
+        Gauge.builder("rbridge.nbd.payload.budget", state, NbdServerState::payloadBudgetBytes).baseUnit("bytes")
+                .description("Payload memory the NBD server may use at once").strongReference(true).register(registry);
+        Gauge.builder("rbridge.nbd.payload.used", state, NbdServerState::payloadUsedBytes).baseUnit("bytes")
+                .description("Payload memory in use now: WRITE data received or being stored, READ data fetched or"
+                        + " waiting to be sent").strongReference(true).register(registry);
+        Gauge.builder("rbridge.nbd.payload.waiting", state, NbdServerState::payloadWaiting).baseUnit("connections")
+                .description("NBD connections waiting for payload memory now").strongReference(true)
+                .register(registry);
     }
 
     /** Makes an export's meters now, so its series exist (at zero) before the first client connects. */

@@ -81,11 +81,16 @@ public final class HostileNbdClient implements Closeable {
         out.write(header(Nbd.CMD_READ, offset, length).array());
     }
 
-    /** Sends READ requests back to back in one write, as one burst. */
+    /** Sends READ requests of consecutive ranges back to back in one write, as one burst. */
     public void readBurst(int count, long offset, int length) throws IOException {
+        readBurst(count, offset, length, length);
+    }
+
+    /** Sends READ requests back to back in one write; request i reads at {@code offset + i * stride}. */
+    public void readBurst(int count, long offset, int length, long stride) throws IOException {
         ByteBuffer b = ByteBuffer.allocate(count * Nbd.REQUEST_HEADER_LENGTH);
         for (int i = 0; i < count; i++) {
-            b.put(header(Nbd.CMD_READ, offset + (long) i * length, length).flip());
+            b.put(header(Nbd.CMD_READ, offset + i * stride, length).flip());
         }
         out.write(b.array());
         out.flush();

@@ -115,4 +115,57 @@ class MemServerAdminTest {
             m.destroyForcibly();
         }
     }
+
+    @Test
+    void withoutATokenReadsWorkAndStateChangesAreRefusedInOneLine() throws Exception {
+        Path dir = Files.createTempDirectory("admin");
+        Path log = dir.resolve("memserver.log");
+        Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+                "--capacity", "64M");
+        try {
+            String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8))
+                    .readLine();
+            Matcher matcher = LINE.matcher(String.valueOf(line));
+            assertTrue(matcher.find(), line + "\n" + Files.readString(log));
+            String adminAddress = matcher.group(3);
+
+            Result stats = admin(dir, adminAddress, "stats");
+            assertEquals(0, stats.code(), stats.err());
+            assertTrue(stats.out().contains("\"draining\":false"), stats.out());
+            for (String action : new String[] {"drain", "shutdown"}) {
+                Result refused = admin(dir, adminAddress, action);
+                assertEquals(1, refused.code());
+                assertEquals(1, refused.err().strip().lines().count(), "one line: " + refused.err());
+                assertTrue(refused.err().startsWith("admin: " + action + " refused: ")
+                        && refused.err().contains("--token-file"), refused.err());
+            }
+            Result revoke = admin(dir, adminAddress, "--token", "guess", "revoke", "1");
+            assertTrue(revoke.err().startsWith("admin: revoke refused: ") && revoke.code() == 1, revoke.err());
+            assertTrue(m.isAlive(), "nothing was shut down");
+            assertTrue(admin(dir, adminAddress, "stats").out().contains("\"draining\":false"), "nothing drained");
+        } finally {
+            m.destroyForcibly();
+        }
+    }
+
+    @Test
+    void withATokenAStateChangeWithoutItIsRefusedWithAHint() throws Exception {
+        Path dir = Files.createTempDirectory("admin");
+        Path log = dir.resolve("memserver.log");
+        Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+                "--capacity", "64M", "--token", "k");
+        try {
+            String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8))
+                    .readLine();
+            Matcher matcher = LINE.matcher(String.valueOf(line));
+            assertTrue(matcher.find(), line + "\n" + Files.readString(log));
+            Result refused = admin(dir, matcher.group(3), "shutdown");
+            assertEquals(1, refused.code());
+            assertEquals("admin: shutdown refused: wrong or missing token (give --token-file FILE with the server's"
+                    + " token)", refused.err().strip());
+            assertTrue(m.isAlive());
+        } finally {
+            m.destroyForcibly();
+        }
+    }
 }

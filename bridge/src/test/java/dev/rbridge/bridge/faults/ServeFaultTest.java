@@ -277,7 +277,7 @@ class ServeFaultTest {
                         StandardCharsets.UTF_8));
                 String first = out.readLine();
                 assertTrue(first != null && first.startsWith("submitted"), String.valueOf(first));
-                c.awaitAdmin("/memservers", v -> ((Number) c.memserverStatus().getFirst().get("inFlight")).longValue()
+                c.awaitAdmin("/memservers", v -> ((Number) c.memserverStatus().getFirst().get("in_flight")).longValue()
                         == 128, Duration.ofSeconds(10));
                 c.memserver(0).thaw();
                 assertTrue(reads.waitFor(60, TimeUnit.SECONDS));
@@ -288,7 +288,7 @@ class ServeFaultTest {
                 c.memserver(0).thaw();
                 reads.destroyForcibly();
             }
-            c.awaitAdmin("/memservers", v -> ((Number) c.memserverStatus().getFirst().get("inFlight")).longValue() == 0,
+            c.awaitAdmin("/memservers", v -> ((Number) c.memserverStatus().getFirst().get("in_flight")).longValue() == 0,
                     Duration.ofSeconds(10));
         }
     }

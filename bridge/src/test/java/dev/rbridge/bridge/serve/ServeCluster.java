@@ -53,6 +53,7 @@ public final class ServeCluster implements AutoCloseable {
     private static final Pattern SERVING = Pattern.compile("rbridge serve: serving (\\S+)");
     private static final Pattern ADMIN = Pattern.compile("rbridge serve: admin http://([^/\\s]+)/");
     private static final Pattern METRICS = Pattern.compile("metrics http://([^/\\s]+)/metrics");
+    private static final Pattern MEMSERVER_ADMIN = Pattern.compile("rbridge memserver: lending .* admin (\\S+:\\d+)");
     private static final Pattern TCP_URI = Pattern.compile("nbd://([^/]+):(\\d+)/");
     private static final Duration START_TIMEOUT = Duration.ofSeconds(60);
     private static final AtomicInteger SEQ = new AtomicInteger();
@@ -99,6 +100,7 @@ public final class ServeCluster implements AutoCloseable {
         private final List<String> volumes = new ArrayList<>();
         private boolean unix;
         private boolean admin = true;
+        private boolean memserverAdmin;
         private boolean metrics;
         private String token;
         private String timeout = "5";
@@ -139,6 +141,15 @@ public final class ServeCluster implements AutoCloseable {
         /** The bridge's admin interface on a free port (default on); off gives {@code --admin none}. */
         public Builder admin(boolean admin) {
             this.admin = admin;
+            return this;
+        }
+
+        /**
+         * Every memserver's admin interface on a free port ({@link Memserver#adminAddress()}); default off
+         * ({@code --admin none}).
+         */
+        public Builder memserverAdmin(boolean on) {
+            this.memserverAdmin = on;
             return this;
         }
 
@@ -400,6 +411,7 @@ public final class ServeCluster implements AutoCloseable {
         private String host;
         private int port;
         private String metricsAddress;
+        private String adminAddress;
 
         private Memserver(ServeCluster cluster, int index) {
             this.cluster = cluster;
@@ -408,7 +420,8 @@ public final class ServeCluster implements AutoCloseable {
 
         private void start(int onPort) throws IOException {
             List<String> args = new ArrayList<>(List.of("memserver", "--listen", "127.0.0.1:" + onPort,
-                    "--capacity", cluster.config.capacity, "--admin", "none", "--transport",
+                    "--capacity", cluster.config.capacity, "--admin", !cluster.config.memserverAdmin ? "none"
+                            : adminAddress == null ? "127.0.0.1:0" : adminAddress, "--transport",
                     cluster.config.transport, "--metrics",
                     !cluster.config.metrics ? "none" : metricsAddress == null ? "127.0.0.1:0" : metricsAddress));
             if (cluster.config.token != null) {
@@ -423,6 +436,14 @@ public final class ServeCluster implements AutoCloseable {
             if (cluster.config.metrics) {
                 metricsAddress = process.await(METRICS, 1, START_TIMEOUT).group(1);
             }
+            if (cluster.config.memserverAdmin) {
+                adminAddress = process.await(MEMSERVER_ADMIN, 1, START_TIMEOUT).group(1);
+            }
+        }
+
+        /** {@code host:port} of its admin interface (kept across restarts), or null without memserverAdmin. */
+        public String adminAddress() {
+            return adminAddress;
         }
 
         /** {@code host:port} of its /metrics (kept across restarts), or null without {@link Builder#metrics}. */
@@ -825,150 +846,14 @@ public final class ServeCluster implements AutoCloseable {
 
     // ------------------------------------------------------------------------------------------------ JSON
 
-    /** Just enough JSON for the admin interface: objects, arrays, strings, numbers, booleans, null. */
+    /** The project's one JSON reader ({@link dev.rbridge.ops.json.Json}), under the name these tests use. */
     public static final class Json {
-        private final String s;
-        private int i;
-
-        private Json(String s) {
-            this.s = s;
+        private Json() {
         }
 
+        /** Objects as maps in document order, arrays as lists, strings, longs, doubles, booleans, null. */
         public static Object parse(String text) {
-            Json j = new Json(text);
-            Object v = j.value();
-            j.ws();
-            if (j.i != text.length()) {
-                throw j.error("trailing characters");
-            }
-            return v;
-        }
-
-        private IllegalArgumentException error(String what) {
-            return new IllegalArgumentException("bad JSON at " + i + " (" + what + "): " + s);
-        }
-
-        private void ws() {
-            while (i < s.length() && Character.isWhitespace(s.charAt(i))) {
-                i++;
-            }
-        }
-
-        private Object value() {
-            ws();
-            if (i >= s.length()) {
-                throw error("end of input");
-            }
-            char c = s.charAt(i);
-            switch (c) {
-                case '{' -> {
-                    i++;
-                    Map<String, Object> m = new LinkedHashMap<>();
-                    ws();
-                    if (s.charAt(i) == '}') {
-                        i++;
-                        return m;
-                    }
-                    while (true) {
-                        ws();
-                        String k = string();
-                        ws();
-                        expect(':');
-                        m.put(k, value());
-                        ws();
-                        if (s.charAt(i) == ',') {
-                            i++;
-                        } else {
-                            expect('}');
-                            return m;
-                        }
-                    }
-                }
-                case '[' -> {
-                    i++;
-                    List<Object> l = new ArrayList<>();
-                    ws();
-                    if (s.charAt(i) == ']') {
-                        i++;
-                        return l;
-                    }
-                    while (true) {
-                        l.add(value());
-                        ws();
-                        if (s.charAt(i) == ',') {
-                            i++;
-                        } else {
-                            expect(']');
-                            return l;
-                        }
-                    }
-                }
-                case '"' -> {
-                    return string();
-                }
-                default -> {
-                    if (s.startsWith("true", i)) {
-                        i += 4;
-                        return Boolean.TRUE;
-                    }
-                    if (s.startsWith("false", i)) {
-                        i += 5;
-                        return Boolean.FALSE;
-                    }
-                    if (s.startsWith("null", i)) {
-                        i += 4;
-                        return null;
-                    }
-                    int from = i;
-                    while (i < s.length() && "+-0123456789.eE".indexOf(s.charAt(i)) >= 0) {
-                        i++;
-                    }
-                    String n = s.substring(from, i);
-                    if (n.isEmpty()) {
-                        throw error("unexpected '" + c + "'");
-                    }
-                    return n.contains(".") || n.contains("e") || n.contains("E") ? (Object) Double.parseDouble(n)
-                            : (Object) Long.parseLong(n);
-                }
-            }
-        }
-
-        private void expect(char c) {
-            if (i >= s.length() || s.charAt(i) != c) {
-                throw error("expected '" + c + "'");
-            }
-            i++;
-        }
-
-        private String string() {
-            expect('"');
-            StringBuilder b = new StringBuilder();
-            while (true) {
-                if (i >= s.length()) {
-                    throw error("unterminated string");
-                }
-                char c = s.charAt(i++);
-                if (c == '"') {
-                    return b.toString();
-                }
-                if (c != '\\') {
-                    b.append(c);
-                    continue;
-                }
-                char e = s.charAt(i++);
-                switch (e) {
-                    case 'n' -> b.append('\n');
-                    case 't' -> b.append('\t');
-                    case 'r' -> b.append('\r');
-                    case 'b' -> b.append('\b');
-                    case 'f' -> b.append('\f');
-                    case 'u' -> {
-                        b.append((char) Integer.parseInt(s.substring(i, i + 4), 16));
-                        i += 4;
-                    }
-                    default -> b.append(e);
-                }
-            }
+            return dev.rbridge.ops.json.Json.parse(text);
         }
     }
 }

@@ -327,7 +327,7 @@ class ServeInteropTest {
         }
         Map<String, Object> rebuild = cluster.rebuild();
         assertEquals(0L, rebuild.get("queued"), "rebuild queue: " + rebuild);
-        assertEquals(0L, rebuild.get("degradedSlabs"), "rebuild: " + rebuild);
+        assertEquals(0L, rebuild.get("degraded_slabs"), "rebuild: " + rebuild);
 
         List<Map<String, Object>> volumes = cluster.volumes();
         assertEquals(6, volumes.size(), volumes.toString());

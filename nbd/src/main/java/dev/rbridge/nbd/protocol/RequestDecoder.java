@@ -8,10 +8,12 @@ import java.nio.ByteBuffer;
  * split anywhere, and only the returned request's bytes are consumed.
  *
  * <p>WRITE payloads are gathered into a buffer from the {@link PayloadAllocator}. To spare a copy of large payloads,
- * a caller may fill {@link #payloadSink()} straight from its source and then call {@link #next} again.
+ * a caller may fill {@link #payloadSink()} straight from its source and then call {@link #next} again. An allocator
+ * may refuse for now (a memory budget): the decoder then consumes nothing more, {@link #awaitingBuffer()} is true,
+ * and each later {@link #next} asks again.
  */
 public final class RequestDecoder {
-    private enum State { HEADER, PAYLOAD, DISCARD }
+    private enum State { HEADER, AWAIT_BUFFER, PAYLOAD, DISCARD }
 
     private final PayloadAllocator allocator;
     private final int maxPayload;
@@ -35,7 +37,8 @@ public final class RequestDecoder {
     }
 
     /**
-     * The next request, or null if {@code in} ran dry first.
+     * The next request, or null if {@code in} ran dry first or the allocator refused a buffer for now
+     * ({@link #awaitingBuffer}).
      *
      * @throws NbdProtocolException on a bad request magic: the stream can no longer be framed
      */
@@ -57,6 +60,13 @@ public final class RequestDecoder {
                     if (r != null) {
                         return r;
                     }
+                }
+                case AWAIT_BUFFER -> {
+                    payload = allocator.allocate((int) length);
+                    if (payload == null) {
+                        return null;
+                    }
+                    state = State.PAYLOAD;
                 }
                 case PAYLOAD -> {
                     int n = Math.min(in.remaining(), payload.remaining());
@@ -95,6 +105,11 @@ public final class RequestDecoder {
         return state == State.PAYLOAD ? payload : null;
     }
 
+    /** True when a WRITE header is decoded and the allocator has not yet given its payload a buffer. */
+    public boolean awaitingBuffer() {
+        return state == State.AWAIT_BUFFER;
+    }
+
     /** True when no request is partly decoded, i.e. the stream is at a message boundary. */
     public boolean atBoundary() {
         return state == State.HEADER && header.position() == 0;
@@ -121,8 +136,7 @@ public final class RequestDecoder {
             discardRemaining = length;
             state = State.DISCARD;
         } else {
-            payload = allocator.allocate((int) length);
-            state = State.PAYLOAD;
+            state = State.AWAIT_BUFFER;
         }
         return null;
     }

@@ -41,6 +41,12 @@ public final class BufferPool {
         return b.clear().limit(length);
     }
 
+    /** The capacity of the buffer {@link #acquire} returns for {@code length}: what it holds in memory. */
+    public int capacityFor(int length) {
+        int index = classIndex(length);
+        return index >= classes.length ? length : 1 << (index + MIN_SHIFT);
+    }
+
     public void release(ByteBuffer b) {
         if (b == null || !b.isDirect()) {
             return;

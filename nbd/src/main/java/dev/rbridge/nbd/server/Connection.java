@@ -21,22 +21,34 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
 import java.nio.channels.SocketChannel;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * One client connection, run by one platform thread: the handshake, then the transmission loop. The thread reads and
- * decodes requests and hands them to the device; replies go out through the {@link Outbox} from whichever thread
- * completes them, in completion order. A protocol violation ends this connection only.
+ * One client connection, run by one platform thread: the handshake (blocking), then the transmission loop on a
+ * non-blocking socket with a selector of its own. The thread reads and decodes requests and hands them to the
+ * device; replies go out through the {@link Outbox} from whichever thread completes them, and never make that thread
+ * wait: what the client does not read stays queued until this thread can write it. A protocol violation ends this
+ * connection only.
+ *
+ * <p>What one connection can hold is bounded: requests at the device ({@code maxInFlightPerConnection}), payload
+ * bytes (its {@link PayloadBudget.Account}), and time (the {@link NbdServer}'s housekeeper closes it when a handshake,
+ * a half-received request or an unread reply overstays). When a bound is reached the connection stops reading, so
+ * TCP pushes back on the client, and a request that is decoded but cannot start yet waits for room; it is never
+ * refused for it.
  */
 final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
     /** Small enough that little of a large WRITE payload is copied through it (the rest goes straight to its buffer). */
     private static final int READ_BUFFER = 64 << 10;
+    /** During the handshake: options are streamed through the decoder, so this needs only hold what one read brings. */
+    private static final int HANDSHAKE_BUFFER = 4 << 10;
     private static final int MAX_OPTIONS = 4096;
     private static final int BASE_ALLOCATION_ID = 1;
     /** Extents per BLOCK_STATUS reply; the spec lets a server stop early, and clients ask again from there. */
@@ -47,7 +59,9 @@ final class Connection implements Runnable {
     private final SocketChannel channel;
     private final long id;
     private final String peer;
-    private final ByteBuffer in = ByteBuffer.allocateDirect(READ_BUFFER).flip();
+    private final String peerAddress;
+    private final long acceptedNanos;
+    private ByteBuffer in = ByteBuffer.allocate(HANDSHAKE_BUFFER).flip();
     private final NbdServerMetrics metrics;
     private NbdServerMetrics.ExportMetrics exportMetrics = NbdServerMetrics.ExportMetrics.NONE;
 
@@ -62,24 +76,93 @@ final class Connection implements Runnable {
     private Export export;
     private BlockDevice device;
     private Outbox outbox;
-    private Semaphore inFlight;
+    private Selector selector;
+    private SelectionKey key;
+    private PayloadBudget.Account budget;
+    private RequestDecoder decoder;
+    private final AtomicInteger inFlight = new AtomicInteger();
+    private int maxInFlight;
+    /** Decoded, but waiting for a slot or for buffer memory before it can start. */
+    private Request waiting;
+    /** {@link #waiting} waits for a slot (a completion frees one), not for buffers (the budget wakes us). */
+    private boolean waitingForSlot;
+    /** This connection's thread is waiting for a slot or buffers: completions and releases must wake it. */
+    private volatile boolean paused;
+    /** A request is decoded (or its header is) and waits for a slot or buffers. */
+    private volatile boolean holdingRequest;
     private volatile boolean draining;
+    /** Why the server closed this connection, if it did (the housekeeper's reason), else null. */
+    private volatile String closedBecause;
     private long requests;
 
-    Connection(NbdServer server, SocketChannel channel, long id, String peer) {
+    // read by the housekeeper (System.nanoTime values; 0 = not applicable)
+    /** Since when the client has been sending a request that has not fully arrived (our waits excluded). */
+    private volatile long partialSinceNanos;
+    /** The last time a request started or finished. */
+    private volatile long lastActiveNanos;
+    /** The last time bytes arrived. */
+    private volatile long lastReadNanos;
+
+    Connection(NbdServer server, SocketChannel channel, long id, String peer, String peerAddress) {
         this.server = server;
         this.channel = channel;
         this.id = id;
         this.peer = peer;
+        this.peerAddress = peerAddress;
         this.metrics = server.config().metrics();
+        this.acceptedNanos = System.nanoTime();
+        this.lastActiveNanos = acceptedNanos;
     }
 
     long id() {
         return id;
     }
 
+    String peer() {
+        return peer;
+    }
+
+    /** The peer's address without the port: what the per-peer limits count by. */
+    String peerAddress() {
+        return peerAddress;
+    }
+
     boolean inTransmission() {
         return inTransmission;
+    }
+
+    long acceptedNanos() {
+        return acceptedNanos;
+    }
+
+    long partialSinceNanos() {
+        return partialSinceNanos;
+    }
+
+    long lastActiveNanos() {
+        return lastActiveNanos;
+    }
+
+    long lastReadNanos() {
+        return lastReadNanos;
+    }
+
+    /** Nanos since when replies have waited for the client to read them, or 0. */
+    long repliesStalledSinceNanos() {
+        Outbox o = outbox;
+        return o == null ? 0 : o.stalledSince();
+    }
+
+    /** Payload bytes this connection holds now (buffers being received, at the device, or waiting to be sent). */
+    long heldBytes() {
+        PayloadBudget.Account b = budget;
+        return b == null ? 0 : b.held();
+    }
+
+    /** Nothing in flight, nothing half-received, nothing waiting to be written: only the connection itself is held. */
+    boolean idle() {
+        Outbox o = outbox;
+        return inFlight.get() == 0 && partialSinceNanos == 0 && !holdingRequest && (o == null || o.idle());
     }
 
     @Override
@@ -94,13 +177,12 @@ final class Connection implements Runnable {
         } catch (NbdProtocolException e) {
             ending = "protocol violation: " + e.getMessage();
             metrics.protocolViolation();
-            log.warn("connection {} from {}: {}; closing this connection only", id, peer, ending);
+            server.logLimited("protocol", "connection {} from {}: {}; closing this connection only", id, peer, ending);
         } catch (ClosedChannelException e) {
-            ending = server.closing() ? "server shutdown"
-                    : inTransmission ? "connection closed" : "handshake not finished in time or connection closed";
+            ending = closedBecause != null ? closedBecause : server.closing() ? "server shutdown" : "connection closed";
         } catch (IOException e) {
-            ending = "I/O error: " + e.getMessage();
-        } catch (RuntimeException e) {
+            ending = closedBecause != null ? closedBecause : "I/O error: " + e.getMessage();
+        } catch (RuntimeException | OutOfMemoryError e) {
             ending = "internal error: " + e;
             log.error("connection {} from {}: internal error", id, peer, e);
         } finally {
@@ -268,9 +350,8 @@ final class Connection implements Runnable {
         if (metaContextExport != e) {
             baseAllocation = false; // contexts negotiated for another export do not carry over
         }
-        outbox = new Outbox(channel, server.bufferPool(), this::closeChannel);
-        inFlight = new Semaphore(server.config().maxInFlightPerConnection());
         inTransmission = true;
+        lastActiveNanos = System.nanoTime();
         exportMetrics = metrics.export(e.name());
         exportMetrics.connectionOpened();
         log.info("connection {} from {}: serving export '{}' ({} bytes{}{})", id, peer, e.name(), e.size(),
@@ -280,17 +361,25 @@ final class Connection implements Runnable {
     // --------------------------------------------------------------------------------------------- transmission
 
     private void transmission() throws IOException, NbdProtocolException {
-        RequestDecoder decoder = new RequestDecoder(server.bufferPool()::acquire, export.maximumPayload());
+        ByteBuffer leftover = in;
+        in = ByteBuffer.allocateDirect(READ_BUFFER).put(leftover).flip();
+        maxInFlight = server.config().maxInFlightPerConnection();
+        selector = Selector.open();
+        channel.configureBlocking(false);
+        key = channel.register(selector, 0);
+        Thread self = Thread.currentThread();
+        budget = server.payloadBudget().open(peerAddress, selector::wakeup);
+        outbox = new Outbox(channel, this::replied, this::closeChannel, () -> {
+            if (Thread.currentThread() != self) {
+                selector.wakeup(); // this thread must now wait for the socket to be writable
+            }
+        });
+        decoder = new RequestDecoder(this::allocatePayload, export.maximumPayload());
         while (true) {
             outbox.cork();
-            Request r;
             try {
-                while ((r = decoder.next(in)) != null) {
-                    if (r.type() == Nbd.CMD_DISC) {
-                        log.debug("connection {}: NBD_CMD_DISC", id);
-                        return;
-                    }
-                    dispatch(r);
+                if (!dispatchAvailable()) {
+                    return;
                 }
             } finally {
                 outbox.uncork();
@@ -298,23 +387,137 @@ final class Connection implements Runnable {
             if (outbox.broken()) {
                 throw new ClosedChannelException();
             }
-            ByteBuffer sink = decoder.payloadSink();
-            if (sink != null && sink.remaining() > in.capacity() / 2) {
-                // A large WRITE payload goes from the socket straight into its buffer.
-                if (channel.read(sink) < 0) {
+            boolean stopped = waiting != null || decoder.awaitingBuffer();
+            if (stopped != holdingRequest) {
+                holdingRequest = stopped;
+            }
+            if (!stopped) {
+                int n = readSome();
+                if (n < 0) {
                     throw new EOFException();
                 }
-                continue;
+                if (n > 0) {
+                    lastReadNanos = System.nanoTime();
+                    continue;
+                }
             }
-            readMore();
+            await(stopped);
         }
     }
 
-    private void dispatch(Request r) {
-        requests++;
+    /** Decodes and starts requests until input runs dry or one must wait. False when the client sent DISC. */
+    private boolean dispatchAvailable() throws NbdProtocolException {
+        if (waiting != null) {
+            if (!tryStart(waiting)) {
+                return true;
+            }
+            waiting = null;
+        }
+        Request r;
+        while ((r = decoder.next(in)) != null) {
+            if (r.type() == Nbd.CMD_DISC) {
+                log.debug("connection {}: NBD_CMD_DISC", id);
+                return false;
+            }
+            if (!tryStart(r)) {
+                waiting = r;
+                return true;
+            }
+        }
+        trackPartial();
+        return true;
+    }
+
+    private int readSome() throws IOException {
+        ByteBuffer sink = decoder.payloadSink();
+        if (sink != null && sink.remaining() > in.capacity() / 2 && !in.hasRemaining()) {
+            return channel.read(sink); // a large WRITE payload goes from the socket straight into its buffer
+        }
+        in.compact();
+        try {
+            return channel.read(in);
+        } finally {
+            in.flip();
+        }
+    }
+
+    /**
+     * Waits until the socket has input (unless {@code stopped}: a request waits for a slot or buffers, and then only
+     * a completion or a release can let it go on), until it can take more replies if some wait, or until woken.
+     */
+    private void await(boolean stopped) throws IOException {
+        if (stopped) {
+            paused = true;
+            // Re-check after announcing the pause: a completion between the check and the pause would not wake us.
+            // (A wait for buffers needs no re-check: the budget recorded us as waiting before we got here.)
+            if (waiting != null && waitingForSlot && inFlight.get() < maxInFlight) {
+                paused = false;
+                return;
+            }
+        }
+        key.interestOps((stopped ? 0 : SelectionKey.OP_READ) | (outbox.blocked() ? SelectionKey.OP_WRITE : 0));
+        selector.select();
+        paused = false;
+        boolean writable = selector.selectedKeys().contains(key) && key.isValid()
+                && (key.readyOps() & SelectionKey.OP_WRITE) != 0;
+        selector.selectedKeys().clear();
+        if (!channel.isOpen()) {
+            throw new ClosedChannelException();
+        }
+        if (writable) {
+            outbox.writable();
+        }
+    }
+
+    /** True when {@code r} needs buffer memory to start (a READ, for its data). */
+    private boolean needsBuffer(Request r) {
+        return r.type() == Nbd.CMD_READ && r.length() > 0;
+    }
+
+    /** Keeps {@link #partialSinceNanos}: only time the client owes us bytes counts, not time we wait for buffers. */
+    private void trackPartial() {
+        if (decoder.atBoundary() || decoder.awaitingBuffer()) {
+            partialSinceNanos = 0;
+        } else if (partialSinceNanos == 0) {
+            partialSinceNanos = System.nanoTime();
+        }
+    }
+
+    /** The decoder's WRITE payload buffer, when the budget has room for it; null makes the decoder wait. */
+    private ByteBuffer allocatePayload(int length) {
+        if (!budget.tryAcquire(server.bufferPool().capacityFor(length))) {
+            return null;
+        }
+        return server.bufferPool().acquire(length);
+    }
+
+    /**
+     * A reply left (or was dropped with the connection): its request no longer holds a slot or memory. Slots are held
+     * until the reply is written, so a client that reads no replies cannot make replies pile up here.
+     */
+    private void replied(Reply reply) {
+        releasePayload(reply.payload());
+        inFlight.decrementAndGet();
+        if (paused) {
+            selector.wakeup();
+        }
+    }
+
+    /** Gives a payload buffer back to the pool and its bytes back to the budget. */
+    private void releasePayload(ByteBuffer b) {
+        if (b == null || !b.isDirect()) {
+            return; // none, or the empty payload of a zero-length WRITE
+        }
+        budget.release(server.bufferPool().capacityFor(b.capacity()));
+        server.bufferPool().release(b);
+    }
+
+    /** Starts {@code r}, or returns false when it must wait for a slot or buffer memory. */
+    private boolean tryStart(Request r) {
         long start = System.nanoTime();
-        exportMetrics.requestStarted(r.type());
         if (draining) {
+            requests++;
+            exportMetrics.requestStarted(r.type());
             if (structured) {
                 fail(r, start, Errno.ESHUTDOWN, "server is shutting down");
             } else {
@@ -322,23 +525,39 @@ final class Connection implements Runnable {
                 // for the filesystem. Left unanswered, the request is requeued by the kernel once the connection
                 // closes and its timeout passes, onto a reconnected socket (rbridge attach, nbd-client -persist): a
                 // bridge restart then costs a pause, not an I/O error. The spec's ESHUTDOWN is a MAY-speed-up.
-                server.bufferPool().release(r.payload());
+                releasePayload(r.payload());
                 exportMetrics.requestCompleted(r.type(), 0, System.nanoTime() - start, Errno.ESHUTDOWN);
                 log.debug("connection {}: {} left unanswered: shutting down", id, r);
             }
-            return;
+            return true;
+        }
+        if (inFlight.get() >= maxInFlight) {
+            waitingForSlot = true;
+            return false;
         }
         Rejection rejection = validate(r);
+        ByteBuffer readBuffer = null;
+        if (rejection == null && needsBuffer(r)) {
+            int length = (int) r.length();
+            if (!budget.tryAcquire(server.bufferPool().capacityFor(length))) {
+                waitingForSlot = false;
+                return false;
+            }
+            readBuffer = server.bufferPool().acquire(length);
+        }
+        requests++;
+        lastActiveNanos = start;
+        exportMetrics.requestStarted(r.type());
         if (rejection != null) {
             fail(r, start, rejection.errno(), rejection.reason());
-            return;
+            return true;
         }
-        acquireSlot();
+        inFlight.incrementAndGet();
         boolean fua = r.hasFlag(Nbd.CMD_FLAG_FUA);
         CompletableFuture<?> op;
         try {
             op = switch (r.type()) {
-                case Nbd.CMD_READ -> read(r, start);
+                case Nbd.CMD_READ -> read(r, start, readBuffer);
                 case Nbd.CMD_WRITE -> device.write(r.offset(), r.payload(), fua);
                 case Nbd.CMD_FLUSH -> device.flush();
                 case Nbd.CMD_TRIM -> device.trim(r.offset(), r.length(), fua);
@@ -352,25 +571,25 @@ final class Connection implements Runnable {
             op = CompletableFuture.failedFuture(e);
         }
         if (r.type() == Nbd.CMD_READ || r.type() == Nbd.CMD_BLOCK_STATUS) {
-            return; // these reply from their own completion handlers
+            return true; // these reply from their own completion handlers
         }
         op.whenComplete((v, t) -> {
-            server.bufferPool().release(r.payload());
+            releasePayload(r.payload());
             if (t == null) {
                 complete(r, start, null, new Reply.Simple(r.handle(), 0, null));
             } else {
                 failed(r, start, t);
             }
         });
+        return true;
     }
 
-    private CompletableFuture<?> read(Request r, long start) {
+    private CompletableFuture<?> read(Request r, long start, ByteBuffer buffer) {
         int length = (int) r.length();
         if (length == 0) {
             complete(r, start, null, structured ? new Reply.Done(r.handle()) : new Reply.Simple(r.handle(), 0, null));
             return CompletableFuture.completedFuture(null);
         }
-        ByteBuffer buffer = server.bufferPool().acquire(length);
         CompletableFuture<Void> f;
         try {
             f = device.read(r.offset(), buffer);
@@ -379,7 +598,7 @@ final class Connection implements Runnable {
         }
         f.whenComplete((v, t) -> {
             if (t != null) {
-                server.bufferPool().release(buffer);
+                releasePayload(buffer);
                 failed(r, start, t);
                 return;
             }
@@ -475,19 +694,11 @@ final class Connection implements Runnable {
 
     // ------------------------------------------------------------------------------------------------- replies
 
-    private void acquireSlot() {
-        if (!inFlight.tryAcquire()) {
-            outbox.uncork(); // let finished replies out while we wait for room
-            inFlight.acquireUninterruptibly();
-            outbox.cork();
-        }
-    }
-
     /** Replies with an error to a request that never reached the device. */
     private void fail(Request r, long start, Errno errno, String message) {
-        server.bufferPool().release(r.payload());
+        releasePayload(r.payload());
         log.debug("connection {}: {} -> {} ({})", id, r, errno, message);
-        acquireSlot();
+        inFlight.incrementAndGet();
         complete(r, start, errno, errorReply(r, errno, message));
     }
 
@@ -501,7 +712,8 @@ final class Connection implements Runnable {
         } else {
             errno = Errno.EIO;
             message = "I/O error: " + cause;
-            log.warn("connection {}: {} failed on export '{}'", id, r, export.name(), cause);
+            server.logLimited("device_error", "connection {}: {} failed on export '{}'", id, r, export.name(),
+                    cause);
         }
         complete(r, start, errno, errorReply(r, errno, message));
     }
@@ -513,9 +725,10 @@ final class Connection implements Runnable {
 
     private void complete(Request r, long start, Errno errno, Reply reply) {
         long bytes = r.type() == Nbd.CMD_READ || r.type() == Nbd.CMD_WRITE ? r.length() : 0;
-        exportMetrics.requestCompleted(r.type(), bytes, System.nanoTime() - start, errno);
+        long nanos = System.nanoTime() - start;
+        exportMetrics.requestCompleted(r.type(), bytes, nanos, errno);
+        lastActiveNanos = start + nanos;
         outbox.send(reply);
-        inFlight.release();
     }
 
     // ----------------------------------------------------------------------------------------------- lifecycle
@@ -526,12 +739,21 @@ final class Connection implements Runnable {
      */
     void beginDrain() {
         draining = true;
+        Selector s = selector;
+        if (s != null) {
+            s.wakeup(); // a request waiting for room is now answered at once
+        }
     }
 
     /** True when nothing is in flight and every reply has been written. */
     boolean quiescent() {
-        return !inTransmission || (inFlight.availablePermits() == server.config().maxInFlightPerConnection()
-                && outbox.idle());
+        return !inTransmission || (inFlight.get() == 0 && (outbox == null || outbox.idle()));
+    }
+
+    /** The server closes this connection (a limit or a timeout); {@code reason} is how its end is logged. */
+    void closeBecause(String reason) {
+        closedBecause = reason;
+        closeChannel();
     }
 
     void closeChannel() {
@@ -540,18 +762,43 @@ final class Connection implements Runnable {
         } catch (IOException e) {
             log.debug("connection {}: close failed", id, e);
         }
+        Selector s = selector;
+        if (s != null) {
+            s.wakeup(); // a closed channel does not wake a selector it is registered with
+        }
     }
 
     private void finish(String ending) {
         if (inTransmission) {
             // Let requests already at the device finish, so their buffers come back and their replies go out.
             long deadline = System.nanoTime() + server.config().drainTimeout().toNanos();
-            while (!quiescent() && System.nanoTime() < deadline && !outbox.broken()) {
-                sleepQuietly();
+            while (!quiescent() && System.nanoTime() < deadline && outbox != null && !outbox.broken()
+                    && channel.isOpen()) {
+                awaitWritable();
             }
             exportMetrics.connectionClosed();
         }
         closeChannel();
+        if (outbox != null) {
+            outbox.close();
+        }
+        if (decoder != null) {
+            releasePayload(decoder.payloadSink());
+        }
+        if (waiting != null) {
+            releasePayload(waiting.payload());
+            waiting = null;
+        }
+        if (budget != null) {
+            budget.close();
+        }
+        if (selector != null) {
+            try {
+                selector.close();
+            } catch (IOException e) {
+                log.debug("connection {}: closing its selector failed", id, e);
+            }
+        }
         if (inTransmission) {
             log.info("connection {} from {}: {} after {} requests", id, peer, ending, requests);
         } else {
@@ -560,14 +807,29 @@ final class Connection implements Runnable {
         server.connectionEnded(this);
     }
 
-    private static void sleepQuietly() {
+    /** While the last replies go out: writes what the socket takes, waiting a little for it. */
+    private void awaitWritable() {
         try {
-            TimeUnit.MILLISECONDS.sleep(1);
+            if (key == null || !key.isValid()) {
+                TimeUnit.MILLISECONDS.sleep(1);
+                return;
+            }
+            key.interestOps(outbox.blocked() ? SelectionKey.OP_WRITE : 0);
+            selector.select(2);
+            selector.selectedKeys().clear();
+            if (outbox.blocked()) {
+                outbox.writable();
+            }
+        } catch (IOException e) {
+            log.debug("connection {}: waiting to write the last replies failed", id, e);
+            closeChannel();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+            closeChannel();
         }
     }
 
+    /** During the handshake (blocking socket). */
     private void readMore() throws IOException {
         in.compact();
         int n;
@@ -581,6 +843,7 @@ final class Connection implements Runnable {
         }
     }
 
+    /** During the handshake (blocking socket). */
     private void writeFully(ByteBuffer b) throws IOException {
         while (b.hasRemaining()) {
             channel.write(b);

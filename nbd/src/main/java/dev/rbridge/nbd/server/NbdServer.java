@@ -14,44 +14,59 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.Executors;
-import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * The NBD server: one acceptor thread per listening address and one platform thread per connection (measured faster
- * than virtual threads or a selector for a few busy connections; see shared/notes/transports.md).
+ * The NBD server: one acceptor thread per listening address, one platform thread per connection (measured faster
+ * than virtual threads or a shared selector for a few busy connections), and a housekeeper that enforces the time
+ * limits.
+ *
+ * <p>Slots: at most {@code maxConnections} connections, {@code maxConnectionsPerPeer} from one address. A connection
+ * that would pass either takes the slot of the longest-idle connection of that address (for the global limit, of the
+ * address holding the most), preferring one still in its handshake; idle connections of clients that finished their
+ * handshake are otherwise never closed (the kernel keeps them for days). When no connection is idle, the new one is
+ * refused.
  *
  * <p>{@link #close()} is a graceful shutdown: stop accepting, refuse new options and requests with the spec's
  * shutdown errors, wait up to the drain timeout for in-flight requests, then close every connection.
  */
 public final class NbdServer implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(NbdServer.class);
+    /** How often the housekeeper looks at every connection's clocks. */
+    private static final long HOUSEKEEPING_MILLIS = 100;
 
     private final NbdServerConfig config;
     private final BufferPool bufferPool;
+    private final PayloadBudget payloadBudget;
+    private final LogLimiter limitedLog = new LogLimiter(log);
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<ListenAddress> bound = new ArrayList<>();
+    /** Every open connection, and how many each address has; guarded by {@link #slots}. */
     private final Set<Connection> connections = ConcurrentHashMap.newKeySet();
-    private final ScheduledExecutorService timer;
+    private final Map<String, Integer> perPeer = new HashMap<>();
+    private final Object slots = new Object();
+    private final Thread housekeeper;
     private final AtomicLong nextId = new AtomicLong(1);
     private final CountDownLatch terminated = new CountDownLatch(1);
+    /** Listeners whose accept loop ended although the server is not closing, and why. */
+    private final Map<String, String> brokenListeners = new ConcurrentHashMap<>();
     private volatile boolean closing;
 
     private NbdServer(NbdServerConfig config) {
         this.config = config;
         int largest = config.exports().stream().mapToInt(Export::maximumPayload).max().orElse(Export.DEFAULT_MAXIMUM_PAYLOAD);
         this.bufferPool = new BufferPool(largest, config.bufferPoolRetainBytes());
-        this.timer = Executors.newSingleThreadScheduledExecutor(r -> {
-            Thread t = new Thread(r, "nbd-timer");
-            t.setDaemon(true);
-            return t;
-        });
+        this.payloadBudget = new PayloadBudget(config.payloadBudget(), config.payloadBudgetPerPeer(),
+                config.payloadBudgetPerConnection());
+        this.housekeeper = new Thread(this::housekeeping, "nbd-housekeeper");
+        housekeeper.setDaemon(true);
     }
 
     /** Binds every configured address and starts serving. On a bind failure nothing is left listening. */
@@ -63,9 +78,10 @@ public final class NbdServer implements AutoCloseable {
             }
         } catch (IOException | RuntimeException e) {
             server.closeListeners();
-            server.timer.shutdownNow();
             throw e;
         }
+        server.housekeeper.start();
+        config.metrics().serverStarted(server.state());
         for (int i = 0; i < server.listeners.size(); i++) {
             ServerSocketChannel listener = server.listeners.get(i);
             ListenAddress address = server.bound.get(i);
@@ -118,60 +134,243 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
+    /** Accepts until the listener closes; no failure of one connection (not even running out of memory) ends it. */
     private void acceptLoop(ServerSocketChannel listener, ListenAddress address) {
         while (!closing) {
             SocketChannel ch;
             try {
                 ch = listener.accept();
             } catch (ClosedChannelException e) {
+                if (!closing) {
+                    brokenListeners.put(address.toString(), "its socket was closed");
+                    log.error("the listener on {} was closed; no new connections are accepted there", address);
+                }
                 return;
             } catch (IOException e) {
-                log.warn("accept on {} failed: {}", address, e.getMessage());
+                limitedLog.warn("accept", "accept on {} failed: {}", address, e.getMessage());
                 sleep(50); // e.g. out of file descriptors: back off instead of spinning
                 continue;
             }
-            String peer = peerOf(ch, address);
-            if (closing) {
-                closeQuietly(ch);
-                return;
-            }
-            if (connections.size() >= config.maxConnections()) {
-                log.warn("refusing connection from {}: already {} connections (the limit)", peer, connections.size());
-                closeQuietly(ch);
-                continue;
-            }
             try {
-                if (address instanceof ListenAddress.Tcp) {
-                    ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
-                    // a client whose host vanished (no FIN, no RST) is found by the kernel and its thread freed
-                    ch.setOption(StandardSocketOptions.SO_KEEPALIVE, true);
-                    config.tcpSocketSetup().accept(ch);
-                }
-            } catch (IOException e) {
+                admit(ch, address);
+            } catch (IOException | RuntimeException | OutOfMemoryError e) {
+                limitedLog.warn("admit", "could not serve a connection on {}: {}", address, e.toString());
                 closeQuietly(ch);
-                continue;
+                sleep(50);
             }
-            Connection c = new Connection(this, ch, nextId.getAndIncrement(), peer);
-            connections.add(c);
-            log.debug("connection {} from {} accepted on {}", c.id(), peer, address);
-            timer.schedule(() -> {
-                if (!c.inTransmission() && connections.contains(c)) {
-                    log.info("connection {} from {}: handshake not finished within {}; closing", c.id(), peer,
-                            config.handshakeTimeout());
-                    c.closeChannel();
-                }
-            }, config.handshakeTimeout().toMillis(), TimeUnit.MILLISECONDS);
-            Thread t = new Thread(c, "nbd-conn-" + c.id());
-            t.setDaemon(true);
-            t.start();
         }
     }
 
-    private static String peerOf(SocketChannel ch, ListenAddress address) {
+    private void admit(SocketChannel ch, ListenAddress address) throws IOException {
+        String peerAddress = address instanceof ListenAddress.Unix ? "unix" : hostOf(ch);
+        String peer = address instanceof ListenAddress.Unix ? "unix:" + address : peerAddress + ":" + portOf(ch);
+        if (closing) {
+            closeQuietly(ch);
+            return;
+        }
+        if (address instanceof ListenAddress.Tcp) {
+            ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+            // a client whose host vanished (no FIN, no RST) is found by the kernel and its thread freed
+            ch.setOption(StandardSocketOptions.SO_KEEPALIVE, true);
+            config.tcpSocketSetup().accept(ch);
+        }
+        Connection c = new Connection(this, ch, nextId.getAndIncrement(), peer, peerAddress);
+        if (!takeSlot(c)) {
+            closeQuietly(ch);
+            return;
+        }
+        log.debug("connection {} from {} accepted on {}", c.id(), peer, address);
+        Thread t = new Thread(c, "nbd-conn-" + c.id());
+        t.setDaemon(true);
         try {
-            return address instanceof ListenAddress.Unix ? "unix:" + address : String.valueOf(ch.getRemoteAddress());
+            t.start();
+        } catch (OutOfMemoryError e) { // no native thread to be had
+            freeSlot(c);
+            throw e;
+        }
+    }
+
+    /** Gives {@code c} a slot, closing the longest-idle connection of the right address if needed; false: refused. */
+    private boolean takeSlot(Connection c) {
+        Connection evicted;
+        String reason;
+        synchronized (slots) {
+            String from = c.peerAddress();
+            int mine = perPeer.getOrDefault(from, 0);
+            if (mine >= config.maxConnectionsPerPeer()) {
+                reason = "peer_limit";
+            } else if (connections.size() >= config.maxConnections()) {
+                reason = "connection_limit";
+                from = busiestPeer();
+            } else {
+                reason = null;
+            }
+            evicted = reason == null ? null : longestIdle(from);
+            if (reason != null && evicted == null) {
+                config.metrics().connectionRefused(reason);
+                limitedLog.warn(reason, "refusing connection from {}: {} (none of {} is idle)", c.peer(),
+                        reason.equals("peer_limit") ? "its address already has " + mine + " connections, the limit"
+                                : "all " + connections.size() + " connection slots are busy",
+                        reason.equals("peer_limit") ? "them" : "the connections of " + from);
+                return false;
+            }
+            if (evicted != null) {
+                release(evicted);
+            }
+            connections.add(c);
+            perPeer.merge(c.peerAddress(), 1, Integer::sum);
+        }
+        if (evicted != null) {
+            config.metrics().connectionClosed("idle_evicted");
+            limitedLog.warn("idle_evicted", "connection {} from {}: closed, idle, to make room for a new connection "
+                    + "from {} ({})", evicted.id(), evicted.peer(), c.peer(), reason.replace('_', ' '));
+            evicted.closeBecause("closed while idle to make room for a new connection (" + reason.replace('_', ' ')
+                    + ")");
+        }
+        return true;
+    }
+
+    /** The address with the most connections; guarded by {@link #slots}. */
+    private String busiestPeer() {
+        return perPeer.entrySet().stream().max(Map.Entry.comparingByValue()).map(Map.Entry::getKey).orElse("");
+    }
+
+    /**
+     * The connection of {@code peerAddress} to give up for a new one: one still in its handshake (oldest first), else
+     * the one idle longest; null if none is idle.
+     */
+    private Connection longestIdle(String peerAddress) {
+        Connection best = null;
+        for (Connection x : connections) {
+            if (x.peerAddress().equals(peerAddress) && x.idle() && (best == null || idler(x, best))) {
+                best = x;
+            }
+        }
+        return best;
+    }
+
+    /** True when {@code a} should go before {@code b}: still handshaking, or idle since longer. */
+    private static boolean idler(Connection a, Connection b) {
+        if (a.inTransmission() != b.inTransmission()) {
+            return !a.inTransmission();
+        }
+        return a.inTransmission() ? a.lastActiveNanos() - b.lastActiveNanos() < 0
+                : a.acceptedNanos() - b.acceptedNanos() < 0;
+    }
+
+    private void release(Connection c) {
+        if (connections.remove(c)) {
+            perPeer.computeIfPresent(c.peerAddress(), (k, n) -> n > 1 ? n - 1 : null);
+        }
+    }
+
+    private void freeSlot(Connection c) {
+        synchronized (slots) {
+            release(c);
+        }
+    }
+
+    private static String hostOf(SocketChannel ch) {
+        try {
+            return ch.getRemoteAddress() instanceof InetSocketAddress i ? i.getAddress().getHostAddress() : "unknown";
         } catch (IOException e) {
-            return "unknown peer";
+            return "unknown";
+        }
+    }
+
+    private static String portOf(SocketChannel ch) {
+        try {
+            return ch.getRemoteAddress() instanceof InetSocketAddress i ? String.valueOf(i.getPort()) : "?";
+        } catch (IOException e) {
+            return "?";
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------- housekeeping
+
+    /** Closes connections that overstay a time limit, and stalled ones whose memory others wait for. */
+    private void housekeeping() {
+        while (!closing) {
+            try {
+                sweep(System.nanoTime());
+            } catch (RuntimeException e) {
+                log.error("housekeeping failed", e);
+            }
+            sleep(HOUSEKEEPING_MILLIS);
+        }
+    }
+
+    private void sweep(long now) {
+        PayloadBudget.Pressure pressure = payloadBudget.pressure();
+        Connection mostHeldStalled = null;
+        long mostHeld = 0;
+        long grace = config.stalledGrace().toNanos();
+        for (Connection c : connections) {
+            if (!c.inTransmission()) {
+                if (now - c.acceptedNanos() > config.handshakeTimeout().toNanos()) {
+                    timeOut(c, "handshake_timeout", "handshake not finished within " + human(config.handshakeTimeout()));
+                }
+                continue;
+            }
+            long partial = c.partialSinceNanos();
+            long stalledReplies = c.repliesStalledSinceNanos();
+            if (partial != 0 && now - partial > config.requestTimeout().toNanos()) {
+                timeOut(c, "request_timeout", "a request did not arrive whole within " + human(config.requestTimeout()));
+                continue;
+            }
+            if (stalledReplies != 0 && now - stalledReplies > config.replyTimeout().toNanos()) {
+                timeOut(c, "reply_timeout", "replies went unread for " + human(config.replyTimeout()));
+                continue;
+            }
+            boolean stalled = (partial != 0 && now - Math.max(partial, c.lastReadNanos()) > grace)
+                    || (stalledReplies != 0 && now - stalledReplies > grace);
+            long held = stalled && pressure.wouldHelp(c.peerAddress()) ? c.heldBytes() : 0;
+            if (held > mostHeld) {
+                mostHeld = held;
+                mostHeldStalled = c;
+            }
+        }
+        if (mostHeldStalled != null) {
+            timeOut(mostHeldStalled, "stalled_evicted", "stalled holding " + mostHeld
+                    + " bytes of payload memory that other requests wait for");
+        }
+    }
+
+    private void timeOut(Connection c, String reason, String why) {
+        config.metrics().connectionClosed(reason);
+        limitedLog.warn(reason, "connection {} from {}: {}; closing it", c.id(), c.peer(), why);
+        c.closeBecause(why);
+    }
+
+    /** "6 s", "300 ms": how a limit reads in a log line. */
+    static String human(Duration d) {
+        return d.toMillis() % 1000 == 0 ? d.toSeconds() + " s" : d.toMillis() + " ms";
+    }
+
+    void logLimited(String kind, String format, Object... args) {
+        limitedLog.warn(kind, format, args);
+    }
+
+    /** The live figures for metrics. */
+    private final class State implements NbdServerState {
+        @Override
+        public int connections() {
+            return connections.size();
+        }
+
+        @Override
+        public long payloadBudgetBytes() {
+            return payloadBudget.total();
+        }
+
+        @Override
+        public long payloadUsedBytes() {
+            return payloadBudget.used();
+        }
+
+        @Override
+        public int payloadWaiting() {
+            return payloadBudget.waiting();
         }
     }
 
@@ -183,12 +382,16 @@ public final class NbdServer implements AutoCloseable {
         return bufferPool;
     }
 
+    PayloadBudget payloadBudget() {
+        return payloadBudget;
+    }
+
     boolean closing() {
         return closing;
     }
 
     void connectionEnded(Connection c) {
-        connections.remove(c);
+        freeSlot(c);
     }
 
     /** The addresses actually bound (TCP port 0 replaced by the port the kernel chose). */
@@ -198,6 +401,19 @@ public final class NbdServer implements AutoCloseable {
 
     public int connectionCount() {
         return connections.size();
+    }
+
+    /**
+     * Listeners that stopped accepting while the server runs (their socket closed under them), each with the reason:
+     * a process in this state is not ready.
+     */
+    public Map<String, String> brokenListeners() {
+        return Map.copyOf(brokenListeners);
+    }
+
+    /** What the server holds now (connections, payload memory). */
+    public NbdServerState state() {
+        return new State();
     }
 
     @Override
@@ -214,7 +430,8 @@ public final class NbdServer implements AutoCloseable {
             }
             closing = true;
         }
-        log.info("shutting down: no new connections; draining {} connection(s) for up to {}", connections.size(), drain);
+        log.info("shutting down: no new connections; draining {} connection(s) for up to {}", connections.size(),
+                human(drain));
         closeListeners();
         for (Connection c : connections) {
             c.beginDrain();
@@ -225,7 +442,8 @@ public final class NbdServer implements AutoCloseable {
         }
         int unfinished = (int) connections.stream().filter(c -> !c.quiescent()).count();
         if (unfinished > 0) {
-            log.warn("{} connection(s) still had requests in flight after {}; closing them anyway", unfinished, drain);
+            log.warn("{} connection(s) still had requests in flight after {}; closing them anyway", unfinished,
+                    human(drain));
         }
         for (Connection c : connections) {
             c.closeChannel();
@@ -234,7 +452,7 @@ public final class NbdServer implements AutoCloseable {
         while (!connections.isEmpty() && System.nanoTime() < closeDeadline) {
             sleep(5);
         }
-        timer.shutdownNow();
+        housekeeper.interrupt();
         log.info("shut down");
         terminated.countDown();
     }

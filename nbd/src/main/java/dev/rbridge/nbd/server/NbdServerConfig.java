@@ -10,18 +10,46 @@ import java.util.Objects;
 import java.util.function.Consumer;
 
 /**
- * Everything the NBD server needs, validated once when built. Defaults suit a local block device: a client gets 30 s to
- * finish its handshake, a shutdown waits up to 10 s for in-flight requests.
+ * Everything the NBD server needs, validated once when built; the defaults are the constants below. They bound what
+ * one client can hold: connections (in all and per peer address), requests in flight per connection, payload memory
+ * (in all, per peer, per connection) and time (to finish the handshake, to send a request whole, to read replies).
  */
 public final class NbdServerConfig {
+    /** A client gets this long from connecting to entering transmission. */
+    public static final Duration HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
+    /** A request's header and payload must have arrived whole this long after its first byte. */
+    public static final Duration REQUEST_TIMEOUT = Duration.ofSeconds(30);
+    /** Replies may wait this long for a client that reads none of them before its connection is closed. */
+    public static final Duration REPLY_TIMEOUT = Duration.ofSeconds(60);
+    /**
+     * While connections wait for payload memory, one that holds memory and has been stalled this long (a payload it
+     * does not send, replies it does not read) is closed to free it.
+     */
+    public static final Duration STALLED_GRACE = Duration.ofMillis(500);
+    public static final Duration DRAIN_TIMEOUT = Duration.ofSeconds(10);
+    public static final int MAX_CONNECTIONS = 1024;
+    /** A quarter of the slots: one address cannot take them all, and a host with several devices has room. */
+    public static final int MAX_CONNECTIONS_PER_PEER = 256;
+    /** The kernel client keeps at most 128 requests per connection (its tag set); other clients fewer. */
+    public static final int MAX_IN_FLIGHT_PER_CONNECTION = 1024;
+    /** Payload buffers in use at once, all connections together. */
+    public static final long PAYLOAD_BUDGET = 512L << 20;
+
     private final List<ListenAddress> listen;
     private final Map<String, Export> exports;
     private final List<Export> exportList;
     private final String defaultExport;
     private final Duration handshakeTimeout;
     private final Duration drainTimeout;
+    private final Duration requestTimeout;
+    private final Duration replyTimeout;
+    private final Duration stalledGrace;
     private final int maxConnections;
+    private final int maxConnectionsPerPeer;
     private final int maxInFlightPerConnection;
+    private final long payloadBudget;
+    private final long payloadBudgetPerPeer;
+    private final long payloadBudgetPerConnection;
     private final long bufferPoolRetainBytes;
     private final NbdServerMetrics metrics;
     private final Consumer<SocketChannel> tcpSocketSetup;
@@ -41,12 +69,26 @@ public final class NbdServerConfig {
         }
         this.handshakeTimeout = positive("handshake timeout", b.handshakeTimeout);
         this.drainTimeout = positive("drain timeout", b.drainTimeout);
-        if (b.maxConnections < 1 || b.maxInFlightPerConnection < 1) {
+        this.requestTimeout = positive("request timeout", b.requestTimeout);
+        this.replyTimeout = positive("reply timeout", b.replyTimeout);
+        this.stalledGrace = positive("stalled grace", b.stalledGrace);
+        if (b.maxConnections < 1 || b.maxInFlightPerConnection < 1 || b.maxConnectionsPerPeer < 1) {
             throw new IllegalArgumentException("connection and in-flight limits must be at least 1");
         }
         this.maxConnections = b.maxConnections;
+        this.maxConnectionsPerPeer = Math.min(b.maxConnectionsPerPeer, b.maxConnections);
         this.maxInFlightPerConnection = b.maxInFlightPerConnection;
-        this.bufferPoolRetainBytes = b.bufferPoolRetainBytes;
+        int largestPayload = b.exports.values().stream().mapToInt(Export::maximumPayload).max().orElse(0);
+        if (b.payloadBudget < largestPayload) {
+            throw new IllegalArgumentException("the payload memory budget (" + b.payloadBudget
+                    + " bytes) must hold at least the largest maximum payload of an export (" + largestPayload + ")");
+        }
+        this.payloadBudget = b.payloadBudget;
+        this.payloadBudgetPerPeer = b.payloadBudgetPerPeer > 0 ? Math.min(b.payloadBudgetPerPeer, b.payloadBudget)
+                : b.payloadBudget / 2;
+        this.payloadBudgetPerConnection = b.payloadBudgetPerConnection > 0
+                ? Math.min(b.payloadBudgetPerConnection, payloadBudgetPerPeer) : payloadBudgetPerPeer / 2;
+        this.bufferPoolRetainBytes = b.bufferPoolRetainBytes >= 0 ? b.bufferPoolRetainBytes : b.payloadBudget / 4;
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
         this.tcpSocketSetup = Objects.requireNonNull(b.tcpSocketSetup, "tcpSocketSetup");
         this.exportList = List.copyOf(b.exports.values()); // LinkedHashMap: configured order
@@ -93,6 +135,34 @@ public final class NbdServerConfig {
         return maxConnections;
     }
 
+    public int maxConnectionsPerPeer() {
+        return maxConnectionsPerPeer;
+    }
+
+    public Duration requestTimeout() {
+        return requestTimeout;
+    }
+
+    public Duration replyTimeout() {
+        return replyTimeout;
+    }
+
+    public Duration stalledGrace() {
+        return stalledGrace;
+    }
+
+    public long payloadBudget() {
+        return payloadBudget;
+    }
+
+    public long payloadBudgetPerPeer() {
+        return payloadBudgetPerPeer;
+    }
+
+    public long payloadBudgetPerConnection() {
+        return payloadBudgetPerConnection;
+    }
+
     public int maxInFlightPerConnection() {
         return maxInFlightPerConnection;
     }
@@ -114,11 +184,18 @@ public final class NbdServerConfig {
         private final List<ListenAddress> listen = new ArrayList<>();
         private final Map<String, Export> exports = new LinkedHashMap<>();
         private String defaultExport;
-        private Duration handshakeTimeout = Duration.ofSeconds(30);
-        private Duration drainTimeout = Duration.ofSeconds(10);
-        private int maxConnections = 1024;
-        private int maxInFlightPerConnection = 1024;
-        private long bufferPoolRetainBytes = 256L << 20;
+        private Duration handshakeTimeout = HANDSHAKE_TIMEOUT;
+        private Duration drainTimeout = DRAIN_TIMEOUT;
+        private Duration requestTimeout = REQUEST_TIMEOUT;
+        private Duration replyTimeout = REPLY_TIMEOUT;
+        private Duration stalledGrace = STALLED_GRACE;
+        private int maxConnections = MAX_CONNECTIONS;
+        private int maxConnectionsPerPeer = MAX_CONNECTIONS_PER_PEER;
+        private int maxInFlightPerConnection = MAX_IN_FLIGHT_PER_CONNECTION;
+        private long payloadBudget = PAYLOAD_BUDGET;
+        private long payloadBudgetPerPeer;
+        private long payloadBudgetPerConnection;
+        private long bufferPoolRetainBytes = -1;
         private NbdServerMetrics metrics = NbdServerMetrics.NONE;
         private Consumer<SocketChannel> tcpSocketSetup = ch -> {
         };
@@ -155,11 +232,58 @@ public final class NbdServerConfig {
             return this;
         }
 
+        /**
+         * Connections from one address at once. When a new one would pass this (or {@link #maxConnections}), the
+         * longest-idle connection of that address (of the address holding the most, for the global limit) is closed
+         * to make room; when none is idle the new one is refused.
+         */
+        public Builder maxConnectionsPerPeer(int n) {
+            this.maxConnectionsPerPeer = n;
+            return this;
+        }
+
+        public Builder requestTimeout(Duration d) {
+            this.requestTimeout = d;
+            return this;
+        }
+
+        public Builder replyTimeout(Duration d) {
+            this.replyTimeout = d;
+            return this;
+        }
+
+        public Builder stalledGrace(Duration d) {
+            this.stalledGrace = d;
+            return this;
+        }
+
+        /**
+         * Payload memory in use at once by all connections; by default half of it may go to one address and a
+         * quarter to one connection (a request larger than its share still passes when it would be the only one).
+         */
+        public Builder payloadBudget(long bytes) {
+            this.payloadBudget = bytes;
+            return this;
+        }
+
+        /** Payload memory one address's connections may hold together; default half the budget. */
+        public Builder payloadBudgetPerPeer(long bytes) {
+            this.payloadBudgetPerPeer = bytes;
+            return this;
+        }
+
+        /** Payload memory one connection may hold; default half the per-peer share. */
+        public Builder payloadBudgetPerConnection(long bytes) {
+            this.payloadBudgetPerConnection = bytes;
+            return this;
+        }
+
         public Builder maxInFlightPerConnection(int n) {
             this.maxInFlightPerConnection = n;
             return this;
         }
 
+        /** Idle buffers kept for reuse, beyond the budget in use; default a quarter of the budget. */
         public Builder bufferPoolRetainBytes(long bytes) {
             this.bufferPoolRetainBytes = bytes;
             return this;

@@ -20,6 +20,25 @@ public interface NbdServerMetrics {
     default void protocolViolation() {
     }
 
+    /**
+     * The server turned a new connection away ({@code connection_limit}: every slot busy; {@code peer_limit}: its
+     * address has its share and none of them idle).
+     */
+    default void connectionRefused(String reason) {
+    }
+
+    /**
+     * The server closed a connection: {@code handshake_timeout}, {@code request_timeout} (a request not sent whole
+     * in time), {@code reply_timeout} (replies left unread), {@code idle_evicted} (its slot went to a new connection),
+     * {@code stalled_evicted} (its payload memory went to connections waiting for it).
+     */
+    default void connectionClosed(String reason) {
+    }
+
+    /** Called once when the server starts, with the figures a binding reads when scraped. */
+    default void serverStarted(NbdServerState state) {
+    }
+
     /** Per-export events. */
     interface ExportMetrics {
         ExportMetrics NONE = new ExportMetrics() {

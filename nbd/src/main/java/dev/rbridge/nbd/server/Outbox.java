@@ -1,50 +1,79 @@
 package dev.rbridge.nbd.server;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.GatheringByteChannel;
+import java.util.Arrays;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Consumer;
 
 /**
- * The write side of one connection. Replies are queued by whichever thread completes a request; the first thread to
- * find the outbox idle writes everything queued in one gathering write, the others just leave their reply behind
- * (combining: no writer thread, no wake-up on the hot path). The connection's reader <em>corks</em> the outbox while it
- * dispatches a batch of requests, so replies to a burst of pipelined requests leave in one system call.
+ * The write side of one connection, on a non-blocking channel. Replies are queued by whichever thread completes a
+ * request; the first thread to find the outbox idle writes what is queued in one gathering write and leaves (combining:
+ * no writer thread, no wake-up on the hot path). A write never waits: when the client does not read and the socket's
+ * buffer is full, what is left stays here, the outbox is <em>blocked</em>, and only the connection's own thread goes
+ * on writing, when its selector says the socket is writable. So a client that stops reading stalls its own
+ * connection, never the thread that completed its request (a memserver link's reader, the device's thread).
  *
- * <p>Once a write fails the outbox is broken: queued and later replies are dropped and their buffers released, and
+ * <p>The connection's thread <em>corks</em> the outbox while it dispatches a batch of requests, so replies to a burst
+ * of pipelined requests leave in one system call.
+ *
+ * <p>Once a write fails the outbox is broken: queued and later replies are dropped and their payloads released, and
  * {@code onBroken} closes the connection. Nothing here throws at the threads that complete requests.
  */
 final class Outbox {
-    private static final org.slf4j.Logger log = org.slf4j.LoggerFactory.getLogger(Outbox.class);
+    private static final Logger log = LoggerFactory.getLogger(Outbox.class);
     private static final int MAX_BATCH = 256;
     private static final int MAX_BATCH_PAYLOAD = 8 << 20;
-    private static final int HEADER_SPACE = 256 << 10;
+    /** Room for a full batch of the usual headers (32 bytes or less); a larger one goes in a buffer of its own. */
+    private static final int HEADER_SPACE = 16 << 10;
 
     private final GatheringByteChannel channel;
-    private final BufferPool pool;
+    private final Consumer<Reply> done;
     private final Runnable onBroken;
+    private final Runnable onBlocked;
     private final ConcurrentLinkedQueue<Reply> queue = new ConcurrentLinkedQueue<>();
     private final AtomicBoolean writing = new AtomicBoolean();
     private final ByteBuffer headers = ByteBuffer.allocateDirect(HEADER_SPACE);
+    // The batch being written, owned by whoever holds `writing`: vector[first..buffers) is still to go.
     private final ByteBuffer[] vector = new ByteBuffer[2 * MAX_BATCH];
     private final Reply[] batch = new Reply[MAX_BATCH];
+    private volatile int buffers;
+    private int first;
+    private int replies;
     private volatile boolean broken;
+    private volatile boolean blocked;
+    /** When the client last let a byte through while replies waited (System.nanoTime), 0 when none wait. */
+    private volatile long stalledFrom;
     private volatile Thread corkedBy;
 
-    Outbox(GatheringByteChannel channel, BufferPool pool, Runnable onBroken) {
+    /**
+     * @param done      runs for each reply once it is written (or dropped): gives its payload back, frees its slot
+     * @param onBroken  closes the connection after a failed write
+     * @param onBlocked tells the connection's thread that the socket is full and it must wait to write
+     */
+    Outbox(GatheringByteChannel channel, Consumer<Reply> done, Runnable onBroken, Runnable onBlocked) {
         this.channel = channel;
-        this.pool = pool;
+        this.done = done;
         this.onBroken = onBroken;
+        this.onBlocked = onBlocked;
     }
 
     void send(Reply reply) {
         if (broken) {
-            pool.release(reply.payload());
+            done.accept(reply);
             return;
         }
         queue.add(reply);
-        if (corkedBy != Thread.currentThread()) {
+        if (broken) {
+            discardQueued(); // closed while we queued: nobody else will release it
+            return;
+        }
+        if (corkedBy != Thread.currentThread() && !blocked) {
             drain();
         }
     }
@@ -56,6 +85,14 @@ final class Outbox {
 
     void uncork() {
         corkedBy = null;
+        if (!blocked) {
+            drain();
+        }
+    }
+
+    /** The connection's thread found the socket writable again: go on writing. */
+    void writable() {
+        blocked = false;
         drain();
     }
 
@@ -63,15 +100,31 @@ final class Outbox {
         return broken;
     }
 
+    /** The socket is full and replies are waiting for the client to read. */
+    boolean blocked() {
+        return blocked;
+    }
+
+    /**
+     * Nanos (System.nanoTime) since when replies have waited with no byte written, or 0 when none wait on the
+     * client: how long a client has not been reading.
+     */
+    long stalledSince() {
+        return blocked ? stalledFrom : 0;
+    }
+
     /** Nothing left to write: all replies are out, or the connection broke and they never will be. */
     boolean idle() {
-        return broken || (queue.isEmpty() && !writing.get());
+        return broken || (queue.isEmpty() && buffers == 0 && !writing.get());
     }
 
     private void drain() {
         // Re-checking after releasing the flag closes the race with a sender that queued while we were writing.
-        while (!broken && !queue.isEmpty() && writing.compareAndSet(false, true)) {
+        while (!broken && !blocked && (buffers > 0 || !queue.isEmpty()) && writing.compareAndSet(false, true)) {
             try {
+                if (buffers == 0) {
+                    fillBatch();
+                }
                 writeBatch();
             } finally {
                 writing.set(false);
@@ -82,63 +135,107 @@ final class Outbox {
         }
     }
 
-    private void writeBatch() {
+    private void fillBatch() {
         headers.clear();
-        int replies = 0;
-        int buffers = 0;
         long payloadBytes = 0;
+        int b = 0;
+        int n = 0;
         Reply r;
-        while (replies < MAX_BATCH && payloadBytes < MAX_BATCH_PAYLOAD && (r = queue.peek()) != null) {
+        while (n < MAX_BATCH && payloadBytes < MAX_BATCH_PAYLOAD && (r = queue.peek()) != null) {
             if (r.headerLength() > headers.remaining()) {
-                if (replies > 0) {
+                if (n > 0) {
                     break;
                 }
-                // A header larger than the shared space (a huge BLOCK_STATUS list) gets its own buffer.
-                ByteBuffer own = ByteBuffer.allocateDirect(r.headerLength());
+                // A header larger than the shared space (a long BLOCK_STATUS list) gets a buffer of its own.
+                ByteBuffer own = ByteBuffer.allocate(r.headerLength());
                 r.encodeHeader(own);
-                vector[buffers++] = own.flip();
+                vector[b++] = own.flip();
             } else {
                 int start = headers.position();
                 r.encodeHeader(headers);
-                vector[buffers++] = headers.slice(start, headers.position() - start);
+                vector[b++] = headers.slice(start, headers.position() - start);
             }
             queue.poll();
-            batch[replies++] = r;
+            batch[n++] = r;
             ByteBuffer payload = r.payload();
             if (payload != null && payload.hasRemaining()) {
-                vector[buffers++] = payload;
+                vector[b++] = payload;
                 payloadBytes += payload.remaining();
             }
         }
+        first = 0;
+        replies = n;
+        buffers = b;
+    }
+
+    private void writeBatch() {
         try {
-            int first = 0;
-            while (first < buffers) {
-                channel.write(vector, first, buffers - first);
-                while (first < buffers && !vector[first].hasRemaining()) {
+            long progressed = 0;
+            int end = buffers;
+            while (first < end) {
+                long n = channel.write(vector, first, end - first);
+                progressed += n;
+                while (first < end && !vector[first].hasRemaining()) {
                     first++;
                 }
+                if (n == 0 && first < end) {
+                    // The socket is full: the client is not reading. Leave the rest to the connection's thread.
+                    if (progressed > 0 || stalledFrom == 0) {
+                        stalledFrom = System.nanoTime();
+                    }
+                    blocked = true;
+                    onBlocked.run();
+                    return;
+                }
             }
+            stalledFrom = 0;
+            releaseBatch();
         } catch (IOException e) {
             // the client went away (reset, closed): the connection's reader reports how it ended
-            broken = true;
-            onBroken.run();
+            fail();
         } catch (RuntimeException e) {
             log.error("writing replies failed; closing the connection", e);
-            broken = true;
-            onBroken.run();
-        } finally {
-            for (int i = 0; i < replies; i++) {
-                pool.release(batch[i].payload());
-                batch[i] = null;
+            fail();
+        }
+    }
+
+    private void fail() {
+        broken = true;
+        releaseBatch();
+        onBroken.run();
+    }
+
+    private void releaseBatch() {
+        for (int i = 0; i < replies; i++) {
+            done.accept(batch[i]);
+            batch[i] = null;
+        }
+        Arrays.fill(vector, 0, buffers, null);
+        replies = 0;
+        buffers = 0;
+        first = 0;
+    }
+
+    /**
+     * The connection is closing: drop what is still queued or half-written and give the payloads back. A writer busy
+     * at this moment fails on the closed channel and cleans up itself.
+     */
+    void close() {
+        broken = true;
+        if (writing.compareAndSet(false, true)) {
+            try {
+                releaseBatch();
+                discardQueued();
+            } finally {
+                writing.set(false);
             }
-            java.util.Arrays.fill(vector, 0, buffers, null);
         }
     }
 
     private void discardQueued() {
         Reply r;
         while ((r = queue.poll()) != null) {
-            pool.release(r.payload());
+            done.accept(r);
         }
     }
 }

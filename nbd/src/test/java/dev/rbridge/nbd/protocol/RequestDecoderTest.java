@@ -308,6 +308,50 @@ class RequestDecoderTest {
     }
 
     @Test
+    void aRefusedPayloadBufferLeavesTheInputAloneUntilTheAllocatorGivesOne() throws Exception {
+        byte[] payload = new byte[10];
+        new Random(5).nextBytes(payload);
+        byte[] stream = new WireBytes()
+                .request(0, Nbd.CMD_WRITE, 1, 0, 10, payload)
+                .request(0, Nbd.CMD_READ, 2, 0, 512, null)
+                .toByteArray();
+        CountingAllocator real = new CountingAllocator(false);
+        boolean[] give = {false};
+        int[] asked = {0};
+        RequestDecoder d = new RequestDecoder(length -> {
+            asked[0]++;
+            return give[0] ? real.allocate(length) : null;
+        }, 1 << 20);
+        // one byte at a time, as it might arrive
+        ByteBuffer in = ByteBuffer.allocate(stream.length);
+        int fed = 0;
+        while (!d.awaitingBuffer()) {
+            assertNull(d.next(in.put(stream[fed++]).flip()));
+            in.compact();
+        }
+        assertEquals(28, fed, "the whole header and nothing more");
+        in.put(stream, fed, stream.length - fed).flip();
+        int before = in.remaining();
+        for (int i = 0; i < 3; i++) {
+            assertNull(d.next(in), "no buffer: no request");
+            assertTrue(d.awaitingBuffer());
+            assertEquals(before, in.remaining(), "nothing consumed while waiting for a buffer");
+            assertFalse(d.atBoundary());
+        }
+        assertEquals(4, asked[0], "asked again on every call");
+        give[0] = true;
+        Request w = d.next(in);
+        assertNotNull(w);
+        assertEquals(1, w.handle());
+        assertEquals(ByteBuffer.wrap(payload), w.payload());
+        assertFalse(d.awaitingBuffer());
+        Request r = d.next(in);
+        assertEquals(2, r.handle());
+        assertFalse(in.hasRemaining());
+        assertTrue(d.atBoundary());
+    }
+
+    @Test
     void payloadSinkPartlyFilledThenTheRestFromInput() throws Exception {
         byte[] payload = new byte[6];
         new Random(4).nextBytes(payload);

@@ -55,7 +55,15 @@ final class RawClient implements Closeable {
     }
 
     RawClient(InetSocketAddress address) throws IOException {
+        this(address, null);
+    }
+
+    /** Connects from {@code from} (a local address such as 127.0.0.2, to play another peer), or any when null. */
+    RawClient(InetSocketAddress address, String from) throws IOException {
         socket = new Socket();
+        if (from != null) {
+            socket.bind(new InetSocketAddress(from, 0));
+        }
         socket.connect(address, 5000);
         socket.setSoTimeout(10_000);
         socket.setTcpNoDelay(true);
@@ -64,9 +72,13 @@ final class RawClient implements Closeable {
     }
 
     static RawClient connect(NbdServer server) throws IOException {
+        return connectFrom(server, null);
+    }
+
+    static RawClient connectFrom(NbdServer server, String from) throws IOException {
         ListenAddress.Tcp tcp = (ListenAddress.Tcp) server.addresses().stream()
                 .filter(a -> a instanceof ListenAddress.Tcp).findFirst().orElseThrow();
-        return new RawClient(new InetSocketAddress(tcp.host(), tcp.port()));
+        return new RawClient(new InetSocketAddress(tcp.host(), tcp.port()), from);
     }
 
     /** Reads the greeting and sends fixed-newstyle + no-zeroes client flags. */

@@ -1,0 +1,228 @@
+package dev.rbridge.ops.http;
+
+import java.net.InetSocketAddress;
+import java.time.Duration;
+
+/**
+ * One ops HTTP server's settings, validated once. The defaults are sized for what these servers do (a scrape every
+ * few seconds, an operator's command, probes) and for what a hostile peer can hold: at most
+ * {@code maxConnections x (maxRequestLine + maxHeaderBytes + maxBody)}, about 2.5 MiB, of buffers per server.
+ */
+public final class OpsHttpConfig {
+    /** Far above what Prometheus, probes and operators open at once, low enough that buffers stay small. */
+    public static final int MAX_CONNECTIONS = 64;
+    /** A quarter of the slots: a peer address cannot take them all; one that tries evicts its own oldest. */
+    public static final int MAX_CONNECTIONS_PER_PEER = 16;
+    /** Answers are computed in microseconds to milliseconds; two threads keep a slow one from stalling the rest. */
+    public static final int WORKERS = 2;
+    /** Complete requests waiting for a worker; beyond this, 503 at once rather than a growing backlog. */
+    public static final int QUEUE = 32;
+    /** Our longest target is a volume name inside a path; 8 KiB is the limit most servers apply. */
+    public static final int MAX_REQUEST_LINE = 8 << 10;
+    public static final int MAX_HEADER_BYTES = 16 << 10;
+    public static final int MAX_HEADERS = 64;
+    /** No operation takes a body today; a small one is read (and ignored) rather than refused. */
+    public static final int MAX_BODY = 16 << 10;
+    /** From a request's first byte to its last: a client on a slow link sends a few hundred bytes well within it. */
+    public static final Duration REQUEST_TIMEOUT = Duration.ofSeconds(10);
+    /**
+     * A connection waiting for its first or next request. Above Prometheus's default 15 s scrape interval would
+     * keep its connection open between scrapes, but a freed slot matters more than a saved handshake on loopback.
+     */
+    public static final Duration IDLE_TIMEOUT = Duration.ofSeconds(10);
+    /** An answer the peer does not read; /metrics is the largest, some 100 KiB, which fits in socket buffers. */
+    public static final Duration WRITE_TIMEOUT = Duration.ofSeconds(10);
+    /**
+     * After an error answer the server stops writing and reads (and drops) what the client still sends for this
+     * long before closing, so the client reads the answer instead of a reset.
+     */
+    public static final Duration LINGER = Duration.ofSeconds(2);
+
+    private final String name;
+    private final InetSocketAddress address;
+    private final ErrorPage errorPage;
+    private final int maxConnections;
+    private final int maxConnectionsPerPeer;
+    private final int workers;
+    private final int queue;
+    private final int maxRequestLine;
+    private final int maxHeaderBytes;
+    private final int maxHeaders;
+    private final int maxBody;
+    private final Duration requestTimeout;
+    private final Duration idleTimeout;
+    private final Duration writeTimeout;
+    private final Duration linger;
+
+    private OpsHttpConfig(Builder b) {
+        this.name = b.name;
+        this.address = b.address;
+        this.errorPage = b.errorPage;
+        this.maxConnections = b.maxConnections;
+        this.maxConnectionsPerPeer = b.maxConnectionsPerPeer;
+        this.workers = b.workers;
+        this.queue = b.queue;
+        this.maxRequestLine = b.maxRequestLine;
+        this.maxHeaderBytes = b.maxHeaderBytes;
+        this.maxHeaders = b.maxHeaders;
+        this.maxBody = b.maxBody;
+        this.requestTimeout = b.requestTimeout;
+        this.idleTimeout = b.idleTimeout;
+        this.writeTimeout = b.writeTimeout;
+        this.linger = b.linger;
+    }
+
+    /**
+     * @param name    names the threads and log lines ({@code metrics}, {@code admin}); also the metric's label
+     * @param address where to listen (port 0: any free port)
+     */
+    public static Builder builder(String name, InetSocketAddress address) {
+        return new Builder(name, address);
+    }
+
+    public String name() {
+        return name;
+    }
+
+    public InetSocketAddress address() {
+        return address;
+    }
+
+    public ErrorPage errorPage() {
+        return errorPage;
+    }
+
+    public int maxConnections() {
+        return maxConnections;
+    }
+
+    public int maxConnectionsPerPeer() {
+        return maxConnectionsPerPeer;
+    }
+
+    public int workers() {
+        return workers;
+    }
+
+    public int queue() {
+        return queue;
+    }
+
+    public int maxRequestLine() {
+        return maxRequestLine;
+    }
+
+    public int maxHeaderBytes() {
+        return maxHeaderBytes;
+    }
+
+    public int maxHeaders() {
+        return maxHeaders;
+    }
+
+    public int maxBody() {
+        return maxBody;
+    }
+
+    public Duration requestTimeout() {
+        return requestTimeout;
+    }
+
+    public Duration idleTimeout() {
+        return idleTimeout;
+    }
+
+    public Duration writeTimeout() {
+        return writeTimeout;
+    }
+
+    public Duration linger() {
+        return linger;
+    }
+
+    public static final class Builder {
+        private final String name;
+        private final InetSocketAddress address;
+        private ErrorPage errorPage = ErrorPage.TEXT;
+        private int maxConnections = MAX_CONNECTIONS;
+        private int maxConnectionsPerPeer = MAX_CONNECTIONS_PER_PEER;
+        private int workers = WORKERS;
+        private int queue = QUEUE;
+        private int maxRequestLine = MAX_REQUEST_LINE;
+        private int maxHeaderBytes = MAX_HEADER_BYTES;
+        private int maxHeaders = MAX_HEADERS;
+        private int maxBody = MAX_BODY;
+        private Duration requestTimeout = REQUEST_TIMEOUT;
+        private Duration idleTimeout = IDLE_TIMEOUT;
+        private Duration writeTimeout = WRITE_TIMEOUT;
+        private Duration linger = LINGER;
+
+        private Builder(String name, InetSocketAddress address) {
+            this.name = name;
+            this.address = address;
+        }
+
+        public Builder errorPage(ErrorPage page) {
+            this.errorPage = page;
+            return this;
+        }
+
+        public Builder maxConnections(int global, int perPeer) {
+            this.maxConnections = global;
+            this.maxConnectionsPerPeer = perPeer;
+            return this;
+        }
+
+        public Builder workers(int workers, int queue) {
+            this.workers = workers;
+            this.queue = queue;
+            return this;
+        }
+
+        public Builder limits(int maxRequestLine, int maxHeaderBytes, int maxHeaders, int maxBody) {
+            this.maxRequestLine = maxRequestLine;
+            this.maxHeaderBytes = maxHeaderBytes;
+            this.maxHeaders = maxHeaders;
+            this.maxBody = maxBody;
+            return this;
+        }
+
+        public Builder timeouts(Duration request, Duration idle, Duration write, Duration linger) {
+            this.requestTimeout = request;
+            this.idleTimeout = idle;
+            this.writeTimeout = write;
+            this.linger = linger;
+            return this;
+        }
+
+        /** @throws IllegalArgumentException naming the setting that is out of range */
+        public OpsHttpConfig build() {
+            if (name == null || !name.matches("[a-z0-9-]+")) {
+                throw new IllegalArgumentException("server name must be lower-case letters, digits and dashes: "
+                        + name);
+            }
+            if (address == null || errorPage == null) {
+                throw new IllegalArgumentException("an ops HTTP server needs an address and an error page");
+            }
+            if (maxConnections < 1 || maxConnectionsPerPeer < 1 || maxConnectionsPerPeer > maxConnections) {
+                throw new IllegalArgumentException("connection caps must be at least 1 with per-peer <= global: "
+                        + maxConnections + " global, " + maxConnectionsPerPeer + " per peer");
+            }
+            if (workers < 1 || queue < 1) {
+                throw new IllegalArgumentException("workers and queue must be at least 1: " + workers + ", " + queue);
+            }
+            if (maxRequestLine < 64 || maxHeaderBytes < 64 || maxHeaders < 1 || maxBody < 0) {
+                throw new IllegalArgumentException("request limits too small to carry a request: line "
+                        + maxRequestLine + ", headers " + maxHeaderBytes + " bytes / " + maxHeaders + ", body "
+                        + maxBody);
+            }
+            for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, linger}) {
+                if (d == null || d.isNegative() || d.isZero()) {
+                    throw new IllegalArgumentException("timeouts must be positive: request " + requestTimeout
+                            + ", idle " + idleTimeout + ", write " + writeTimeout + ", linger " + linger);
+                }
+            }
+            return new OpsHttpConfig(this);
+        }
+    }
+}
