@@ -39,6 +39,13 @@ import java.util.function.Function;
  * placement, reattach at start and the two background roles: the health duty cycle (reconnect, renew leases, notice
  * dead connections, refresh capacity, queue degraded slabs; every 250 ms on thread {@code bridge-health}) and the
  * rebuild ({@link Rebuilder}, thread {@code bridge-rebuild}). The NBD server is wired to its volumes from outside.
+ *
+ * <p>A lease is a connection's, so a reconnect takes it over from this bridge's own previous connection (the keys
+ * rotate; the regions are opened again). Losing it to anyone else fences the volume ({@link Volume#fence}): a renewal
+ * refused with {@code LEASE_HELD} or granted as a takeover (someone held it in between), a reconnect refused with
+ * {@code LEASE_HELD} once the previous connection's lease has certainly lapsed, a key or a region refused as another
+ * client's ({@code ACCESS_DENIED}). The fenced volume fails every request with EIO, is logged once, shows as {@code
+ * fenced}, and its leases elsewhere are given back so that its new owner can have them.
  */
 public final class Bridge implements SlabHost, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Bridge.class);
@@ -56,6 +63,12 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private final Map<MemserverLink, Map<Volume, RegionDescriptor>> startManifests = new HashMap<>();
     /** Volumes whose previous bridge did not give its lease back: their replicas may differ. */
     private final Set<Volume> unclean = new HashSet<>();
+    /**
+     * Per memserver and volume, when the lease last granted there lapses at the latest (System.nanoTime): until then a
+     * LEASE_HELD after a reconnect may be this bridge's own previous connection, which the memserver has not yet seen
+     * end (a cut network sends no FIN); after it, it is someone else.
+     */
+    private final Map<MemserverLink, Map<Volume, Long>> leasedUntil = new java.util.concurrent.ConcurrentHashMap<>();
     private volatile boolean running = true;
 
     private Bridge(BridgeConfig config) {
@@ -178,7 +191,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
         RemoteConnection c;
         try {
             c = provider.connect(new ConnectParams().address(l.address()).token(config.token())
-                    .clientName("rbridge-bridge " + config.owner()).operationTimeout(config.operationTimeout())
+                    .clientName("rbridge-bridge " + publicName(config.owner()))
+                    .operationTimeout(config.operationTimeout())
                     .lanes(config.lanes()).tcpCongestion(config.tcpCongestion())
                     .connectTimeout(config.operationTimeout()));
         } catch (RemoteMemoryException e) {
@@ -195,10 +209,16 @@ public final class Bridge implements SlabHost, AutoCloseable {
         }
         try {
             long wait = config.operationTimeout().toMillis() * 2;
+            Set<Volume> leased = new HashSet<>();
             for (Volume v : volumes.values()) {
+                if (v.fenced() != null) {
+                    continue;
+                }
                 try {
                     dev.rbridge.rdma.Lease lease = c.lease(v.name(), config.owner(), config.leaseTtl())
                             .get(wait, TimeUnit.MILLISECONDS);
+                    leaseGranted(l, v);
+                    leased.add(v);
                     if (lease.tookOver() && found != null) {
                         unclean.add(v);
                     }
@@ -210,7 +230,19 @@ public final class Bridge implements SlabHost, AutoCloseable {
                             c.close();
                             throw new IllegalStateException(msg);
                         }
-                        log.error(msg);
+                        Long until = leasedUntil.getOrDefault(l, Map.of()).get(v);
+                        if (until != null && System.nanoTime() - until < 0) {
+                            // Maybe our own previous connection's: the memserver drops it when it sees that
+                            // connection end, or when its ttl runs out. Try again later.
+                            log.info("memserver {}: volume {} is still leased to a connection it has not seen end "
+                                    + "({}); this bridge's previous connection, most likely; trying again", l.label(),
+                                    v.name(), r.getMessage());
+                            throw e;
+                        }
+                        fence(v, "memserver " + l.label() + " refused this bridge's lease when it reconnected ("
+                                + r.getMessage() + ") after its own lease there had lapsed: another client holds "
+                                + "the volume");
+                        continue;
                     }
                     throw e;
                 }
@@ -221,8 +253,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
             for (RegionInfo ri : regions) {
                 RegionDescriptor d = ri.descriptor();
                 Volume v = volumes.get(d.tag().volume());
-                if (v == null) {
-                    continue;
+                if (v == null || !leased.contains(v) || v.fenced() != null) {
+                    continue; // not ours, or not ours any more
                 }
                 RegionDescriptor opened = c.open(d.id()).get(wait, TimeUnit.MILLISECONDS);
                 if (AllocationManifest.isManifest(d.tag())) {
@@ -288,6 +320,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private void writeManifests(MemserverLink l, RemoteConnection c, Map<Volume, RegionDescriptor> existing, long wait)
             throws Exception {
         for (Volume v : volumes.values()) {
+            if (v.fenced() != null) {
+                continue;
+            }
             RegionDescriptor d = existing.get(v);
             if (d == null) {
                 d = c.allocate(AllocationManifest.tag(v.name()), v.manifest().regionLength())
@@ -350,18 +385,26 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 continue;
             }
             for (Volume v : volumes.values()) {
+                if (v.fenced() != null) {
+                    continue;
+                }
                 c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, e) -> {
                     if (e == null) {
                         if (lease.tookOver()) {
-                            log.warn("memserver {}: lease on volume {} had lapsed and was taken again", l.label(),
-                                    v.name());
+                            // Only a grant that ended another connection's lease is a takeover: someone held the
+                            // volume between this bridge's renewals, and the keys this bridge uses are gone.
+                            fence(v, "memserver " + l.label() + " granted this bridge's lease renewal as a takeover: "
+                                    + "another client held the volume there since the previous renewal");
+                        } else {
+                            leaseGranted(l, v);
                         }
                         return;
                     }
                     Throwable t = cause(e);
                     if (t instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
-                        log.error("memserver {}: volume {} now belongs to another bridge ({}); this bridge stops using"
-                                + " that memserver", l.label(), v.name(), r.getMessage());
+                        fence(v, "memserver " + l.label() + " refused this bridge's lease renewal (" + r.getMessage()
+                                + "): another client took the volume over after this bridge's lease lapsed");
+                        return;
                     }
                     if (l.connection() == c) {
                         linkDown(l, "lease renewal failed: " + reason(t));
@@ -369,6 +412,55 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 });
             }
         }
+    }
+
+    /** A lease was granted: the memserver lets it lapse at most its ttl after answering, which is before now. */
+    private void leaseGranted(MemserverLink l, Volume v) {
+        leasedUntil.computeIfAbsent(l, k -> new java.util.concurrent.ConcurrentHashMap<>())
+                .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
+    }
+
+    /** Room for the memserver's clock running a little slower than this one over one ttl. */
+    private static final long LEASE_CLOCK_SLACK_NANOS = TimeUnit.SECONDS.toNanos(1);
+
+    /**
+     * Stops serving {@code v} (see the class comment): logged once, as an error an operator must act on, and its
+     * leases on every memserver are given back.
+     */
+    private void fence(Volume v, String why) {
+        if (!v.fence(why)) {
+            return;
+        }
+        log.error("volume {}: {}. This bridge stops serving it: every request on it fails with EIO from now on, "
+                + "rather than writing on to the replicas it still reaches, and it gives its leases on it back. Find "
+                + "out which bridge should serve volume {}, and restart this one once the other is gone.", v.name(),
+                why, v.name());
+        for (MemserverLink l : links) {
+            RemoteConnection c = l.connection();
+            if (c != null) {
+                c.unlease(v.name(), config.owner()).whenComplete((x, e) -> {
+                    if (e != null) {
+                        log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
+                                reason(e));
+                    }
+                });
+            }
+        }
+    }
+
+    @Override
+    public void leaseLost(Volume v, Replica r, String reason) {
+        fence(v, "memserver " + r.link().label() + " refused this bridge's access to region " + r.region().id()
+                + " (" + reason + "): another client took the volume's lease over there");
+    }
+
+    /**
+     * This bridge's name in memservers' client lists: its owner string without the random part, which stays between
+     * the bridge and the memservers (memservers that predate per-connection leases accepted it as proof of owning).
+     */
+    static String publicName(String owner) {
+        int colon = owner.lastIndexOf(':');
+        return colon > 0 && owner.length() - colon - 1 == 8 ? owner.substring(0, colon) : owner;
     }
 
     private void refreshCapacity() {
@@ -438,6 +530,12 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     l.reserved.addAndGet(-length);
                     log.debug("memserver {} refused a region for volume {} slab {}: {}", l.label(),
                             slab.volume().name(), slab.index(), reason(e));
+                    if (cause(e) instanceof RemoteMemoryException r && r.status() == Status.ACCESS_DENIED) {
+                        fence(slab.volume(), "memserver " + l.label() + " refused this bridge a region of the volume ("
+                                + r.getMessage() + "): another client took the volume's lease over there");
+                        got.forEach(this::release);
+                        return CompletableFuture.<List<Replica>>failedFuture(r);
+                    }
                     return placeNext(slab, count, generation, tried, got, cause(e), firstSlot);
                 }).thenCompose(Function.identity());
     }
@@ -500,6 +598,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
             RemoteConnection c = l.connection();
             if (c != null) {
                 for (Volume v : volumes.values()) {
+                    if (v.fenced() != null) {
+                        continue; // given back when it was fenced
+                    }
                     try {
                         c.unlease(v.name(), config.owner()).get(1, TimeUnit.SECONDS);
                     } catch (ExecutionException | TimeoutException e) {

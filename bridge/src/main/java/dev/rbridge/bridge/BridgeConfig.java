@@ -57,6 +57,10 @@ public final class BridgeConfig {
         if (leaseTtl.compareTo(Duration.ofSeconds(1)) < 0) {
             throw new IllegalArgumentException("the lease must be at least 1 s");
         }
+        if (leaseTtl.compareTo(dev.rbridge.rdma.Lease.MAX_TTL) > 0) {
+            throw new IllegalArgumentException("the lease must be at most " + dev.rbridge.rdma.Lease.MAX_TTL.toSeconds()
+                    + " s (memservers refuse longer ones): " + leaseTtl.toSeconds() + " s");
+        }
         this.startWait = b.startWait.isNegative() ? Duration.ZERO : b.startWait;
         if (Integer.bitCount(b.rebuildChunk) != 1 || b.rebuildChunk < 4096 || b.rebuildChunk > (16 << 20)) {
             throw new IllegalArgumentException("rebuild chunk must be a power of two from 4K to 16M");

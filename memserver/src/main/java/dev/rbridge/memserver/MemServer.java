@@ -5,6 +5,7 @@ import dev.rbridge.memory.WrittenPages;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.RateLimitedLog;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
@@ -35,6 +36,8 @@ import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -42,13 +45,24 @@ import java.util.concurrent.atomic.AtomicLong;
  * anonymous mappings, so memory is touched only when written, reads of the untouched part return zeroes, and a
  * grant counts against the capacity whether touched or not (capacity is a promise, not a guess).
  *
- * <p>Volume leases: a client (a bridge) may hold an ownership lease on a volume name. While a lease is live (renewed
- * within its ttl, its holder's connection open) only the holder's connection may allocate, open, retag or release the
- * regions tagged with that volume; volumes nobody leases stay usable by anyone. A lease taken from a different owner
- * whose lease lapsed or whose connection ended rotates the access key of every region of the volume, so the previous
- * owner's data operations fail with {@code ACCESS_DENIED} (fencing). The lease table and every control operation that
- * reads or changes a region's key or tag run under one lock ({@link #control}); the data path only reads the region's
- * volatile descriptor.
+ * <p>Volume leases: a client (a bridge) may hold an ownership lease on a volume name. The lease belongs to the
+ * connection (the session) that took it, not to the owner string it presented: owner strings are names, not secrets.
+ * While a lease is live (renewed within its ttl, its holder's connection open) only the holder's connection may
+ * allocate, open, retag or release the regions tagged with that volume; volumes nobody leases stay usable by anyone.
+ * Every grant but a renewal by the holder's own connection rotates the access key of every region of the volume, so
+ * whoever held a key before (the previous holder, anyone who opened a region while the volume was unleased) fails
+ * with {@code ACCESS_DENIED} from then on (fencing). Refusals say how long the lease has left, never who holds it. The
+ * lease table and every control operation that reads or changes a region's key or tag run under one lock
+ * ({@link #control}); the data path only reads the region's volatile descriptor.
+ *
+ * <p>Regions a client allocates without holding their volume's lease (ping's and bench's scratch memory) are its own
+ * and are released when its connection ends; regions of a volume it leases are the volume's data and stay for the
+ * next holder.
+ *
+ * <p>What a peer can make this memserver hold is bounded: regions ({@code maxRegions}), leases
+ * ({@value #MAX_LEASES} in all, {@value #MAX_LEASES_PER_CLIENT} per client), lease ttls ({@link Lease#MAX_TTL}),
+ * client names ({@value #MAX_CLIENT_NAME} bytes), and the regions listed at once ({@value #CONCURRENT_LISTINGS}
+ * listings build at a time).
  */
 public final class MemServer implements RegionService, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(MemServer.class);
@@ -61,6 +75,11 @@ public final class MemServer implements RegionService, AutoCloseable {
     private final AtomicLong nextRegionId = new AtomicLong(1);
     private final AtomicLong nextClientId = new AtomicLong(1);
     private final AtomicLong refusedAuth = new AtomicLong();
+    /** Regions granted or being granted: reserved before the memory is mapped, so the limit holds under races. */
+    private final AtomicInteger regionSlots = new AtomicInteger();
+    private final Semaphore listings = new Semaphore(CONCURRENT_LISTINGS);
+    /** Peers can cause these lines (wrong tokens): at most one per reason every few seconds. */
+    private static final RateLimitedLog limited = new RateLimitedLog(log);
     /** Refused peers by reason ({@code token}, {@code draining}, and the transport's reasons). */
     private final Map<String, AtomicLong> refused = new ConcurrentHashMap<>();
     /** Transport counters of clients that have left, so totals over all clients never go backwards. */
@@ -92,7 +111,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         RemoteMemoryProvider provider = Providers.byName(config.transport());
         MemServer server = new MemServer(config);
         server.listener = provider.listen(new ListenParams().address(config.listen())
-                .tcpCongestion(config.tcpCongestion()), server);
+                .tcpCongestion(config.tcpCongestion()).limits(config.connections()), server);
         if (config.token() == null) {
             log.warn("no token configured: any client that can reach {} may use this memory", server.address());
         }
@@ -118,7 +137,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         return refusedAuth.get();
     }
 
-    /** The transport refused a peer before it could present a token (another protocol version, garbage). */
+    /** The transport refused a peer (another protocol version, garbage, a connection limit) and logged why. */
     @Override
     public void refused(String reason, SocketAddress peer) {
         refused.computeIfAbsent(reason, k -> new AtomicLong()).incrementAndGet();
@@ -151,7 +170,9 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /**
      * @param refused peers turned away since start, by reason: {@code token} (wrong token), {@code draining}, and the
-     *                transport's ({@code version}, {@code malformed}, {@code hello_timeout})
+     *                transport's ({@code version}, {@code malformed}, {@code hello_timeout}, {@code no_memory},
+     *                {@code accept_failed} and the connection limits' reasons of {@link
+     *                dev.rbridge.rdma.ConnectionGate})
      */
     public record Stats(String transport, long capacityBytes, long grantedBytes, long residentBytes, int regions,
                         int clients, Map<String, Long> refused, boolean draining,
@@ -175,15 +196,42 @@ public final class MemServer implements RegionService, AutoCloseable {
                 token.getBytes(StandardCharsets.UTF_8))) {
             refusedAuth.incrementAndGet();
             refused.computeIfAbsent("token", k -> new AtomicLong()).incrementAndGet();
-            log.warn("refused client '{}' from {}: wrong token", clientName, peer);
+            limited.warn("token", "refused client '{}' from {}: wrong token", printable(clientName, MAX_CLIENT_NAME),
+                    peer);
             throw new RemoteMemoryException(Status.AUTH_FAILED, "wrong token");
         }
         String address = peer instanceof InetSocketAddress i ? i.getHostString() + ":" + i.getPort()
                 : String.valueOf(peer);
-        Client c = new Client(nextClientId.getAndIncrement(), clientName, address);
+        Client c = new Client(nextClientId.getAndIncrement(), printable(clientName, MAX_CLIENT_NAME), address);
         clients.add(c);
-        log.info("client {} '{}' connected from {}", c.id, clientName, peer);
+        log.info("client {} '{}' connected from {}", c.id, c.name, peer);
         return c;
+    }
+
+    /** Client names are cut to this many bytes (UTF-8): they are listed with every region the client allocated. */
+    public static final int MAX_CLIENT_NAME = 128;
+
+    /**
+     * {@code s} fit for a log line and a listing: control characters (a forged log line's newline) shown as '?', cut
+     * to {@code maxBytes} of UTF-8 at a character boundary.
+     */
+    static String printable(String s, int maxBytes) {
+        StringBuilder b = new StringBuilder(Math.min(s.length(), maxBytes));
+        int bytes = 0;
+        for (int i = 0; i < s.length(); ) {
+            int cp = s.codePointAt(i);
+            i += Character.charCount(cp);
+            if (Character.isISOControl(cp) || Character.getType(cp) == Character.FORMAT) {
+                cp = '?';
+            }
+            int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+            if (bytes + n > maxBytes) {
+                break;
+            }
+            bytes += n;
+            b.appendCodePoint(cp);
+        }
+        return b.toString();
     }
 
     private ServerInfo info() {
@@ -197,6 +245,10 @@ public final class MemServer implements RegionService, AutoCloseable {
         if (length <= 0) {
             throw new RemoteMemoryException(Status.BAD_REQUEST, "region length must be positive: " + length);
         }
+        if (length > config.capacityBytes()) { // before any arithmetic on it: page rounding could overflow
+            throw new RemoteMemoryException(Status.NO_CAPACITY, "cannot grant " + length + " bytes: more than this "
+                    + "memserver's whole capacity of " + config.capacityBytes() + " bytes");
+        }
         synchronized (control) {
             checkLease(c, tag.volume(), "allocate regions of it"); // early, so a refusal is not reported as NO_CAPACITY
         }
@@ -205,17 +257,25 @@ public final class MemServer implements RegionService, AutoCloseable {
         do {
             before = granted.get();
             if (rounded > config.capacityBytes() - before) {
-                throw new RemoteMemoryException(Status.NO_CAPACITY, "cannot grant " + rounded + " bytes: "
-                        + (config.capacityBytes() - before) + " of " + config.capacityBytes() + " free");
+                throw new RemoteMemoryException(Status.NO_CAPACITY, "cannot grant " + length + " bytes ("
+                        + rounded + " in whole pages): " + (config.capacityBytes() - before) + " of the capacity of "
+                        + config.capacityBytes() + " bytes are free");
             }
         } while (!granted.compareAndSet(before, before + rounded));
+        if (regionSlots.incrementAndGet() > config.maxRegions()) {
+            regionSlots.decrementAndGet();
+            granted.addAndGet(-rounded);
+            throw new RemoteMemoryException(Status.NO_CAPACITY, "cannot grant another region: this memserver holds "
+                    + "its limit of " + config.maxRegions() + " regions (--max-regions)");
+        }
         AnonymousMemory memory;
         try {
             memory = AnonymousMemory.map(length, config.hugePages(), config.mlock());
         } catch (RuntimeException e) {
+            regionSlots.decrementAndGet();
             granted.addAndGet(-rounded);
-            log.warn("could not grant {} bytes: {}", rounded, e.getMessage());
-            throw new RemoteMemoryException(Status.NO_CAPACITY, "the memserver's system refused " + rounded
+            log.warn("could not grant {} bytes ({} in whole pages): {}", length, rounded, e.getMessage());
+            throw new RemoteMemoryException(Status.NO_CAPACITY, "the memserver's system refused " + length
                     + " bytes: " + e.getMessage());
         }
         long key;
@@ -223,25 +283,30 @@ public final class MemServer implements RegionService, AutoCloseable {
             key = random.nextLong();
         } while (key == 0);
         RegionDescriptor d = new RegionDescriptor(nextRegionId.getAndIncrement(), length, key, tag);
-        Region region = new Region(d, memory, c.name, c.id);
+        Region region;
         try {
             synchronized (control) {
                 checkLease(c, tag.volume(), "allocate regions of it"); // again: a lease may have been taken meanwhile
+                VolumeLease l = leases.get(tag.volume());
+                boolean volumeData = l != null && l.holder == c && l.state == LeaseState.HELD;
+                region = new Region(d, memory, c.name, c.id, !volumeData);
                 regions.put(d.id(), region);
             }
         } catch (RemoteMemoryException e) {
-            region.release();
+            memory.close();
+            regionSlots.decrementAndGet();
             granted.addAndGet(-rounded);
             throw e;
         }
-        log.debug("client {}: granted {}", c.id, d);
+        log.debug("client {}: granted {}{}", c.id, d, region.scratch ? " (scratch: released when it disconnects)"
+                : "");
         return d;
     }
 
     /** What a region of this length costs against the capacity: whole pages of the kind configured. */
     private long rounded(long length) {
         long page = config.hugePages() ? AnonymousMemory.HUGE_PAGE_SIZE : AnonymousMemory.PAGE_SIZE;
-        return (length + page - 1) & -page;
+        return (length + page - 1) & -page; // no overflow: length is at most the capacity, at most 2^62
     }
 
     private RegionDescriptor openRegion(Client c, long id) throws RemoteMemoryException {
@@ -261,14 +326,24 @@ public final class MemServer implements RegionService, AutoCloseable {
      * checked, so a fenced-off owner cannot learn the rotated keys by listing.
      */
     private List<RegionInfo> listRegions() {
-        List<RegionInfo> out = new ArrayList<>();
-        for (Region r : regions.values()) {
-            RegionDescriptor d = r.descriptor;
-            out.add(new RegionInfo(new RegionDescriptor(d.id(), d.length(), 0, d.tag()), r.owner));
+        // A listing of the most regions allowed is a few megabytes of heap while it is built and sent: a few at a
+        // time, however many clients ask at once.
+        listings.acquireUninterruptibly();
+        try {
+            List<RegionInfo> out = new ArrayList<>(regions.size());
+            for (Region r : regions.values()) {
+                RegionDescriptor d = r.descriptor;
+                out.add(new RegionInfo(new RegionDescriptor(d.id(), d.length(), 0, d.tag()), r.owner));
+            }
+            out.sort(Comparator.comparingLong(i -> i.descriptor().id()));
+            return out;
+        } finally {
+            listings.release();
         }
-        out.sort(Comparator.comparingLong(i -> i.descriptor().id()));
-        return out;
     }
+
+    /** Listings built at once (see {@link #listRegions}). */
+    static final int CONCURRENT_LISTINGS = 4;
 
     private void release(Client c, long id, long key) throws RemoteMemoryException {
         Region r;
@@ -281,6 +356,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
         if (r.release()) {
             granted.addAndGet(-rounded(r.descriptor.length()));
+            regionSlots.decrementAndGet();
             log.debug("released {}", r.descriptor);
         }
     }
@@ -303,44 +379,55 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     // ------------------------------------------------------------------------------------------------ leases
 
-    /** The longest ttl honoured as asked; longer ones are cut to it (a year: the point is that leases lapse). */
-    private static final long MAX_TTL_MILLIS = TimeUnit.DAYS.toMillis(365);
     private static final int MAX_OWNER = 1024;
+    /**
+     * Entries in the lease table, held or not. Entries that bind nobody are kept (a takeover after them must fence)
+     * only while their volume has regions, and swept when the table is full; this bounds what the rest can take.
+     */
+    static final int MAX_LEASES = 65536;
+    /** Leases one connection holds at once: a bridge holds one per volume it serves. */
+    static final int MAX_LEASES_PER_CLIENT = 256;
 
     /**
-     * One volume's lease. {@code released} means its holder's connection ended: the lease binds nobody any more, but
-     * the owner is remembered so that a different owner taking the volume next still fences it off.
+     * Where a lease stands: {@code HELD} by its holder's connection (live while renewed within its ttl), {@code
+     * RELEASED} because that connection ended, {@code GIVEN_BACK} with UNLEASE. Only a held, unexpired lease binds
+     * anyone; the others are kept so that the next grant knows whether it takes over from someone.
      */
-    private record VolumeLease(String owner, Client holder, long ttlMillis, long expiresAtNanos, boolean released) {
+    private enum LeaseState { HELD, RELEASED, GIVEN_BACK }
+
+    private record VolumeLease(String owner, Client holder, long ttlMillis, long expiresAtNanos, LeaseState state) {
         boolean live(long now) {
-            return !released && !holder.ended && expiresAtNanos - now > 0;
+            return state == LeaseState.HELD && !holder.ended && expiresAtNanos - now > 0;
         }
 
         long remainingMillis(long now) {
             return live(now) ? Math.max(0, TimeUnit.NANOSECONDS.toMillis(expiresAtNanos - now)) : 0;
         }
 
-        String describe(long now) {
-            return "'" + owner + "' (client " + holder.id + " '" + holder.name + "' at " + holder.peer + ", "
-                    + remainingMillis(now) + " ms of its " + ttlMillis + " ms lease left)";
+        VolumeLease in(LeaseState s) {
+            return new VolumeLease(owner, holder, ttlMillis, expiresAtNanos, s);
         }
     }
 
-    /** Refuses {@code c} when another connection holds a live lease on {@code volume}. Call under {@link #control}. */
+    /**
+     * Refuses {@code c} when another connection holds a live lease on {@code volume}, saying how long it has left but
+     * not who holds it. Call under {@link #control}.
+     */
     private void checkLease(Client c, String volume, String what) throws RemoteMemoryException {
         VolumeLease l = leases.get(volume);
         if (l != null && l.holder != c) {
             long now = System.nanoTime();
             if (l.live(now)) {
-                throw new RemoteMemoryException(Status.ACCESS_DENIED, "volume '" + volume + "' is leased by "
-                        + l.describe(now) + "; only its holder may " + what);
+                throw new RemoteMemoryException(Status.ACCESS_DENIED, "volume '" + volume + "' is leased by another "
+                        + "client (" + l.remainingMillis(now) + " ms left); only its holder may " + what);
             }
         }
     }
 
     private Lease lease(Client c, String volume, String owner, long ttlMillis) throws RemoteMemoryException {
-        if (ttlMillis <= 0) {
-            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's ttl must be positive: " + ttlMillis + " ms");
+        if (ttlMillis <= 0 || ttlMillis > Lease.MAX_TTL.toMillis()) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's ttl must be from 1 to "
+                    + Lease.MAX_TTL.toMillis() + " ms (5 min), not " + ttlMillis + " ms: renew a lease instead");
         }
         if (owner == null || owner.isEmpty() || owner.getBytes(StandardCharsets.UTF_8).length > MAX_OWNER) {
             throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's owner must be 1 to " + MAX_OWNER
@@ -350,29 +437,70 @@ public final class MemServer implements RegionService, AutoCloseable {
             throw new RemoteMemoryException(Status.BAD_REQUEST, "a volume name is at most "
                     + RegionTag.MAX_VOLUME_NAME + " bytes long");
         }
-        long ttl = Math.min(ttlMillis, MAX_TTL_MILLIS);
         synchronized (control) {
             long now = System.nanoTime();
             VolumeLease previous = leases.get(volume);
-            boolean tookOver = previous != null && !previous.owner.equals(owner);
-            if (tookOver && previous.live(now)) {
-                throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "' is leased by "
-                        + previous.describe(now));
+            if (previous != null && previous.holder != c && previous.live(now)) {
+                throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "' is leased by another "
+                        + "client (" + previous.remainingMillis(now) + " ms left)");
             }
-            leases.put(volume, new VolumeLease(owner, c, ttl, now + TimeUnit.MILLISECONDS.toNanos(ttl), false));
+            // The lease is the connection's: the same connection renews (even an expired lease nobody took since),
+            // any other connection takes it over, whatever owner string it presents.
+            boolean renewal = previous != null && previous.holder == c;
+            boolean tookOver = previous != null && !renewal && previous.state != LeaseState.GIVEN_BACK;
+            boolean heldBefore = renewal && previous.state == LeaseState.HELD;
+            if (!heldBefore) {
+                makeRoomForLease(c, previous == null);
+            }
+            leases.put(volume, new VolumeLease(owner, c, ttlMillis, now + TimeUnit.MILLISECONDS.toNanos(ttlMillis),
+                    LeaseState.HELD));
+            if (!heldBefore) {
+                c.leases++;
+            }
+            if (previous != null && previous.holder != c && previous.state == LeaseState.HELD) {
+                previous.holder.leases--;
+            }
+            if (renewal) {
+                return new Lease(volume, owner, ttlMillis, false);
+            }
+            int rotated = rotateKeys(volume);
+            String v = printable(volume, RegionTag.MAX_VOLUME_NAME);
             if (tookOver) {
-                int rotated = rotateKeys(volume);
                 log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); {} "
-                                + "region key(s) rotated", volume, owner, c.id, c.peer, previous.owner,
-                        previous.holder.id, previous.holder.peer, previous.released || previous.holder.ended
-                                ? "connection ended" : "lease expired "
-                                + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos) + " ms ago", rotated);
-            } else if (previous == null) {
-                log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms", volume, owner, c.id, c.peer, ttl);
-            } else if (previous.holder != c) {
-                log.info("volume '{}': lease of '{}' moved to client {} at {}", volume, owner, c.id, c.peer);
+                                + "region key(s) rotated", v, printable(owner, MAX_OWNER), c.id, c.peer,
+                        printable(previous.owner, MAX_OWNER), previous.holder.id, previous.holder.peer,
+                        previous.state == LeaseState.RELEASED || previous.holder.ended ? "connection ended"
+                                : "lease expired " + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos)
+                                + " ms ago", rotated);
+            } else {
+                log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms{}", v, printable(owner, MAX_OWNER),
+                        c.id, c.peer, ttlMillis, rotated == 0 ? "" : "; " + rotated + " region key(s) rotated");
             }
-            return new Lease(volume, owner, ttl, tookOver);
+            return new Lease(volume, owner, ttlMillis, tookOver);
+        }
+    }
+
+    /**
+     * Refuses a new lease for {@code c} when it holds its limit, or when the table is full even after dropping the
+     * entries that bind nobody and guard no regions. Call under {@link #control}.
+     */
+    private void makeRoomForLease(Client c, boolean newEntry) throws RemoteMemoryException {
+        if (c.leases >= MAX_LEASES_PER_CLIENT) {
+            throw new RemoteMemoryException(Status.NO_CAPACITY, "this connection holds its limit of "
+                    + MAX_LEASES_PER_CLIENT + " leases; give some back first");
+        }
+        if (newEntry && leases.size() >= MAX_LEASES) {
+            Set<String> guarded = new java.util.HashSet<>();
+            for (Region r : regions.values()) {
+                guarded.add(r.descriptor.tag().volume());
+            }
+            long now = System.nanoTime();
+            leases.entrySet().removeIf(e -> !e.getValue().live(now) && e.getValue().state != LeaseState.HELD
+                    && !guarded.contains(e.getKey()));
+            if (leases.size() >= MAX_LEASES) {
+                throw new RemoteMemoryException(Status.NO_CAPACITY, "this memserver tracks its limit of "
+                        + MAX_LEASES + " volume leases");
+            }
         }
     }
 
@@ -393,12 +521,15 @@ public final class MemServer implements RegionService, AutoCloseable {
         return n;
     }
 
+    /** Only the holder's own connection gives a lease back; anyone else presenting the owner string changes nothing. */
     private void unlease(Client c, String volume, String owner) {
         synchronized (control) {
             VolumeLease l = leases.get(volume);
-            if (l != null && l.owner.equals(owner)) {
-                leases.remove(volume);
-                log.info("volume '{}': lease of '{}' given back by client {} at {}", volume, owner, c.id, c.peer);
+            if (l != null && l.holder == c && l.state == LeaseState.HELD && l.owner.equals(owner)) {
+                leases.put(volume, l.in(LeaseState.GIVEN_BACK));
+                c.leases--;
+                log.info("volume '{}': lease of '{}' given back by client {} at {}",
+                        printable(volume, RegionTag.MAX_VOLUME_NAME), printable(owner, MAX_OWNER), c.id, c.peer);
             }
         }
     }
@@ -408,11 +539,41 @@ public final class MemServer implements RegionService, AutoCloseable {
         synchronized (control) {
             for (Map.Entry<String, VolumeLease> e : leases.entrySet()) {
                 VolumeLease l = e.getValue();
-                if (l.holder == c && !l.released) {
-                    e.setValue(new VolumeLease(l.owner, l.holder, l.ttlMillis, l.expiresAtNanos, true));
-                    log.info("volume '{}': lease of '{}' released: client {} at {} disconnected", e.getKey(),
-                            l.owner, c.id, c.peer);
+                if (l.holder == c && l.state == LeaseState.HELD) {
+                    e.setValue(l.in(LeaseState.RELEASED));
+                    log.info("volume '{}': lease of '{}' released: client {} at {} disconnected",
+                            printable(e.getKey(), RegionTag.MAX_VOLUME_NAME), printable(l.owner, MAX_OWNER), c.id,
+                            c.peer);
                 }
+            }
+        }
+    }
+
+    /**
+     * A connection ended: the regions it allocated without holding their volume's lease were its scratch memory
+     * (ping's, bench's) and nobody else's; they go now, as a client that vanished cannot release them.
+     */
+    private void scratchEnded(Client c) {
+        List<Long> gone = new ArrayList<>();
+        long bytes = 0;
+        for (Region r : regions.values()) {
+            if (r.scratch && r.ownerId == c.id && regions.remove(r.descriptor.id(), r) && r.release()) {
+                granted.addAndGet(-rounded(r.descriptor.length()));
+                regionSlots.decrementAndGet();
+                gone.add(r.descriptor.id());
+                bytes += r.descriptor.length();
+            }
+        }
+        if (!gone.isEmpty()) {
+            log.info("client {} '{}' left {} scratch region(s) ({} bytes) behind; released", c.id, c.name,
+                    gone.size(), bytes);
+            RemoteListener l = listener;
+            if (l != null) {
+                l.withdraw(gone).whenComplete((v, e) -> {
+                    if (e != null) {
+                        log.warn("regions {}: withdrawing clients' direct access failed: {}", gone, e.toString());
+                    }
+                });
             }
         }
     }
@@ -426,6 +587,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         Region r = regions.remove(id);
         if (r != null && r.release()) {
             granted.addAndGet(-rounded(r.descriptor.length()));
+            regionSlots.decrementAndGet();
             log.info("revoked {}", r.descriptor);
             RemoteListener l = listener;
             if (l != null) {
@@ -570,7 +732,8 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /**
      * A volume lease as an operator sees it. {@code state}: {@code held} (live), {@code expired} (not renewed within
-     * its ttl) or {@code released} (its holder's connection ended); only a held lease binds anyone.
+     * its ttl), {@code released} (its holder's connection ended) or {@code given back}; only a held lease binds
+     * anyone.
      */
     public record LeaseView(String volume, String owner, long clientId, String clientName, String address,
                             String state, long ttlMillis, long remainingMillis) {
@@ -581,7 +744,8 @@ public final class MemServer implements RegionService, AutoCloseable {
         synchronized (control) {
             long now = System.nanoTime();
             leases.forEach((volume, l) -> out.add(new LeaseView(volume, l.owner, l.holder.id, l.holder.name,
-                    l.holder.peer, l.live(now) ? "held" : l.released || l.holder.ended ? "released" : "expired",
+                    l.holder.peer, l.live(now) ? "held" : l.state == LeaseState.GIVEN_BACK ? "given back"
+                    : l.state == LeaseState.RELEASED || l.holder.ended ? "released" : "expired",
                     l.ttlMillis, l.remainingMillis(now))));
         }
         out.sort(Comparator.comparing(LeaseView::volume));
@@ -618,6 +782,20 @@ public final class MemServer implements RegionService, AutoCloseable {
         return draining;
     }
 
+    /**
+     * Why this memserver should not be sent new clients, or null when it should: it is draining, or its listener
+     * cannot accept connections any more (its accept thread ended, its socket closed under it). For readiness checks.
+     */
+    public String notReadyReason() {
+        if (draining) {
+            return "draining: refusing new clients and grants";
+        }
+        RemoteListener l = listener;
+        String problem = l == null ? null : l.problem();
+        return problem == null ? null : "the " + config.transport() + " listener at " + address().getHostString()
+                + ":" + address().getPort() + " takes no new clients: " + problem;
+    }
+
     public long capacityBytes() {
         return config.capacityBytes();
     }
@@ -643,6 +821,8 @@ public final class MemServer implements RegionService, AutoCloseable {
         volatile Runnable disconnect;
         /** Its connection ended: its leases bind nobody. */
         volatile boolean ended;
+        /** Leases it holds (or held until they expired, nobody having taken them); guarded by {@link #control}. */
+        int leases;
 
         Client(long id, String name, String peer) {
             this.id = id;
@@ -698,6 +878,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         public void closed() {
             ended = true;
             leasesEnded(this);
+            scratchEnded(this);
             synchronized (transportTotals) {
                 ConnectionStats st = stats;
                 if (st != null) {

@@ -1,17 +1,32 @@
 package dev.rbridge.memserver;
 
 import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ConnectionLimits;
 
 import java.net.InetSocketAddress;
 import java.util.Objects;
 
 /**
  * The memserver's settings, validated once. A null token admits every client (logged loudly at start).
- * {@code tcpCongestion}: see {@link ConnectParams#tcpCongestion(String)}.
+ * {@code tcpCongestion}: see {@link ConnectParams#tcpCongestion(String)}. {@code connections}: how many connections
+ * the listener holds ({@link ConnectionLimits}). {@code maxRegions}: how many regions it grants at once.
  */
 public record MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
-                              boolean hugePages, boolean mlock, String tcpCongestion) {
+                              boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
+                              int maxRegions) {
     public static final int DEFAULT_PORT = 7471;
+    /**
+     * Each region is one memory mapping, and the kernel allows a process 65530 by default (vm.max_map_count), the
+     * JVM's own included; and a LIST of every region must fit in one message ({@link #MAX_REGIONS_LIMIT}).
+     */
+    public static final int MAX_REGIONS_DEFAULT = 32768;
+    /**
+     * The most regions a LIST reply can carry: 16 MiB over the largest entry (a 255-byte volume name and a client name
+     * cut to {@link MemServer#MAX_CLIENT_NAME} bytes).
+     */
+    public static final int MAX_REGIONS_LIMIT = 38000;
+    /** Capacity is counted in whole pages: beyond this, page rounding of a size could overflow. */
+    public static final long MAX_CAPACITY = 1L << 62;
 
     /** Plain pages, not locked. */
     public MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport) {
@@ -24,15 +39,27 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
         this(listen, capacityBytes, token, transport, hugePages, mlock, ConnectParams.TCP_CONGESTION_DEFAULT);
     }
 
+    /** The default limits. */
+    public MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
+                           boolean hugePages, boolean mlock, String tcpCongestion) {
+        this(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion, ConnectionLimits.DEFAULTS,
+                MAX_REGIONS_DEFAULT);
+    }
+
     public MemServerConfig {
         Objects.requireNonNull(listen, "listen");
         Objects.requireNonNull(transport, "transport");
-        if (capacityBytes <= 0) {
-            throw new IllegalArgumentException("capacity must be positive: " + capacityBytes);
+        Objects.requireNonNull(connections, "connections");
+        if (capacityBytes <= 0 || capacityBytes > MAX_CAPACITY) {
+            throw new IllegalArgumentException("capacity must be from 1 byte to 4 EiB: " + capacityBytes);
         }
         ConnectParams.checkCongestion(tcpCongestion);
         if (token != null && token.isBlank()) {
             throw new IllegalArgumentException("the token is empty");
+        }
+        if (maxRegions < 1 || maxRegions > MAX_REGIONS_LIMIT) {
+            throw new IllegalArgumentException("--max-regions must be from 1 to " + MAX_REGIONS_LIMIT
+                    + " (a list of every region must fit in one message): " + maxRegions);
         }
     }
 }

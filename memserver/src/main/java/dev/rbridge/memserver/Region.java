@@ -19,15 +19,21 @@ final class Region {
     final AnonymousMemory memory;
     final String owner;
     final long ownerId;
+    /**
+     * Allocated by a client that did not hold its volume's lease (ping's and bench's scratch memory): released when
+     * that client's connection ends. Otherwise it is a leased volume's data and stays for the next holder.
+     */
+    final boolean scratch;
     /** One reference for being alive plus one per pin; zero means unmapped. */
     private final AtomicInteger references = new AtomicInteger(1);
     private boolean released;
 
-    Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner, long ownerId) {
+    Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner, long ownerId, boolean scratch) {
         this.descriptor = descriptor;
         this.memory = memory;
         this.owner = owner;
         this.ownerId = ownerId;
+        this.scratch = scratch;
     }
 
     boolean pin() {

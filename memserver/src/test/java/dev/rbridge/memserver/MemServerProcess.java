@@ -35,14 +35,22 @@ final class MemServerProcess implements AutoCloseable {
      */
     static MemServerProcess start(long capacity, String token, String transport)
             throws IOException, InterruptedException {
+        return start(capacity, token, transport, List.of());
+    }
+
+    /** As {@link #start(long, String, String)}, with more JVM options (a small -XX:MaxDirectMemorySize, say). */
+    static MemServerProcess start(long capacity, String token, String transport, List<String> jvmArgs)
+            throws IOException, InterruptedException {
         Path dir = Files.createTempDirectory("memserver");
         Path portFile = dir.resolve("port");
         Path log = dir.resolve("memserver.log");
-        ProcessBuilder pb = new ProcessBuilder(List.of(
+        List<String> cmd = new java.util.ArrayList<>(List.of(
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "-Xmx256m",
-                "-cp", System.getProperty("java.class.path"),
+                "--enable-native-access=ALL-UNNAMED", "-Xmx256m"));
+        cmd.addAll(jvmArgs);
+        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"),
                 StandaloneMemServer.class.getName(), portFile.toString(), String.valueOf(capacity), token, transport));
+        ProcessBuilder pb = new ProcessBuilder(cmd);
         ucxEnvironment(pb.environment());
         Process p = pb.redirectErrorStream(true).redirectOutput(log.toFile()).start();
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);

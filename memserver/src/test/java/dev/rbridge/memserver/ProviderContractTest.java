@@ -368,15 +368,160 @@ abstract class ProviderContractTest {
     }
 
     @Test
-    void aSecondOwnerGetsLeaseHeldNamingTheHolder() throws Exception {
+    void aSecondOwnerGetsLeaseHeldWithoutLearningWhoHoldsIt() throws Exception {
         String vol = "lease-held";
         try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN)) {
             get(a.lease(vol, "bridge-a", Duration.ofSeconds(30)));
-            assertFails(Status.LEASE_HELD, b.lease(vol, "bridge-b", Duration.ofSeconds(30)), "bridge-a", vol, " ms");
+            RemoteMemoryException held = failure(b.lease(vol, "bridge-b", Duration.ofSeconds(30)));
+            assertEquals(Status.LEASE_HELD, held.status(), held.getMessage());
+            assertTrue(held.getMessage().contains(vol) && held.getMessage().contains(" ms"), held.getMessage());
+            assertRevealsNoHolder(held);
             get(b.unlease(vol, "bridge-b")); // not the holder: a no-op
-            assertFails(Status.LEASE_HELD, b.lease(vol, "bridge-b", Duration.ofSeconds(30)), "bridge-a");
+            assertFails(Status.LEASE_HELD, b.lease(vol, "bridge-b", Duration.ofSeconds(30)));
             get(a.lease(vol, "bridge-a", Duration.ofSeconds(30))); // still a's
             get(a.unlease(vol, "bridge-a"));
+        }
+    }
+
+    /**
+     * An error about somebody else's lease must not tell the asker who holds it: the owner string is what a client
+     * would present to pass for the holder, and the holder's name and address are nobody else's business.
+     */
+    static void assertRevealsNoHolder(RemoteMemoryException e) {
+        String m = e.getMessage();
+        for (String secret : new String[]{"bridge-a", "holder-bridge", "'contract'", " at 127.0.0.1"}) {
+            assertFalse(m.contains(secret), "'" + m + "' reveals " + secret);
+        }
+        assertFalse(m.matches("(?s).*client \\d.*"), "'" + m + "' reveals the holder's client id");
+    }
+
+    @Test
+    void theHoldersOwnerStringFromAnotherConnectionGetsNeitherTheLeaseNorTheData() throws Exception {
+        String vol = "lease-owner-bypass";
+        byte[] data = new byte[4096];
+        new Random(11).nextBytes(data);
+        try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN);
+             Arena arena = Arena.ofShared()) {
+            get(a.lease(vol, "bridge-a", Duration.ofSeconds(30)));
+            RegionDescriptor r = get(a.allocate(new RegionTag(vol, 0, 0, 1), data.length));
+            get(a.write(r, 0, arena.allocate(data.length).copyFrom(MemorySegment.ofArray(data))));
+
+            // b knows everything but the key: the token, the owner string, the region's id and tag
+            RemoteMemoryException held = failure(b.lease(vol, "bridge-a", Duration.ofSeconds(30)));
+            assertEquals(Status.LEASE_HELD, held.status(), held.getMessage());
+            assertRevealsNoHolder(held);
+            assertFails(Status.ACCESS_DENIED, b.open(r.id()));
+            get(b.unlease(vol, "bridge-a")); // not the holder's connection: changes nothing
+            assertFails(Status.LEASE_HELD, b.lease(vol, "bridge-a", Duration.ofSeconds(30)));
+            assertFails(Status.ACCESS_DENIED, b.open(r.id()));
+            RegionDescriptor guessed = listed(b, r.id()).descriptor();
+            assertFails(Status.ACCESS_DENIED, b.read(guessed, 0, arena.allocate(data.length)));
+            assertFails(Status.ACCESS_DENIED, b.write(guessed, 0, arena.allocate(16)));
+
+            // the holder noticed nothing: its renewal is no takeover, its key still works
+            assertFalse(get(a.lease(vol, "bridge-a", Duration.ofSeconds(30))).tookOver());
+            MemorySegment dst = arena.allocate(data.length);
+            get(a.read(r, 0, dst));
+            assertArrayEquals(data, bytes(dst));
+            get(a.release(r));
+            get(a.unlease(vol, "bridge-a"));
+        }
+    }
+
+    @Test
+    void theSameOwnerOnANewConnectionTakesOverWithNewKeysOnceTheOldOneEnded() throws Exception {
+        String vol = "lease-same-owner";
+        RegionDescriptor r;
+        try (RemoteConnection b = connect(memserver, TOKEN); Arena arena = Arena.ofShared()) {
+            try (RemoteConnection a = connect(memserver, TOKEN)) {
+                get(a.lease(vol, "bridge-a", Duration.ofSeconds(30)));
+                r = get(a.allocate(new RegionTag(vol, 0, 0, 1), 4096));
+            }
+            Lease lease = awaitLease(b, vol, "bridge-a");
+            assertTrue(lease.tookOver(), "a grant to another connection than the holder's is a takeover");
+            assertFails(Status.ACCESS_DENIED, b.read(r, 0, arena.allocate(64)));
+            RegionDescriptor opened = get(b.open(r.id()));
+            assertNotEquals(r.key(), opened.key(), "the takeover rotated the key");
+            get(b.read(opened, 0, arena.allocate(64)));
+            get(b.release(opened));
+            get(b.unlease(vol, "bridge-a"));
+        }
+    }
+
+    /** Leases {@code vol} for {@code owner} once the memserver has seen the previous holder's connection end. */
+    static Lease awaitLease(RemoteConnection c, String vol, String owner) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (true) {
+            try {
+                return c.lease(vol, owner, Duration.ofSeconds(30)).get(30, TimeUnit.SECONDS);
+            } catch (ExecutionException e) {
+                if (!(e.getCause() instanceof RemoteMemoryException re && re.status() == Status.LEASE_HELD)
+                        || System.nanoTime() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(20);
+            }
+        }
+    }
+
+    @Test
+    void aLeaseLongerThanFiveMinutesIsRefusedNamingTheBound() throws Exception {
+        String vol = "lease-ttl";
+        try (RemoteConnection a = connect(memserver, TOKEN)) {
+            assertFails(Status.BAD_REQUEST, a.lease(vol, "squatter", Duration.ofDays(365)), "300000 ms");
+            assertFails(Status.BAD_REQUEST, a.lease(vol, "squatter", Duration.ofMinutes(5).plusMillis(1)),
+                    "300000 ms");
+            assertEquals(300_000, get(a.lease(vol, "squatter", Duration.ofMinutes(5))).ttlMillis());
+            get(a.unlease(vol, "squatter"));
+        }
+    }
+
+    @Test
+    void keysHandedOutBeforeAVolumeIsLeasedStopWorkingOnceItIs() throws Exception {
+        String vol = "lease-first-grant";
+        try (RemoteConnection early = connect(memserver, TOKEN); RemoteConnection owner = connect(memserver, TOKEN);
+             Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = get(early.allocate(new RegionTag(vol, 0, 0, 1), 4096)); // nobody leases it yet
+            get(early.write(r, 0, arena.allocate(64).fill((byte) 9)));
+            assertFalse(get(owner.lease(vol, "bridge-o", Duration.ofSeconds(30))).tookOver(),
+                    "nobody held it: no takeover");
+            assertFails(Status.ACCESS_DENIED, early.write(r, 0, arena.allocate(64)));
+            assertFails(Status.ACCESS_DENIED, early.read(r, 0, arena.allocate(64)));
+            RegionDescriptor opened = get(owner.open(r.id()));
+            MemorySegment dst = arena.allocate(64);
+            get(owner.read(opened, 0, dst));
+            assertEquals(9, dst.get(ValueLayout.JAVA_BYTE, 63));
+            get(owner.unlease(vol, "bridge-o"));
+        }
+    }
+
+    @Test
+    void scratchRegionsGoWithTheirClientAndLeasedVolumesRegionsStay() throws Exception {
+        String vol = "scratch-vs-volume";
+        long free;
+        RegionDescriptor scratch;
+        RegionDescriptor kept;
+        try (RemoteConnection watcher = connect(memserver, TOKEN)) {
+            free = get(watcher.info()).freeBytes();
+            try (RemoteConnection tool = connect(memserver, TOKEN)) {
+                scratch = get(tool.allocate(RegionTag.scratch("scratch-tool"), 1 << 20));
+                get(tool.lease(vol, "bridge-s", Duration.ofSeconds(30)));
+                kept = get(tool.allocate(new RegionTag(vol, 0, 0, 1), 1 << 20));
+            }
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (get(watcher.list()).stream().anyMatch(i -> i.descriptor().id() == scratch.id())
+                    && System.nanoTime() < deadline) {
+                Thread.sleep(20);
+            }
+            assertTrue(get(watcher.list()).stream().noneMatch(i -> i.descriptor().id() == scratch.id()),
+                    "the scratch region outlived its client");
+            assertEquals(kept.tag(), listed(watcher, kept.id()).descriptor().tag(), "a leased volume's region is data");
+            assertEquals(free - (1 << 20), get(watcher.info()).freeBytes(),
+                    "only the volume's region is still granted");
+            Lease lease = awaitLease(watcher, vol, "bridge-s2");
+            assertTrue(lease.tookOver());
+            get(watcher.release(get(watcher.open(kept.id()))));
+            get(watcher.unlease(vol, "bridge-s2"));
         }
     }
 
@@ -439,8 +584,8 @@ abstract class ProviderContractTest {
             assertFails(Status.ACCESS_DENIED, a.write(r, 0, arena.allocate(4096).fill((byte) 1)));
             assertFails(Status.ACCESS_DENIED, a.zero(r, 0, 4096));
             // ... and so are its control operations on the volume
-            assertFails(Status.ACCESS_DENIED, a.open(r.id()), "bridge-b");
-            assertFails(Status.LEASE_HELD, a.lease(vol, "bridge-a", Duration.ofSeconds(30)), "bridge-b");
+            assertFails(Status.ACCESS_DENIED, a.open(r.id()), vol);
+            assertFails(Status.LEASE_HELD, a.lease(vol, "bridge-a", Duration.ofSeconds(30)), vol);
             assertTrue(a.isOpen());
 
             RegionDescriptor opened = get(b.open(r.id()));
@@ -460,11 +605,13 @@ abstract class ProviderContractTest {
             get(holder.lease(vol, "holder-bridge", Duration.ofSeconds(30)));
             RegionDescriptor r = get(holder.allocate(new RegionTag(vol, 1, 0, 1), 8192));
 
-            assertFails(Status.ACCESS_DENIED, other.allocate(new RegionTag(vol, 2, 0, 1), 8192), "holder-bridge");
-            assertFails(Status.ACCESS_DENIED, other.open(r.id()), "holder-bridge");
+            assertRevealsNoHolder(failure(other.allocate(new RegionTag(vol, 2, 0, 1), 8192)));
+            assertFails(Status.ACCESS_DENIED, other.allocate(new RegionTag(vol, 2, 0, 1), 8192), vol, " ms");
+            assertRevealsNoHolder(failure(other.open(r.id())));
+            assertFails(Status.ACCESS_DENIED, other.open(r.id()), vol);
             // even with the right key (leaked, stale): the lease decides
-            assertFails(Status.ACCESS_DENIED, other.retag(r, new RegionTag(vol, 1, 0, 2)), "holder-bridge");
-            assertFails(Status.ACCESS_DENIED, other.release(r), "holder-bridge");
+            assertFails(Status.ACCESS_DENIED, other.retag(r, new RegionTag(vol, 1, 0, 2)), vol);
+            assertFails(Status.ACCESS_DENIED, other.release(r), vol);
             RegionInfo seen = listed(other, r.id());
             assertEquals(new RegionTag(vol, 1, 0, 1), seen.descriptor().tag(), "nothing changed");
             assertEquals(0, seen.descriptor().key(), "a non-holder cannot learn the key by listing");
@@ -546,6 +693,24 @@ abstract class ProviderContractTest {
             assertEquals(Status.NO_CAPACITY, statusOf(c.allocate(RegionTag.scratch("huge"), CAPACITY + 4096)));
             RegionDescriptor small = c.allocate(RegionTag.scratch("small"), 4096).get();
             c.release(small).get();
+        }
+    }
+
+    @Test
+    void allocationsNearTwoToTheSixtyThreeAreRefusedSayingWhatWasAsked() throws Exception {
+        try (RemoteConnection c = connect(memserver, TOKEN)) {
+            long free = get(c.info()).freeBytes();
+            for (long size : new long[]{Long.MAX_VALUE, Long.MAX_VALUE - 4094, (1L << 62) + 1, CAPACITY + 1}) {
+                RemoteMemoryException e = failure(c.allocate(RegionTag.scratch("huge"), size));
+                assertEquals(Status.NO_CAPACITY, e.status(), e.getMessage());
+                assertTrue(e.getMessage().contains(Long.toString(size)) && e.getMessage().contains("capacity"),
+                        "'" + e.getMessage() + "' should name the size asked for and the capacity");
+                assertFalse(e.getMessage().matches(".*-\\d.*"), "a negative size in '" + e.getMessage() + "'");
+                assertEquals(free, get(c.info()).freeBytes(), "a refused grant changes nothing");
+            }
+            for (long size : new long[]{Long.MIN_VALUE, -1, 0}) {
+                assertFails(Status.BAD_REQUEST, c.allocate(RegionTag.scratch("huge"), size), "positive");
+            }
         }
     }
 

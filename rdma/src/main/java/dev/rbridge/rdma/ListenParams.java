@@ -9,6 +9,7 @@ public final class ListenParams {
     private InetSocketAddress address = new InetSocketAddress("127.0.0.1", 7471);
     private Duration helloTimeout = Duration.ofSeconds(10);
     private String tcpCongestion = ConnectParams.TCP_CONGESTION_DEFAULT;
+    private ConnectionLimits limits = ConnectionLimits.DEFAULTS;
 
     public ListenParams address(InetSocketAddress address) {
         this.address = Objects.requireNonNull(address);
@@ -25,6 +26,16 @@ public final class ListenParams {
     public ListenParams tcpCongestion(String algorithm) {
         this.tcpCongestion = ConnectParams.checkCongestion(algorithm);
         return this;
+    }
+
+    /** How many connections the listener holds at once; see {@link ConnectionLimits}. */
+    public ListenParams limits(ConnectionLimits limits) {
+        this.limits = Objects.requireNonNull(limits);
+        return this;
+    }
+
+    public ConnectionLimits limits() {
+        return limits;
     }
 
     public String tcpCongestion() {

@@ -18,9 +18,11 @@ public interface RegionService {
 
     /**
      * The transport turned a peer away before {@link #open} (it speaks another protocol version, or sent garbage
-     * where its greeting belonged, or no greeting in time); the transport has logged why. For counting only.
+     * where its greeting belonged, or no greeting in time, or a connection limit was reached), or after it (no memory
+     * for its buffers); the transport has logged why, rate-limited. For counting only.
      *
-     * @param reason a short label: {@code version}, {@code malformed}, {@code hello_timeout}
+     * @param reason a short label: {@code version}, {@code malformed}, {@code hello_timeout}, {@code no_memory},
+     *               {@code accept_failed}, or one of {@link ConnectionGate}'s
      */
     default void refused(String reason, SocketAddress peer) {
     }

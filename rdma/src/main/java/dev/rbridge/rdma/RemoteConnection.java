@@ -40,18 +40,23 @@ public interface RemoteConnection extends AutoCloseable {
     CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag);
 
     /**
-     * Takes or renews this client's ownership lease on a volume, for {@code ttl}. Granted when nobody holds it, when
-     * {@code owner} already holds it, or when the holder's lease expired or its connection ended; otherwise fails
-     * with {@code LEASE_HELD} naming the holder. Taking over a lease from another owner gives every region of the
-     * volume a new access key, so the previous owner is fenced off from the data. While a lease is held, only its
-     * holder's connection may allocate, open, retag or release regions of that volume (others get
-     * {@code ACCESS_DENIED}); volumes nobody leases are open to every client. A lease given back with {@link #unlease}
-     * passes to the next owner without a key change. {@code ttl} must be positive ({@code BAD_REQUEST}); renew well
-     * within it.
+     * Takes or renews this connection's ownership lease on a volume, for {@code ttl}. Granted when nobody holds it,
+     * when this connection already holds it (a renewal), or when the holder's lease expired or its connection ended;
+     * otherwise fails with {@code LEASE_HELD}, saying how long the lease has left but not who holds it. The lease
+     * belongs to the connection, not to {@code owner}: presenting the holder's owner string from another connection
+     * gets {@code LEASE_HELD} too. Every grant but a renewal gives every region of the volume a new access key, so
+     * whoever held a key before (a previous owner, anyone who opened a region while the volume was unleased) is
+     * fenced off from the data; {@link Lease#tookOver()} says whether it ended someone else's lease. While a lease is
+     * held, only its holder's connection may allocate, open, retag or release regions of that volume (others get
+     * {@code ACCESS_DENIED}); volumes nobody leases are open to every client. {@code ttl} must be positive and at most
+     * {@link Lease#MAX_TTL} ({@code BAD_REQUEST}); renew well within it.
      */
     CompletableFuture<Lease> lease(String volume, String owner, java.time.Duration ttl);
 
-    /** Gives a held lease back (a bridge shutting down cleanly). Not holding it is not an error. */
+    /**
+     * Gives a lease this connection holds back (a bridge shutting down cleanly); the next grant is no takeover. Not
+     * holding it, or holding it on another connection, is not an error and changes nothing.
+     */
     CompletableFuture<Void> unlease(String volume, String owner);
 
     /** The memserver's current capacity and free bytes. */

@@ -11,6 +11,14 @@ public interface RemoteListener extends AutoCloseable {
     int connectionCount();
 
     /**
+     * Why this listener cannot take new clients although nobody closed it (its listening socket closed under it, its
+     * accept thread ended), or null while it can. A memserver with such a listener is not ready.
+     */
+    default String problem() {
+        return null;
+    }
+
+    /**
      * The memserver took these regions away (an operator's revoke). A transport that gave clients direct access to
      * their memory (ucx: registered memory and remote keys) withdraws it; the future completes when no client can
      * reach that memory any more. Transports that check every operation against the memserver's regions (tcp, local)

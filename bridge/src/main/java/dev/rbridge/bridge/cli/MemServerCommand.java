@@ -9,6 +9,7 @@ import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.ops.http.OpsHttpMetrics;
 import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ConnectionLimits;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -68,6 +69,32 @@ final class MemServerCommand implements Callable<Integer> {
                     + MemServerClientOptions.TCP_CONGESTION_HELP)
     String tcpCongestion;
 
+    @Option(names = "--max-connections", paramLabel = "N", defaultValue = "" + ConnectionLimits.MAX_CONNECTIONS_DEFAULT,
+            description = "Most client connections held at once, authenticated or not; more are refused, told why. "
+                    + "Each authenticated one costs a thread and about 0.6 MiB of direct memory. Default "
+                    + "${DEFAULT-VALUE}.")
+    int maxConnections;
+
+    @Option(names = "--max-connections-per-host", paramLabel = "N",
+            defaultValue = "" + ConnectionLimits.MAX_PER_PEER_DEFAULT,
+            description = "Of them, most from one address, so one host cannot take every place. Default "
+                    + "${DEFAULT-VALUE}.")
+    int maxConnectionsPerHost;
+
+    @Option(names = "--max-unauthenticated", paramLabel = "N",
+            defaultValue = "" + ConnectionLimits.MAX_UNAUTHENTICATED_DEFAULT,
+            description = "Of them, most that have not presented the token yet (at most "
+                    + ConnectionLimits.MAX_UNAUTHENTICATED_PER_PEER_DEFAULT + " per address); each costs a thread and "
+                    + "12 KiB until it authenticates or 10 s pass. When they are full, the oldest of the address "
+                    + "holding the most makes way for a newcomer from another address. Default ${DEFAULT-VALUE}.")
+    int maxUnauthenticated;
+
+    @Option(names = "--max-regions", paramLabel = "N", defaultValue = "" + MemServerConfig.MAX_REGIONS_DEFAULT,
+            description = "Most regions granted at once; beyond it grants fail with NO_CAPACITY. Each region is one "
+                    + "memory mapping (keep it well under vm.max_map_count); at most "
+                    + MemServerConfig.MAX_REGIONS_LIMIT + ". Default ${DEFAULT-VALUE}.")
+    int maxRegions;
+
     @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_MEMSERVER,
             description = MetricsEndpoint.HELP)
     String metrics;
@@ -84,7 +111,8 @@ final class MemServerCommand implements Callable<Integer> {
         MemServerConfig config;
         try {
             config = new MemServerConfig(Endpoints.parse(listen, MemServerConfig.DEFAULT_PORT), Sizes.parse(capacity),
-                    Endpoints.token(token, tokenFile), transport, hugePages, mlock, tcpCongestion);
+                    Endpoints.token(token, tokenFile), transport, hugePages, mlock, tcpCongestion,
+                    ConnectionLimits.of(maxConnections, maxConnectionsPerHost, maxUnauthenticated), maxRegions);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
@@ -114,8 +142,8 @@ final class MemServerCommand implements Callable<Integer> {
         MetricsHttpServer metricsServer = null;
         if (telemetry != null) {
             MemServerMeters.bind(telemetry.registry(), server, io.micrometer.core.instrument.Tags.empty());
-            telemetry.readinessCheck(() -> server.draining()
-                    ? List.of(Telemetry.Problem.fatal("draining: refusing new clients and grants")) : List.of());
+            telemetry.readinessCheck(() -> java.util.Optional.ofNullable(server.notReadyReason())
+                    .map(why -> List.of(Telemetry.Problem.fatal(why))).orElse(List.of()));
             try {
                 metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_MEMSERVER, 7474, telemetry);
             } catch (IOException | IllegalArgumentException e) {

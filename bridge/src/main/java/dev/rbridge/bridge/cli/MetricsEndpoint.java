@@ -74,7 +74,9 @@ final class MetricsEndpoint {
         }
         for (Volume v : bridge.volumes()) {
             Volume.VolumeStatus s = v.status();
-            if (s.lost() > 0) {
+            if (v.fenced() != null) {
+                out.add(Telemetry.Problem.warning("volume " + s.name() + " fenced, failing with EIO: " + v.fenced()));
+            } else if (s.lost() > 0) {
                 out.add(Telemetry.Problem.fatal("volume " + s.name() + ": " + s.lost()
                         + " slab(s) without a live replica"));
             } else if (!s.state().equals("healthy")) {

@@ -31,6 +31,7 @@ import java.util.function.ToDoubleFunction;
  * rbridge_volume_size_bytes{export}                   the volume's size
  * rbridge_volume_replicas{export}                     configured replicas per slab
  * rbridge_volume_slabs{export,state}                  slabs by state: unallocated, healthy, degraded, rebuilding, lost
+ * rbridge_volume_fenced{export}                       1 when the volume's lease was lost and it fails with EIO
  * rbridge_rebuild_queue_slabs                         slabs waiting for a rebuild or resync
  * rbridge_rebuild_remaining_bytes                     bytes still to copy (current slab's rest + queued slabs)
  * rbridge_rebuild_active                              1 while a slab is being copied
@@ -73,6 +74,9 @@ public final class BridgeMeters implements BridgeMetrics {
                     .description("Volume size").strongReference(true).register(registry);
             Gauge.builder("rbridge.volume.replicas", v, x -> x.spec().replicas()).tag("export", name)
                     .description("Configured replicas per slab").strongReference(true).register(registry);
+            Gauge.builder("rbridge.volume.fenced", v, x -> x.fenced() != null ? 1 : 0).tag("export", name)
+                    .description("1 when this bridge lost the volume's lease to another client and fails every "
+                            + "request on it with EIO").strongReference(true).register(registry);
             CachedStatus status = new CachedStatus(v);
             for (String state : SLAB_STATES) {
                 Gauge.builder("rbridge.volume.slabs", status, s -> s.count(state)).tag("export", name)

@@ -1,6 +1,7 @@
 package dev.rbridge.bridge.metrics;
 
 import dev.rbridge.memserver.MemServer;
+import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.ConnectionStats;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
@@ -23,7 +24,10 @@ import java.util.function.ToDoubleFunction;
  * rbridge_memserver_regions                           regions granted
  * rbridge_memserver_clients                           clients connected
  * rbridge_memserver_draining                          1 while draining
- * rbridge_memserver_refused_connections_total{reason} token, draining, version, malformed, hello_timeout, other
+ * rbridge_memserver_refused_connections_total{reason} token, draining, version, malformed, hello_timeout,
+ *                                                     no_memory, accept_failed, connection_limit, per_host_limit,
+ *                                                     unauthenticated_limit, unauthenticated_per_host_limit,
+ *                                                     unauthenticated_evicted, other
  * rbridge_transport_send_messages_total{transport}    two-sided messages sent (and _bytes_total)
  * rbridge_transport_recv_messages_total{transport}    two-sided messages received (and _bytes_total)
  * rbridge_transport_read_ops_total{transport}         one-sided reads served (and _bytes_total)
@@ -32,7 +36,10 @@ import java.util.function.ToDoubleFunction;
  */
 public final class MemServerMeters {
     /** Refusal reasons registered up front, so their series exist at zero. */
-    static final List<String> REFUSAL_REASONS = List.of("token", "draining", "version", "malformed", "hello_timeout");
+    static final List<String> REFUSAL_REASONS = List.of("token", "draining", "version", "malformed", "hello_timeout",
+            "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT, ConnectionGate.PER_HOST_LIMIT,
+            ConnectionGate.UNAUTHENTICATED_LIMIT, ConnectionGate.UNAUTHENTICATED_PER_HOST_LIMIT,
+            ConnectionGate.UNAUTHENTICATED_EVICTED);
 
     private MemServerMeters() {
     }

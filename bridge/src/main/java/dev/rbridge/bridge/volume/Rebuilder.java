@@ -144,6 +144,9 @@ public final class Rebuilder implements Runnable, AutoCloseable {
 
     /** Returns false when it could not make progress (no room anywhere, or a failure), so the loop backs off. */
     private boolean rebuild(Slab s, ByteBuffer buffer) throws InterruptedException {
+        if (s.volume.fenced() != null) {
+            return true; // this bridge no longer serves the volume: its replicas are someone else's now
+        }
         if (s.resyncWanted.get()) {
             boolean done = resync(s, buffer);
             if (done) {

@@ -130,6 +130,9 @@ public final class Slab {
             for (int i = 0; i < placed.size(); i++) {
                 if (fs.get(i).isCompletedExceptionally()) {
                     first = first == null ? fs.get(i).exceptionNow() : first;
+                    if (Volume.leaseLost(fs.get(i).exceptionNow())) {
+                        volume.host.leaseLost(volume, placed.get(i), Volume.reason(fs.get(i).exceptionNow()));
+                    }
                     volume.host.release(placed.get(i));
                 } else {
                     ok.add(placed.get(i));
@@ -313,6 +316,9 @@ public final class Slab {
             }
             CompletableFuture<Void> next = null;
             for (int i = 0; i < survivors.size(); i++) {
+                if (fs.get(i).isCompletedExceptionally() && Volume.leaseLost(fs.get(i).exceptionNow())) {
+                    volume.host.leaseLost(volume, survivors.get(i), Volume.reason(fs.get(i).exceptionNow()));
+                }
                 if (fs.get(i).isCompletedExceptionally()) {
                     next = fail(survivors.get(i), "could not record generation " + generation + ": "
                             + Volume.reason(fs.get(i).exceptionNow()));

@@ -23,4 +23,10 @@ public interface SlabHost {
 
     /** How long one remote operation may take before its memserver is declared dead. */
     Duration operationTimeout();
+
+    /**
+     * A memserver refused {@code replica}'s key or the volume's regions as another client's ({@code ACCESS_DENIED}):
+     * someone else took the volume's lease there. The host fences the volume ({@link Volume#fence}).
+     */
+    void leaseLost(Volume volume, Replica replica, String reason);
 }

@@ -27,6 +27,10 @@ import java.util.function.Function;
  *
  * <p>FLUSH and FUA need no round trip: a remote write completes only once the bytes are in the memserver's memory,
  * and this device acknowledges a write only after every live replica completed it.
+ *
+ * <p>A volume whose lease this bridge lost on some memserver (another client took it over, so its keys changed) is
+ * <em>fenced</em>: from then on every request fails with EIO, whatever replicas it could still reach. Writing on to
+ * those would make two owners of one volume; failing is what the new owner needs from this bridge.
  */
 public final class Volume implements BlockDevice {
     final VolumeSpec spec;
@@ -34,6 +38,8 @@ public final class Volume implements BlockDevice {
     final AllocationManifest manifest;
     private final Slab[] slabs;
     private final int slabShift;
+    /** Why this volume is fenced (its lease was lost), or null while it is served. */
+    private volatile String fenced;
 
     public Volume(VolumeSpec spec, SlabHost host) {
         this.spec = spec;
@@ -76,6 +82,42 @@ public final class Volume implements BlockDevice {
         return spec.size();
     }
 
+    /**
+     * Stops serving this volume for good ({@code reason}: which lease was lost where); true the first time. Every
+     * request from now on fails with EIO and no rebuild touches it.
+     */
+    public boolean fence(String reason) {
+        synchronized (this) {
+            if (fenced != null) {
+                return false;
+            }
+            fenced = reason;
+            return true;
+        }
+    }
+
+    /** Why this volume is fenced, or null while it is served. */
+    public String fenced() {
+        return fenced;
+    }
+
+    private BlockDeviceException fencedError() {
+        return new BlockDeviceException(Errno.EIO, "volume " + spec.name() + " is no longer served by this bridge: "
+                + fenced);
+    }
+
+    /** A replica's memserver refused its key or the volume as another client's: its lease went elsewhere. */
+    static boolean leaseLost(Throwable t) {
+        return unwrap(t) instanceof RemoteMemoryException e && e.status() == RemoteMemoryException.Status.ACCESS_DENIED;
+    }
+
+    /** Reports a lost lease to the host (which fences this volume) and fails the request with EIO. */
+    <T> CompletableFuture<T> failFenced(Replica r, Throwable cause) {
+        host.leaseLost(this, r, reason(cause));
+        return CompletableFuture.failedFuture(fenced != null ? fencedError()
+                : new BlockDeviceException(Errno.EIO, "volume " + spec.name() + ": " + reason(cause), cause));
+    }
+
     // ------------------------------------------------------------------------------------------------ data path
 
     @Override
@@ -83,6 +125,9 @@ public final class Volume implements BlockDevice {
         int length = dst.remaining();
         if (length == 0) {
             return CompletableFuture.completedFuture(null);
+        }
+        if (fenced != null) {
+            return CompletableFuture.failedFuture(fencedError());
         }
         MemorySegment seg = MemorySegment.ofBuffer(dst);
         int first = (int) (offset >>> slabShift);
@@ -117,6 +162,9 @@ public final class Volume implements BlockDevice {
                 return CompletableFuture.<Void>completedFuture(null);
             }
             Throwable cause = unwrap(e);
+            if (leaseLost(cause)) {
+                return this.<Void>failFenced(r, cause); // not from another replica: this volume is not ours now
+            }
             if (!replicaFault(cause) || attempt >= spec.replicas() + 1) {
                 return CompletableFuture.<Void>failedFuture(ioError(s, "read", cause));
             }
@@ -209,6 +257,9 @@ public final class Volume implements BlockDevice {
     }
 
     private CompletableFuture<Void> mutate(long offset, long length, Kind kind, PieceOps ops) {
+        if (fenced != null) {
+            return CompletableFuture.failedFuture(fencedError());
+        }
         int first = (int) (offset >>> slabShift);
         int last = (int) ((offset + length - 1) >>> slabShift);
         if (first == last) {
@@ -344,6 +395,12 @@ public final class Volume implements BlockDevice {
      */
     private CompletableFuture<Void> afterFailures(Slab s, List<Replica> targets, int liveCount, Throwable[] errors,
                                                   boolean zero) {
+        for (int i = 0; i < targets.size(); i++) {
+            if (leaseLost(errors[i])) {
+                // Not acknowledged on the replicas that took it, nor any replica taken out: the volume is fenced.
+                return failFenced(targets.get(i), errors[i]);
+            }
+        }
         int okLive = 0;
         Throwable first = null;
         List<CompletableFuture<Void>> removals = new ArrayList<>();
@@ -518,6 +575,9 @@ public final class Volume implements BlockDevice {
     /** Slabs with fewer live replicas than wanted but at least one (a rebuild can help them). */
     public List<Slab> degraded() {
         List<Slab> out = new ArrayList<>();
+        if (fenced != null) {
+            return out; // nothing to rebuild for a volume this bridge no longer serves
+        }
         for (Slab s : slabs) {
             ReplicaSet set = s.set;
             if (set != null && !set.lost() && set.live.size() < spec.replicas() && set.building == null) {
@@ -534,7 +594,10 @@ public final class Volume implements BlockDevice {
                              String building, long rebuildCopiedBytes) {
     }
 
-    /** The volume as an operator sees it. */
+    /**
+     * The volume as an operator sees it. {@code state}: {@code fenced} (its lease was lost: every request fails, see
+     * {@link #fenced()}), {@code lost}, {@code rebuilding}, {@code degraded} or {@code healthy}.
+     */
     public record VolumeStatus(String name, long size, long slabSize, int replicas, String state, int slabs,
                                int allocated, int healthy, int degraded, int rebuilding, int lost) {
     }
@@ -576,7 +639,8 @@ public final class Volume implements BlockDevice {
                 default -> degraded++;
             }
         }
-        String state = lost > 0 ? "lost" : rebuilding > 0 ? "rebuilding" : degraded > 0 ? "degraded" : "healthy";
+        String state = fenced != null ? "fenced" : lost > 0 ? "lost" : rebuilding > 0 ? "rebuilding"
+                : degraded > 0 ? "degraded" : "healthy";
         return new VolumeStatus(spec.name(), spec.size(), spec.slabSize(), spec.replicas(), state, slabs.length,
                 allocated, healthy, degraded, rebuilding, lost);
     }

@@ -108,6 +108,7 @@ public final class ServeCluster implements AutoCloseable {
         private final List<String> bridgeArgs = new ArrayList<>();
         private final List<String> memserverArgs = new ArrayList<>();
         private final List<String> jvmArgs = new ArrayList<>();
+        private final List<String> memserverJvmArgs = new ArrayList<>();
 
         private Builder(String name) {
             this.name = name;
@@ -198,6 +199,12 @@ public final class ServeCluster implements AutoCloseable {
         /** JVM options for every process (default: none beyond the launcher's). */
         public Builder jvmArgs(String... args) {
             jvmArgs.addAll(List.of(args));
+            return this;
+        }
+
+        /** JVM options for the memservers only, after {@link #jvmArgs} (a small -XX:MaxDirectMemorySize, say). */
+        public Builder memserverJvmArgs(String... args) {
+            memserverJvmArgs.addAll(List.of(args));
             return this;
         }
 
@@ -371,6 +378,9 @@ public final class ServeCluster implements AutoCloseable {
         cmd.add("-XX:MaxDirectMemorySize=2g");
         cmd.add("-XX:+UseParallelGC");
         cmd.addAll(config.jvmArgs);
+        if (label.startsWith("memserver")) {
+            cmd.addAll(config.memserverJvmArgs);
+        }
         cmd.add("-cp");
         cmd.add(System.getProperty("java.class.path"));
         cmd.add(Main.class.getName());

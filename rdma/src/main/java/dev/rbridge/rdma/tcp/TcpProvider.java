@@ -9,8 +9,8 @@ import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 
 import java.io.IOException;
-import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 
 /**
  * Remote memory over plain TCP, in pure Java: the default transport, needing nothing but a socket. The memserver side
@@ -18,12 +18,22 @@ import java.util.concurrent.ScheduledExecutorService;
  * straight from it.
  */
 public final class TcpProvider implements RemoteMemoryProvider {
-    /** Deadlines and hello guards of every tcp connection in this JVM: one thread, little work. */
-    static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
-        Thread t = new Thread(r, "rdma-tcp-timer");
-        t.setDaemon(true);
+    /**
+     * Deadlines and hello guards of every tcp connection in this JVM: one thread, little work. A cancelled task leaves
+     * the queue at once: a hello guard holds its connection, and a flood of connections that end long before their
+     * guard would otherwise keep them all alive for the hello timeout.
+     */
+    static final ScheduledExecutorService TIMER = timer();
+
+    private static ScheduledExecutorService timer() {
+        ScheduledThreadPoolExecutor t = new ScheduledThreadPoolExecutor(1, r -> {
+            Thread thread = new Thread(r, "rdma-tcp-timer");
+            thread.setDaemon(true);
+            return thread;
+        });
+        t.setRemoveOnCancelPolicy(true);
         return t;
-    });
+    }
 
     @Override
     public String name() {

@@ -1,7 +1,9 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
+import dev.rbridge.rdma.RateLimitedLog;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
@@ -13,13 +15,13 @@ import org.slf4j.LoggerFactory;
 
 import java.io.EOFException;
 import java.io.IOException;
-import java.net.SocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.Future;
 import java.util.function.Consumer;
 
 /**
@@ -27,63 +29,93 @@ import java.util.function.Consumer;
  * moves between the socket and region memory without an intermediate copy. Replies are queued and written together
  * when the input runs dry (or the queue grows large), so a pipelined burst costs one system call each way.
  *
+ * <p>Until the client has authenticated, the connection holds {@value #HELLO_INPUT} bytes of input buffer and
+ * {@value #HELLO_REPLIES} of reply buffer, on the heap, made by its own thread: a peer without the token costs a
+ * thread and a few kilobytes until the hello timeout, never the large direct buffers an authenticated client gets. Every reply, a LIST of
+ * many regions included, goes out through the fixed reply buffer, so what a client asks for never decides an
+ * allocation.
+ *
  * <p>An error in one request (bad key, out of range, no capacity) is answered and the connection goes on; a message
  * that cannot be framed (bad magic, impossible length) closes this connection only.
  */
 final class TcpServerConnection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(TcpServerConnection.class);
+    /** What peers can make this class log (malformed greetings, timeouts) is logged at most once per reason often. */
+    private static final RateLimitedLog limited = new RateLimitedLog(log);
     private static final int MAX_CONTROL_BODY = 64 << 10;
+    /** A HELLO carries a token and a client name: a few hundred bytes; this leaves room for long tokens. */
+    static final int MAX_HELLO_BODY = 4 << 10;
+    /** Input buffer before authentication: a whole HELLO, and what an eager client pipelines behind it. */
+    static final int HELLO_INPUT = 8 << 10;
+    /** Reply buffer before authentication: the HELLO reply, or an error of at most {@value #MAX_ERROR_CHARS} chars. */
+    static final int HELLO_REPLIES = 4 << 10;
+    /** Input and reply buffers once authenticated: room for pipelined bursts of small requests and their replies. */
+    static final int BUFFER = 256 << 10;
+    /** Error messages are cut to this: they quote names and numbers, never anything long. */
+    static final int MAX_ERROR_CHARS = 1000;
     private static final int FLUSH_AT_BYTES = 4 << 20;
 
     private final SocketChannel channel;
+    private final java.net.InetSocketAddress remote;
     private final RegionService service;
+    private final ConnectionGate.Slot slot;
+    /** Where the buffers of an authenticated client come from and go back to. */
+    private final BufferPool buffers;
+    /** TCP congestion control, set once the client has authenticated. */
+    private final String congestion;
     private final Consumer<TcpServerConnection> onEnd;
     private final String peer;
     private final ConnectionStats stats = new ConnectionStats();
-    private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
-    private final ByteBuffer replyArea = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN);
+    /** Made by this connection's thread (see the class comment), larger once the client has authenticated. */
+    private ByteBuffer in;
+    private ByteBuffer replyArea;
     private final List<ByteBuffer> replies = new ArrayList<>();
     /** What READ replies send for region memory never written; shared and read-only. */
     private static final ByteBuffer ZEROES = ByteBuffer.allocateDirect(256 << 10).asReadOnlyBuffer();
     private final List<RegionService.Pin> pins = new ArrayList<>();
-    private ByteBuffer scratch;
     /** The last request carried large WRITE data: read only the next header and address, so that its data skips in. */
     private boolean afterLarge;
     /** Polls briefly before this thread blocks for input; made on first use. */
     private Spinner spinner;
     private long queuedBytes;
     private volatile RegionService.Session session;
+    /** The token was accepted: the hello guard no longer applies. */
+    private volatile boolean admitted;
+    private volatile Future<?> helloGuard;
+    private long helloTimeoutMillis;
 
-    TcpServerConnection(SocketChannel channel, RegionService service, Consumer<TcpServerConnection> onEnd) {
+    TcpServerConnection(SocketChannel channel, java.net.InetSocketAddress remote, RegionService service,
+                        ConnectionGate.Slot slot, BufferPool buffers, String congestion,
+                        Consumer<TcpServerConnection> onEnd) {
         this.channel = channel;
+        this.buffers = buffers;
+        this.congestion = congestion;
+        this.remote = remote;
         this.service = service;
+        this.slot = slot;
         this.onEnd = onEnd;
-        String p;
-        try {
-            p = String.valueOf(channel.getRemoteAddress());
-        } catch (IOException e) {
-            p = "unknown";
-        }
-        this.peer = p.startsWith("/") ? p.substring(1) : p;
+        this.peer = remote.getAddress().getHostAddress() + ":" + remote.getPort();
     }
 
     String peer() {
         return peer;
     }
 
-    void helloDeadline() {
-        if (session == null && channel.isOpen()) {
-            log.info("client {} did not say hello in time; disconnected", peer);
-            service.refused("hello_timeout", channelPeer());
-            close();
+    /** The hello guard scheduled for this connection: cancelled when it ends, so the timer lets go of it. */
+    void guard(Future<?> guard, long timeoutMillis) {
+        this.helloTimeoutMillis = timeoutMillis;
+        this.helloGuard = guard;
+        if (!channel.isOpen()) {
+            guard.cancel(false);
         }
     }
 
-    private SocketAddress channelPeer() {
-        try {
-            return channel.getRemoteAddress();
-        } catch (IOException e) {
-            return null;
+    void helloDeadline() {
+        if (!admitted && channel.isOpen()) {
+            limited.info("hello_timeout", "client {} did not say hello within {} ms; disconnected", peer,
+                    helloTimeoutMillis);
+            service.refused("hello_timeout", remote);
+            close();
         }
     }
 
@@ -91,27 +123,62 @@ final class TcpServerConnection implements Runnable {
         TcpConnection.closeQuietly(channel);
     }
 
+    /** The listener could not start this connection's thread: undo what it did. */
+    void abandon() {
+        Future<?> g = helloGuard;
+        if (g != null) {
+            g.cancel(false);
+        }
+        close();
+        slot.close();
+        onEnd.accept(this);
+    }
+
     @Override
     public void run() {
         try {
+            // On the heap: the JDK reads and writes heap buffers through a direct buffer of this thread's, freed
+            // when the thread ends, so a flood of short-lived connections leaves no direct memory for the GC to find.
+            ByteBuffer hello = ByteBuffer.allocate(HELLO_INPUT + HELLO_REPLIES);
+            in = hello.slice(0, HELLO_INPUT).order(ByteOrder.LITTLE_ENDIAN).flip();
+            replyArea = hello.slice(HELLO_INPUT, HELLO_REPLIES).order(ByteOrder.LITTLE_ENDIAN);
             if (hello()) {
                 serve();
             }
         } catch (EOFException | ClosedChannelException e) {
             log.debug("client {} disconnected", peer);
         } catch (Wire.MalformedMessageException e) {
-            log.warn("client {} sent a malformed message ({}); closing its connection", peer, e.getMessage());
+            limited.warn("malformed", "client {} sent a malformed message ({}); closing its connection", peer,
+                    e.getMessage());
             if (session == null) {
-                service.refused("malformed", channelPeer());
+                service.refused("malformed", remote);
             }
             tryError(0, 0, Status.BAD_REQUEST, "malformed message: " + e.getMessage());
         } catch (IOException e) {
             log.debug("client {}: {}", peer, e.getMessage());
+        } catch (OutOfMemoryError e) {
+            // Only this connection's own buffers are made here; the memserver goes on without it.
+            limited.error("no_memory", "client {}: no memory for its buffers ({}); disconnected", peer, e.toString());
+            if (session == null) {
+                service.refused("no_memory", remote);
+            }
         } catch (RuntimeException e) {
-            log.error("client {}: internal error", peer, e);
+            limited.error("internal", "client {}: internal error", peer, e);
         } finally {
+            Future<?> g = helloGuard;
+            if (g != null) {
+                g.cancel(false);
+            }
             releasePins();
             close();
+            slot.close();
+            replies.clear();
+            if (in != null && in.isDirect()) {
+                buffers.give(in);
+                buffers.give(replyArea);
+            }
+            in = null;
+            replyArea = null;
             RegionService.Session s = session;
             if (s != null) {
                 s.closed();
@@ -127,36 +194,68 @@ final class TcpServerConnection implements Runnable {
         if (h.opcode != Wire.HELLO) {
             throw new Wire.MalformedMessageException("expected HELLO first, got " + Wire.opName(h.opcode));
         }
-        if (h.length > MAX_CONTROL_BODY) {
-            throw new Wire.MalformedMessageException("HELLO of " + h.length + " bytes");
+        if (h.length > MAX_HELLO_BODY) {
+            throw new Wire.MalformedMessageException("HELLO of " + h.length + " bytes (at most " + MAX_HELLO_BODY
+                    + ")");
         }
         ensure(h.length);
         ByteBuffer body = take(h.length);
         if (h.version != Wire.VERSION) {
-            log.warn("client {} speaks protocol v{}, this memserver v{}; refused", peer, h.version, Wire.VERSION);
-            service.refused("version", channelPeer());
+            limited.warn("version", "client {} speaks protocol v{}, this memserver v{}; refused", peer, h.version,
+                    Wire.VERSION);
+            service.refused("version", remote);
             tryError(h.id, h.opcode, Status.VERSION_MISMATCH, "this memserver speaks protocol v" + Wire.VERSION
                     + ", the client v" + h.version + "; upgrade the older side");
             return false;
         }
         String token = Wire.parse("HELLO", () -> Wire.getString(body));
         String name = Wire.parse("HELLO", () -> Wire.getString(body));
-        SocketAddress address = channel.getRemoteAddress();
         RegionService.Session s;
         try {
-            s = service.open(token, name, address);
+            s = service.open(token, name, remote);
         } catch (RemoteMemoryException e) {
             tryError(h.id, h.opcode, e.status(), e.getMessage());
             return false;
         }
+        admitted = true;
+        session = s; // from here on, however this ends, the session hears of it
+        if (!slot.authenticated()) {
+            return false; // cut off to make room for another peer while its greeting was checked
+        }
+        try {
+            grow();
+        } catch (OutOfMemoryError e) {
+            limited.error("no_memory", "client {}: no memory for its buffers ({}); disconnected", peer,
+                    e.toString());
+            service.refused("no_memory", remote);
+            tryError(h.id, h.opcode, Status.NO_CAPACITY, "the memserver has no memory for another connection now; "
+                    + "try again later");
+            return false;
+        }
+        Wire.tune(channel);
+        TcpCongestion.apply(channel, congestion);
         s.attach(stats, this::close);
         ServerInfo info = s.serverInfo();
         ByteBuffer reply = queueReply(Wire.HELLO, h.id, Wire.stringLength(info.serverId()) + 16);
         Wire.putString(reply, info.serverId());
         reply.putLong(info.capacityBytes()).putLong(info.freeBytes());
-        session = s;
         flushReplies();
         return true;
+    }
+
+    /** The buffers of an authenticated client; what it pipelined behind its HELLO moves along. */
+    private void grow() {
+        ByteBuffer bigIn = buffers.take();
+        ByteBuffer bigReplies;
+        try {
+            bigReplies = buffers.take();
+        } catch (OutOfMemoryError e) {
+            buffers.give(bigIn);
+            throw e;
+        }
+        bigIn.put(in).flip();
+        in = bigIn;
+        replyArea = bigReplies;
     }
 
     // ------------------------------------------------------------------------------------------------ serve
@@ -298,15 +397,23 @@ final class TcpServerConnection implements Runnable {
                 }
                 case Wire.LIST -> {
                     List<RegionInfo> regions = s.list();
-                    int length = 4;
+                    long length = 4;
                     for (RegionInfo r : regions) {
                         length += Wire.descriptorLength(r.descriptor()) + Wire.stringLength(r.owner());
                     }
-                    ByteBuffer reply = queueReply(h.opcode, h.id, length);
-                    reply.putInt(regions.size());
+                    if (length > Wire.MAX_BODY) {
+                        queueError(h, Status.NO_CAPACITY, regions.size() + " regions take " + length
+                                + " bytes to list, more than one message holds (" + Wire.MAX_BODY + ")");
+                        break;
+                    }
+                    // Entry by entry through the reply buffer (flushed as it fills): however many regions there
+                    // are, listing them allocates nothing for the reply.
+                    queueReply(h.opcode, h.id, 4, (int) length).putInt(regions.size());
                     for (RegionInfo r : regions) {
-                        Wire.putDescriptor(reply, r.descriptor());
-                        Wire.putString(reply, r.owner());
+                        ByteBuffer entry = queueSlot(Wire.descriptorLength(r.descriptor())
+                                + Wire.stringLength(r.owner()));
+                        Wire.putDescriptor(entry, r.descriptor());
+                        Wire.putString(entry, r.owner());
                     }
                 }
                 case Wire.RELEASE -> {
@@ -398,21 +505,24 @@ final class TcpServerConnection implements Runnable {
         return b;
     }
 
+    /** Reads past {@code n} bytes of input (a refused WRITE's data), through the input buffer. */
     private void skip(long n) throws IOException {
         int buffered = (int) Math.min(in.remaining(), n);
         in.position(in.position() + buffered);
         long left = n - buffered;
-        if (left > 0 && scratch == null) {
-            scratch = ByteBuffer.allocateDirect(64 << 10);
+        if (left == 0) {
+            return;
         }
+        // Everything buffered is consumed: the input buffer is free to read the rest into and drop it.
         while (left > 0) {
-            scratch.clear().limit((int) Math.min(scratch.capacity(), left));
-            int r = channel.read(scratch);
+            in.clear().limit((int) Math.min(in.capacity(), left));
+            int r = channel.read(in);
             if (r < 0) {
                 throw new EOFException();
             }
             left -= r;
         }
+        in.position(0).limit(0);
     }
 
     // ------------------------------------------------------------------------------------------------ replies
@@ -424,34 +534,42 @@ final class TcpServerConnection implements Runnable {
 
     /**
      * Queues a reply header announcing {@code length} body bytes, of which the first {@code inline} the caller puts
-     * into the returned buffer (the rest, READ data, is queued separately).
+     * into the returned buffer (the rest, READ data or LIST entries, is queued after it).
      */
     private ByteBuffer queueReply(int opcode, long id, int inline, int length) throws IOException {
-        int size = Wire.HEADER + inline;
-        if (replyArea.remaining() < size) {
-            flushReplies();
-        }
-        ByteBuffer target = size <= replyArea.remaining() ? replyArea
-                : ByteBuffer.allocateDirect(size).order(ByteOrder.LITTLE_ENDIAN);
-        int start = target.position();
-        Wire.header(target, opcode, id, 0, length);
-        ByteBuffer slot = target.slice(start, size).order(ByteOrder.LITTLE_ENDIAN);
-        target.position(start + size);
-        slot.position(Wire.HEADER);
-        replies.add(slot.duplicate().position(0));
-        queuedBytes += size;
+        ByteBuffer slot = queueSlot(Wire.HEADER + inline);
+        Wire.header(slot, opcode, id, 0, length);
         stats.sendMessages.increment();
         stats.sendBytes.add(Wire.HEADER + (long) length);
         return slot;
     }
 
-    private void queueError(Header h, Status status, String message) throws IOException {
-        int size = Wire.HEADER + Wire.stringLength(message);
-        ByteBuffer b = ByteBuffer.allocateDirect(size).order(ByteOrder.LITTLE_ENDIAN);
-        Wire.header(b, h.opcode, h.id, status.code(), size - Wire.HEADER);
-        Wire.putString(b, message);
-        replies.add(b.flip());
+    /**
+     * The next {@code size} bytes of output, in the reply buffer (sent first if it has no room), for the caller to
+     * fill. Every caller's size is bounded well below the buffer's.
+     */
+    private ByteBuffer queueSlot(int size) throws IOException {
+        if (replyArea.remaining() < size) {
+            flushReplies();
+        }
+        if (replyArea.remaining() < size) {
+            throw new IllegalStateException("a reply part of " + size + " bytes exceeds the reply buffer ("
+                    + replyArea.capacity() + ")");
+        }
+        int start = replyArea.position();
+        ByteBuffer slot = replyArea.slice(start, size).order(ByteOrder.LITTLE_ENDIAN);
+        replyArea.position(start + size);
+        replies.add(slot.duplicate());
         queuedBytes += size;
+        return slot;
+    }
+
+    private void queueError(Header h, Status status, String message) throws IOException {
+        String m = message.length() > MAX_ERROR_CHARS ? message.substring(0, MAX_ERROR_CHARS) + "..." : message;
+        int bodyLength = Wire.stringLength(m);
+        ByteBuffer slot = queueSlot(Wire.HEADER + bodyLength);
+        Wire.header(slot, h.opcode, h.id, status.code(), bodyLength);
+        Wire.putString(slot, m);
     }
 
     /** Best effort: tell a client why it is being disconnected. */

@@ -1,6 +1,8 @@
 package dev.rbridge.rdma.ucx;
 
+import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.RateLimitedLog;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteListener;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -26,7 +28,6 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 
@@ -46,14 +47,23 @@ final class UcxListener implements RemoteListener {
     /** How long registering a region with UCX, or waiting for another connection to, may take. */
     private static final long REGISTER_TIMEOUT_MILLIS = 30_000;
     private static final Logger log = LoggerFactory.getLogger(UcxListener.class);
+    private static final RateLimitedLog limited = new RateLimitedLog(log);
     /** How long memory stays registered and mapped after a client that may still hold its key went away. */
     static final long GRACE_MILLIS = 10_000;
 
-    static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
-        Thread t = new Thread(r, "rdma-ucx-timer");
-        t.setDaemon(true);
+    /** Hello guards and INVALIDATE deadlines; a cancelled guard leaves the queue at once (see the tcp provider's). */
+    static final ScheduledExecutorService TIMER = timer();
+
+    private static ScheduledExecutorService timer() {
+        java.util.concurrent.ScheduledThreadPoolExecutor t = new java.util.concurrent.ScheduledThreadPoolExecutor(1,
+                r -> {
+                    Thread thread = new Thread(r, "rdma-ucx-timer");
+                    thread.setDaemon(true);
+                    return thread;
+                });
+        t.setRemoveOnCancelPolicy(true);
         return t;
-    });
+    }
 
     private final ServerSocketChannel server;
     private final InetSocketAddress address;
@@ -64,6 +74,9 @@ final class UcxListener implements RemoteListener {
     /** The worker's UCX address, sent to every client (UCX_CONNECT). */
     final ByteBuffer workerAddress;
     private final Set<UcxServerConnection> connections = ConcurrentHashMap.newKeySet();
+    private final ConnectionGate gate;
+    private volatile String problem;
+    private Thread acceptThread;
     /** Registered region memory by (region, key, length); guarded by itself. */
     private final Map<RegKey, Registration> registrations = new HashMap<>();
     private volatile boolean closed;
@@ -105,6 +118,7 @@ final class UcxListener implements RemoteListener {
         this.context = context;
         this.loop = new UcxLoop(context, "rdma-ucx-server-progress");
         this.workerAddress = loop.call(loop.worker::getAddress, 10_000);
+        this.gate = new ConnectionGate(params.limits());
     }
 
     static UcxListener start(ListenParams params, RegionService service) throws IOException {
@@ -130,35 +144,126 @@ final class UcxListener implements RemoteListener {
             ch.close();
             throw new IOException("UCX could not start a worker: " + e.getMessage(), e);
         }
-        Thread t = new Thread(l::acceptLoop, "rdma-ucx-accept");
-        t.setDaemon(true);
-        t.start();
+        l.acceptThread = new Thread(l::acceptLoop, "rdma-ucx-accept-" + l.address.getPort());
+        l.acceptThread.setDaemon(true);
+        l.acceptThread.start();
         return l;
     }
 
+    /**
+     * As the tcp provider's: nothing is allocated for a connection on this thread but the connection's thread, peers
+     * are admitted by the {@link ConnectionGate}, and whatever fails, the loop backs off and goes on.
+     */
     private void acceptLoop() {
-        while (!closed) {
-            SocketChannel ch;
-            try {
-                ch = server.accept();
-                Control.tune(ch);
-            } catch (ClosedChannelException e) {
-                return;
-            } catch (IOException e) {
-                log.warn("accept failed: {}", e.getMessage());
+        long backoff = 0;
+        try {
+            while (!closed) {
+                SocketChannel ch;
                 try {
-                    Thread.sleep(50);
-                } catch (InterruptedException ie) {
+                    ch = server.accept();
+                } catch (ClosedChannelException e) {
+                    if (!closed) {
+                        problem = "its listening socket closed unexpectedly (" + e + ")";
+                        log.error("ucx listener at {}:{}: {}; no new clients can connect", address.getHostString(),
+                                address.getPort(), problem);
+                    }
                     return;
+                } catch (Throwable e) {
+                    backoff = Math.min(1000, Math.max(5, backoff * 2));
+                    limited.warn("accept", "accepting a connection failed ({}); trying again in {} ms", e, backoff);
+                    pause(backoff);
+                    continue;
                 }
-                continue;
+                try {
+                    take(ch);
+                    backoff = 0;
+                } catch (IOException e) {
+                    // This peer's socket failed (reset before it was taken, say): its loss alone, no pause.
+                    closeQuietly(ch);
+                    service.refused("accept_failed", null);
+                    limited.info("accept_failed", "could not take a new connection ({}); dropped it", e.toString());
+                } catch (Throwable e) { // out of memory or threads: give the process a moment
+                    closeQuietly(ch);
+                    service.refused("accept_failed", null);
+                    backoff = Math.min(1000, Math.max(5, backoff * 2));
+                    limited.warn("accept_failed", "could not take a new connection ({}); dropped it, accepting again "
+                            + "in {} ms", e, backoff);
+                    pause(backoff);
+                }
             }
-            UcxServerConnection c = new UcxServerConnection(this, ch);
-            connections.add(c);
-            TIMER.schedule(c::helloDeadline, params.helloTimeout().toMillis(), TimeUnit.MILLISECONDS);
-            Thread t = new Thread(c, "rdma-ucx-conn-" + c.peer());
-            t.setDaemon(true);
-            t.start();
+        } finally {
+            if (!closed && problem == null) {
+                problem = "its accept thread ended";
+                log.error("ucx listener at {}:{}: {}; no new clients can connect", address.getHostString(),
+                        address.getPort(), problem);
+            }
+        }
+    }
+
+    private void take(SocketChannel ch) throws IOException {
+        InetSocketAddress remote = (InetSocketAddress) ch.getRemoteAddress();
+        switch (gate.admit(remote.getAddress(), () -> closeQuietly(ch))) {
+            case ConnectionGate.Refused r -> {
+                service.refused(r.reason(), remote);
+                limited.info(r.reason(), "refused a connection from {}: {}", remote.getAddress().getHostAddress(),
+                        r.why());
+                refuse(ch, r.why());
+            }
+            case ConnectionGate.Admitted a -> {
+                for (ConnectionGate.Slot victim : a.evicted()) {
+                    victim.cut();
+                    service.refused(ConnectionGate.UNAUTHENTICATED_EVICTED, null);
+                    limited.info(ConnectionGate.UNAUTHENTICATED_EVICTED, "dropped a connection from {} that had not "
+                            + "authenticated, to make room for one from {}", victim.peer().getHostAddress(),
+                            remote.getAddress().getHostAddress());
+                }
+                UcxServerConnection c = new UcxServerConnection(this, ch, remote, a.slot());
+                connections.add(c);
+                try {
+                    c.guard(TIMER.schedule(c::helloDeadline, params.helloTimeout().toMillis(),
+                            TimeUnit.MILLISECONDS));
+                    Thread t = new Thread(c, "rdma-ucx-conn-" + c.peer());
+                    t.setDaemon(true);
+                    t.start();
+                } catch (Throwable e) {
+                    c.abandon();
+                    throw e;
+                }
+            }
+        }
+    }
+
+    /** As the tcp listener's: an honest client that found the memserver full is told why. */
+    private static void refuse(SocketChannel ch, String why) {
+        try {
+            ch.configureBlocking(false);
+            ch.write(Control.error(Control.HELLO, 0, RemoteMemoryException.Status.NO_CAPACITY.code(),
+                    "the memserver takes no more connections now: " + why));
+            ch.shutdownOutput();
+            ByteBuffer discard = ByteBuffer.allocate(4096);
+            for (int i = 0; i < 4 && ch.read(discard.clear()) > 0; i++) {
+                // its greeting, most likely
+            }
+        } catch (IOException e) {
+            log.debug("could not tell a refused peer why: {}", e.toString());
+        } finally {
+            closeQuietly(ch);
+        }
+    }
+
+    private static void closeQuietly(SocketChannel ch) {
+        try {
+            ch.close();
+        } catch (IOException e) {
+            log.debug("close failed", e);
+        }
+    }
+
+    private static void pause(long millis) {
+        try {
+            Thread.sleep(millis);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 
@@ -285,6 +390,38 @@ final class UcxListener implements RemoteListener {
         });
     }
 
+    /**
+     * The regions of {@code volume} registered under a key they no longer have: a lease grant rotated the volume's
+     * keys, and whoever holds those remote keys must forget them. Checked key by key with the memserver, so this
+     * follows whatever rule decides when keys rotate.
+     */
+    List<Long> staleRegistrations(RegionService.Session s, String volume) {
+        List<RegKey> registered;
+        synchronized (registrations) {
+            if (registrations.isEmpty()) {
+                return List.of();
+            }
+            registered = new ArrayList<>(registrations.keySet());
+        }
+        Set<Long> ofVolume = new HashSet<>();
+        for (dev.rbridge.rdma.RegionInfo r : s.list()) {
+            if (r.descriptor().tag().volume().equals(volume)) {
+                ofVolume.add(r.descriptor().id());
+            }
+        }
+        Set<Long> stale = new HashSet<>();
+        for (RegKey k : registered) {
+            if (ofVolume.contains(k.region()) && !stale.contains(k.region())) {
+                try {
+                    s.pin(k.region(), k.key(), 0, k.length()).close();
+                } catch (RemoteMemoryException e) {
+                    stale.add(k.region());
+                }
+            }
+        }
+        return List.copyOf(stale);
+    }
+
     @Override
     public CompletableFuture<Void> withdraw(Collection<Long> regionIds) {
         return invalidate(regionIds);
@@ -336,6 +473,15 @@ final class UcxListener implements RemoteListener {
     @Override
     public int connectionCount() {
         return connections.size();
+    }
+
+    @Override
+    public String problem() {
+        String p = problem;
+        if (p == null && !closed && acceptThread != null && !acceptThread.isAlive()) {
+            return "its accept thread ended";
+        }
+        return p;
     }
 
     @Override

@@ -1,7 +1,9 @@
 package dev.rbridge.rdma.ucx;
 
+import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
+import dev.rbridge.rdma.RateLimitedLog;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
@@ -13,7 +15,6 @@ import org.slf4j.LoggerFactory;
 
 import java.io.EOFException;
 import java.io.IOException;
-import java.net.SocketAddress;
 import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
@@ -28,15 +29,28 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * The memserver end of one ucx-provider control connection, on its own thread: HELLO, the region and lease operations,
  * ZERO (the memserver fills the range: registered memory must not be given back with madvise while a NIC may hold
- * its pages), UCX_CONNECT and MAP. Replies that wait for other clients to forget a key (RELEASE, a LEASE that took a
- * volume over) are sent when they have, without holding up this connection's other requests.
+ * its pages), UCX_CONNECT and MAP. Replies that wait for other clients to forget a key (RELEASE, a LEASE that rotated
+ * a volume's keys) are sent when they have, without holding up this connection's other requests.
+ *
+ * <p>Whatever another connection's thread (or the timer) has to send to this client, a deferred reply or an
+ * INVALIDATE, goes out on a virtual thread of its own: a client that stops reading blocks its own sends only, never a
+ * thread that serves someone else.
  */
 final class UcxServerConnection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(UcxServerConnection.class);
+    private static final RateLimitedLog limited = new RateLimitedLog(log);
     private static final int MAX_CONTROL_BODY = 64 << 10;
+    /** As the tcp provider's: a token and a client name. */
+    private static final int MAX_HELLO_BODY = 4 << 10;
+    /** LIST replies go out in pieces of about this size, so no reply's size decides an allocation. */
+    private static final int LIST_CHUNK = 64 << 10;
 
     private final UcxListener listener;
     private final SocketChannel channel;
+    private final java.net.InetSocketAddress remote;
+    private final ConnectionGate.Slot slot;
+    private volatile boolean admitted;
+    private volatile java.util.concurrent.Future<?> helloGuard;
     private final String peer;
     private final ConnectionStats stats = new ConnectionStats();
     private final Object writeLock = new Object();
@@ -44,27 +58,44 @@ final class UcxServerConnection implements Runnable {
     private final Map<Long, CompletableFuture<Boolean>> pushes = new ConcurrentHashMap<>();
     private volatile RegionService.Session session;
 
-    UcxServerConnection(UcxListener listener, SocketChannel channel) {
+    UcxServerConnection(UcxListener listener, SocketChannel channel, java.net.InetSocketAddress remote,
+                        ConnectionGate.Slot slot) {
         this.listener = listener;
         this.channel = channel;
-        String p;
-        try {
-            p = String.valueOf(channel.getRemoteAddress());
-        } catch (IOException e) {
-            p = "unknown";
-        }
-        this.peer = p.startsWith("/") ? p.substring(1) : p;
+        this.remote = remote;
+        this.slot = slot;
+        this.peer = remote.getAddress().getHostAddress() + ":" + remote.getPort();
     }
 
     String peer() {
         return peer;
     }
 
+    /** The hello guard scheduled for this connection: cancelled when it ends, so the timer lets go of it. */
+    void guard(java.util.concurrent.Future<?> guard) {
+        this.helloGuard = guard;
+        if (!channel.isOpen()) {
+            guard.cancel(false);
+        }
+    }
+
     void helloDeadline() {
-        if (session == null && channel.isOpen()) {
-            log.info("client {} did not say hello in time; disconnected", peer);
+        if (!admitted && channel.isOpen()) {
+            limited.info("hello_timeout", "client {} did not say hello in time; disconnected", peer);
+            listener.service.refused("hello_timeout", remote);
             close();
         }
+    }
+
+    /** The listener could not start this connection's thread: undo what it did. */
+    void abandon() {
+        java.util.concurrent.Future<?> g = helloGuard;
+        if (g != null) {
+            g.cancel(false);
+        }
+        close();
+        slot.close();
+        listener.ended(this);
     }
 
     void close() {
@@ -78,20 +109,32 @@ final class UcxServerConnection implements Runnable {
     @Override
     public void run() {
         try {
+            Control.tune(channel);
             if (hello()) {
                 serve();
             }
         } catch (EOFException | ClosedChannelException e) {
             log.debug("client {} disconnected", peer);
         } catch (MalformedException e) {
-            log.warn("client {} sent a malformed message ({}); closing its connection", peer, e.getMessage());
+            limited.warn("malformed", "client {} sent a malformed message ({}); closing its connection", peer,
+                    e.getMessage());
+            if (session == null) {
+                listener.service.refused("malformed", remote);
+            }
             trySend(Control.error(0, 0, Status.BAD_REQUEST.code(), "malformed message: " + e.getMessage()));
             discardInput();
         } catch (IOException e) {
             log.debug("client {}: {}", peer, e.getMessage());
+        } catch (OutOfMemoryError e) {
+            limited.error("no_memory", "client {}: out of memory serving it ({}); disconnected", peer, e.toString());
         } catch (RuntimeException e) {
-            log.error("client {}: internal error", peer, e);
+            limited.error("internal", "client {}: internal error", peer, e);
         } finally {
+            java.util.concurrent.Future<?> g = helloGuard;
+            if (g != null) {
+                g.cancel(false);
+            }
+            slot.close();
             close();
             pushes.values().forEach(f -> f.complete(false));
             listener.ended(this);
@@ -138,12 +181,14 @@ final class UcxServerConnection implements Runnable {
         if (h.opcode() != Control.HELLO) {
             throw new MalformedException("expected HELLO first, got " + Control.opName(h.opcode()));
         }
-        if (h.length() > MAX_CONTROL_BODY) {
-            throw new MalformedException("HELLO of " + h.length() + " bytes");
+        if (h.length() > MAX_HELLO_BODY) {
+            throw new MalformedException("HELLO of " + h.length() + " bytes (at most " + MAX_HELLO_BODY + ")");
         }
         ByteBuffer body = Control.readBody(channel, h.length());
         if (h.version() != Control.VERSION) {
-            log.warn("client {} speaks protocol v{}, this memserver v{}; refused", peer, h.version(), Control.VERSION);
+            limited.warn("version", "client {} speaks protocol v{}, this memserver v{}; refused", peer, h.version(),
+                    Control.VERSION);
+            listener.service.refused("version", remote);
             trySend(Control.error(h.opcode(), h.id(), Status.VERSION_MISMATCH.code(), "this memserver speaks protocol v"
                     + Control.VERSION + ", the client v" + h.version() + "; upgrade the older side"));
             return false;
@@ -156,16 +201,19 @@ final class UcxServerConnection implements Runnable {
         } catch (BufferUnderflowException e) {
             throw new MalformedException("HELLO body is truncated");
         }
-        SocketAddress address = channel.getRemoteAddress();
         RegionService.Session s;
         try {
-            s = listener.service.open(token, name, address);
+            s = listener.service.open(token, name, remote);
         } catch (RemoteMemoryException e) {
             trySend(Control.error(h.opcode(), h.id(), e.status().code(), e.getMessage()));
             return false;
         }
-        s.attach(stats, this::close);
+        admitted = true;
         session = s;
+        if (!slot.authenticated()) {
+            return false; // cut off to make room for another peer while its greeting was checked
+        }
+        s.attach(stats, this::close);
         send(info(h.opcode(), h.id(), s.serverInfo()));
         return true;
     }
@@ -227,23 +275,40 @@ final class UcxServerConnection implements Runnable {
             case Control.OPEN -> send(descriptor(op, id, s.open(body.getLong())));
             case Control.LIST -> {
                 List<RegionInfo> regions = s.list();
-                int length = 4;
+                long length = 4;
                 for (RegionInfo r : regions) {
                     length += Control.descriptorLength(r.descriptor()) + Control.stringLength(r.owner());
                 }
-                ByteBuffer reply = Control.message(op, id, 0, length);
-                reply.putInt(regions.size());
-                for (RegionInfo r : regions) {
-                    Control.putDescriptor(reply, r.descriptor());
-                    Control.putString(reply, r.owner());
+                if (length > Control.MAX_BODY) {
+                    send(Control.error(op, id, Status.NO_CAPACITY.code(), regions.size() + " regions take " + length
+                            + " bytes to list, more than one message holds (" + Control.MAX_BODY + ")"));
+                    return;
                 }
-                send(Control.done(reply));
+                // In pieces under the write lock: the reply's size decides no allocation (nor a cached direct
+                // buffer of the JDK's that large for this thread).
+                synchronized (writeLock) {
+                    ByteBuffer chunk = Control.message(op, id, 0, LIST_CHUNK);
+                    chunk.putInt(20, (int) length);
+                    chunk.putInt(regions.size());
+                    for (RegionInfo r : regions) {
+                        int n = Control.descriptorLength(r.descriptor()) + Control.stringLength(r.owner());
+                        if (chunk.remaining() < n) {
+                            Control.writeFully(channel, chunk.flip());
+                            chunk.clear();
+                        }
+                        Control.putDescriptor(chunk, r.descriptor());
+                        Control.putString(chunk, r.owner());
+                    }
+                    Control.writeFully(channel, chunk.flip());
+                    stats.sendMessages.increment();
+                    stats.sendBytes.add(Control.HEADER + length);
+                }
             }
             case Control.RELEASE -> {
                 long region = body.getLong();
                 s.release(region, body.getLong());
                 // Every client that holds the region's remote key forgets it before the memory may go.
-                listener.invalidate(List.of(region)).whenComplete((v, e) -> trySend(empty(op, id)));
+                listener.invalidate(List.of(region)).whenComplete((v, e) -> sendLater(empty(op, id)));
             }
             case Control.RETAG -> {
                 long region = body.getLong();
@@ -257,15 +322,15 @@ final class UcxServerConnection implements Runnable {
                 ByteBuffer reply = Control.message(op, id, 0, 9);
                 reply.putLong(lease.ttlMillis()).put((byte) (lease.tookOver() ? 1 : 0));
                 ByteBuffer done = Control.done(reply);
-                if (!lease.tookOver()) {
+                // Fencing: a grant other than a renewal rotated the keys; every client forgets the remote keys of
+                // the volume's regions whose registration no longer matches a key, and their memory is registered
+                // afresh (new remote keys) when the new holder maps it.
+                List<Long> stale = listener.staleRegistrations(s, volume);
+                if (stale.isEmpty()) {
                     send(done);
                     return;
                 }
-                // Fencing: the keys rotated; every client forgets the old remote keys of the volume's regions, and
-                // their memory is registered afresh (new remote keys) when the new owner maps it.
-                List<Long> ids = s.list().stream().filter(r -> r.descriptor().tag().volume().equals(volume))
-                        .map(r -> r.descriptor().id()).toList();
-                listener.invalidate(ids).whenComplete((v, e) -> trySend(done));
+                listener.invalidate(stale).whenComplete((v, e) -> sendLater(done));
             }
             case Control.UNLEASE -> {
                 String volume = Control.getString(body);
@@ -314,11 +379,18 @@ final class UcxServerConnection implements Runnable {
         ByteBuffer b = Control.message(Control.INVALIDATE, id, 0, 4 + 8 * regions.size());
         b.putInt(regions.size());
         regions.forEach(b::putLong);
-        if (!trySend(Control.done(b)) || !channel.isOpen()) {
+        if (!channel.isOpen()) {
             pushes.remove(id);
             f.complete(false);
             return f;
         }
+        ByteBuffer push = Control.done(b);
+        Thread.ofVirtual().name("rdma-ucx-push-" + peer).start(() -> {
+            if (!trySend(push)) {
+                pushes.remove(id);
+                f.complete(false);
+            }
+        });
         long timeout = listener.params.helloTimeout().toMillis();
         UcxListener.TIMER.schedule(() -> {
             if (pushes.remove(id) != null) {
@@ -347,6 +419,11 @@ final class UcxServerConnection implements Runnable {
             stats.sendBytes.add(b.remaining());
             Control.writeFully(channel, b);
         }
+    }
+
+    /** Sends from a thread of its own: the caller serves someone else and must not wait on this client's reading. */
+    private void sendLater(ByteBuffer b) {
+        Thread.ofVirtual().name("rdma-ucx-send-" + peer).start(() -> trySend(b));
     }
 
     private boolean trySend(ByteBuffer b) {

@@ -1,0 +1,204 @@
+package dev.rbridge.bridge;
+
+import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.nbd.device.BlockDeviceException;
+import dev.rbridge.nbd.protocol.Errno;
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.Lease;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.local.LocalProvider;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+/**
+ * What a bridge does when a volume's lease is no longer its own on some memserver: it stops serving that volume with
+ * EIO instead of writing on to the replicas it still reaches (two bridges writing one volume is worse than none), and
+ * it tells losing its lease from merely losing its connection. Memservers in this JVM over the local transport; the
+ * operator's disconnect cuts the bridge's connection as a network would.
+ */
+@Timeout(120)
+class LeaseFencingTest {
+    private static final long MIB = 1 << 20;
+    private final List<MemServer> memservers = new ArrayList<>();
+    private final List<Bridge> bridges = new ArrayList<>();
+    private final List<RemoteConnection> rivals = new ArrayList<>();
+
+    @AfterEach
+    void tearDown() {
+        rivals.forEach(RemoteConnection::close);
+        bridges.forEach(Bridge::close);
+        memservers.forEach(MemServer::close);
+    }
+
+    private MemServer memserver() throws Exception {
+        MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 256 * MIB, null,
+                "local"));
+        memservers.add(m);
+        return m;
+    }
+
+    private Bridge bridge(VolumeSpec... volumes) {
+        BridgeConfig.Builder b = BridgeConfig.builder().transport("local").startWait(Duration.ZERO)
+                .operationTimeout(Duration.ofSeconds(2)).leaseTtl(Duration.ofSeconds(1)).rebuildChunk(256 << 10);
+        memservers.forEach(m -> b.memserver(m.address()));
+        for (VolumeSpec v : volumes) {
+            b.volume(v);
+        }
+        Bridge bridge = Bridge.start(b.build());
+        bridges.add(bridge);
+        return bridge;
+    }
+
+    private RemoteConnection rival(MemServer m) throws RemoteMemoryException {
+        RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).clientName("rival"));
+        rivals.add(c);
+        return c;
+    }
+
+    private static VolumeSpec volume(String name) {
+        return new VolumeSpec(name, 8 * MIB, MIB, 2, false, 1, "");
+    }
+
+    /** Cuts the bridge's connection to {@code m}, as a network fault or an operator would. */
+    private static void cutBridge(MemServer m) {
+        MemServer.ClientView bridge = m.clients().stream().filter(c -> c.name().startsWith("rbridge-bridge"))
+                .findFirst().orElseThrow(() -> new AssertionError("no bridge among " + m.clients()));
+        assertTrue(m.disconnect(bridge.id()));
+    }
+
+    private static void write(Volume v, long offset, byte[] data) throws Exception {
+        v.write(offset, ByteBuffer.allocateDirect(data.length).put(data).flip(), false).get(10, TimeUnit.SECONDS);
+    }
+
+    private static byte[] read(Volume v, long offset, int length) throws Exception {
+        ByteBuffer b = ByteBuffer.allocateDirect(length);
+        v.read(offset, b).get(10, TimeUnit.SECONDS);
+        byte[] out = new byte[length];
+        b.get(out);
+        return out;
+    }
+
+    @Test
+    void aBridgeWhoseLeaseWasTakenStopsServingThatVolumeWithEio() throws Exception {
+        MemServer taken = memserver();
+        MemServer kept = memserver();
+        Bridge b = bridge(volume("victim"), volume("bystander"));
+        byte[] data = new byte[64 << 10];
+        new Random(3).nextBytes(data);
+        write(b.volume("victim"), 0, data);
+        write(b.volume("bystander"), 0, data);
+
+        cutBridge(taken);
+        RemoteConnection rival = rival(taken);
+        Lease lease = null;
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (lease == null && System.nanoTime() < deadline) {
+            try {
+                lease = rival.lease("victim", "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
+            } catch (ExecutionException e) {
+                Thread.sleep(5); // the memserver has not seen the bridge's connection end yet
+            }
+        }
+        assertTrue(lease != null && lease.tookOver(), "the rival should have taken the lease over: " + lease);
+
+        // The bridge reconnects, finds the lease taken, and must not go on writing to the replica it still has.
+        Volume victim = b.volume("victim");
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+        BlockDeviceException refused = null;
+        while (refused == null && System.nanoTime() < deadline) {
+            rival.lease("victim", "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS); // the rival renews
+            try {
+                write(victim, 0, data);
+                Thread.sleep(100);
+            } catch (ExecutionException e) {
+                refused = assertInstanceOf(BlockDeviceException.class, e.getCause());
+            }
+        }
+        if (refused == null) {
+            fail("the bridge still writes to volume victim 15 s after another client took its lease on "
+                    + taken.address() + ": " + victim.status());
+        }
+        assertEquals(Errno.EIO, refused.errno(), refused.getMessage());
+        assertTrue(refused.getMessage().contains("lease"), refused.getMessage());
+        ExecutionException readFails = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                () -> read(victim, 0, 4096));
+        assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, readFails.getCause()).errno());
+        assertEquals("fenced", victim.status().state());
+        assertTrue(victim.fenced().contains(taken.address().getHostString()), victim.fenced());
+
+        // Its lease on the other memserver is given back, so whoever owns the volume now can take that one too.
+        RemoteConnection heir = rival(kept);
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        Lease there = null;
+        while (there == null && System.nanoTime() < deadline) {
+            try {
+                there = heir.lease("victim", "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
+            } catch (ExecutionException e) {
+                Thread.sleep(50);
+            }
+        }
+        assertTrue(there != null, "the fenced bridge kept its lease on " + kept.address());
+
+        // Its other volume is served as before, on both memservers.
+        Volume bystander = b.volume("bystander");
+        assertNull(bystander.fenced());
+        write(bystander, 4096, data);
+        assertArrayEquals(data, read(bystander, 4096, data.length));
+    }
+
+    @Test
+    void leasesAreAtMostFiveMinutesAndTheClientNameKeepsTheOwnersSecretPart() {
+        IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                () -> BridgeConfig.builder().memserver(new InetSocketAddress("127.0.0.1", 7471))
+                        .memserver(new InetSocketAddress("127.0.0.1", 7472)).volume(volume("disk"))
+                        .leaseTtl(Duration.ofMinutes(6)).build());
+        assertTrue(e.getMessage().contains("at most 300 s"), e.getMessage());
+        assertEquals("bridge@host:123", Bridge.publicName("bridge@host:123:0badcafe"));
+        assertEquals("chosen-by-hand", Bridge.publicName("chosen-by-hand"));
+    }
+
+    @Test
+    void aBridgeWhoseConnectionWasCutTakesItsLeaseBackAndReopensItsRegions() throws Exception {
+        MemServer cut = memserver();
+        memserver();
+        Bridge b = bridge(volume("disk"));
+        Volume v = b.volume("disk");
+        byte[] data = new byte[3 * (int) MIB];
+        new Random(4).nextBytes(data);
+        write(v, 0, data);
+
+        cutBridge(cut);
+        // Its new connection takes the lease from its old one: the keys rotate, it reopens the regions, rebuilds.
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!v.status().state().equals("healthy") || b.memservers().stream().anyMatch(l -> l.connection() == null)) {
+            assertTrue(System.nanoTime() < deadline, "not healthy again: " + v.status());
+            Thread.sleep(50);
+        }
+        assertNull(v.fenced(), "its own reconnect is no lost lease");
+        assertArrayEquals(data, read(v, 0, data.length));
+        byte[] more = new byte[128 << 10];
+        new Random(5).nextBytes(more);
+        write(v, 5 * MIB, more);
+        assertArrayEquals(more, read(v, 5 * MIB, more.length));
+    }
+}

@@ -1,0 +1,172 @@
+package dev.rbridge.memserver;
+
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ConnectionLimits;
+import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.tcp.TcpProvider;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.DataInputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The memserver's limits on what clients may make it hold, each hit by a real client over tcp. */
+@Timeout(120)
+class MemServerLimitsTest {
+    static final String TOKEN = MemServerFloodTest.TOKEN;
+
+    static MemServer start(ConnectionLimits limits, int maxRegions) throws Exception {
+        return MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 256L << 20, TOKEN, "tcp",
+                false, false, ConnectParams.TCP_CONGESTION_DEFAULT, limits, maxRegions));
+    }
+
+    static RemoteConnection connect(MemServer m, String name) throws RemoteMemoryException {
+        return new TcpProvider().connect(new ConnectParams().address(m.address()).token(TOKEN).clientName(name)
+                .connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5)));
+    }
+
+    static long refused(MemServer m, String reason) {
+        return m.stats().refused().getOrDefault(reason, 0L);
+    }
+
+    @Test
+    void aClientBeyondTheConnectionLimitIsToldWhy() throws Exception {
+        try (MemServer m = start(new ConnectionLimits(2, 2, 2, 2), MemServerConfig.MAX_REGIONS_DEFAULT);
+             RemoteConnection a = connect(m, "a"); RemoteConnection b = connect(m, "b")) {
+            RemoteMemoryException e = assertThrows(RemoteMemoryException.class, () -> connect(m, "c"));
+            assertEquals(Status.NO_CAPACITY, e.status(), e.getMessage());
+            assertTrue(e.getMessage().contains("takes no more connections"), e.getMessage());
+            assertEquals(1, refused(m, "per_host_limit") + refused(m, "connection_limit"));
+            a.close();
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (m.clients().size() > 1 && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            try (RemoteConnection c = connect(m, "c")) {
+                assertTrue(c.isOpen(), "a place freed by a client that left is taken again");
+            }
+        }
+    }
+
+    @Test
+    void silentConnectionsMakeWayForAClientFromAnotherAddress() throws Exception {
+        try (MemServer m = start(new ConnectionLimits(100, 50, 4, 2), MemServerConfig.MAX_REGIONS_DEFAULT)) {
+            List<Socket> flood = MemServerFloodTest.silent(m.address(), 16); // 127.0.0.2 and .3, eight each
+            try {
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+                while (refused(m, "unauthenticated_per_host_limit") < 12 && System.nanoTime() < deadline) {
+                    Thread.sleep(10);
+                }
+                assertEquals(12, refused(m, "unauthenticated_per_host_limit"), "two of eight per address stay");
+                try (RemoteConnection honest = connect(m, "honest")) {
+                    assertTrue(honest.isOpen());
+                }
+                assertEquals(1, refused(m, "unauthenticated_evicted"), m.stats().refused().toString());
+            } finally {
+                MemServerFloodTest.closeAll(flood);
+            }
+        }
+    }
+
+    @Test
+    void aGreetingLargerThanAnyHonestOneIsRefused() throws Exception {
+        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT);
+             Socket s = new Socket()) {
+            byte[] name = new byte[8000];
+            ByteBuffer hello = ByteBuffer.allocate(24 + 4 + TOKEN.length() + name.length).order(ByteOrder.LITTLE_ENDIAN)
+                    .putInt(0x4D524252).putShort((short) 1).putShort((short) 1).putLong(1).putInt(0)
+                    .putInt(4 + TOKEN.length() + name.length).putShort((short) TOKEN.length())
+                    .put(TOKEN.getBytes(StandardCharsets.UTF_8)).putShort((short) name.length).put(name);
+            s.connect(m.address(), 5000);
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(hello.array());
+            byte[] reply = new DataInputStream(s.getInputStream()).readNBytes(24 + 200);
+            ByteBuffer r = ByteBuffer.wrap(reply).order(ByteOrder.LITTLE_ENDIAN);
+            assertEquals(Status.BAD_REQUEST.code(), r.getInt(16));
+            String message = new String(reply, 26, reply.length - 26, StandardCharsets.UTF_8);
+            assertTrue(message.contains("HELLO of " + (4 + TOKEN.length() + name.length) + " bytes (at most 4096)"),
+                    message);
+            assertEquals(1, refused(m, "malformed"));
+        }
+    }
+
+    @Test
+    void aListenerThatCannotAcceptMakesTheMemserverNotReady() throws Exception {
+        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
+            assertNull(m.notReadyReason());
+            Thread accept = Thread.getAllStackTraces().keySet().stream()
+                    .filter(t -> t.getName().equals("rdma-tcp-accept-" + m.address().getPort())).findFirst()
+                    .orElseThrow();
+            accept.interrupt(); // closes the listening socket under the thread blocked in accept
+            accept.join(5000);
+            String why = m.notReadyReason();
+            assertNotNull(why, "a memserver that cannot take new clients says it is ready");
+            assertTrue(why.contains("takes no new clients") && why.contains("closed unexpectedly"), why);
+        }
+        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
+            m.drain();
+            assertTrue(m.notReadyReason().startsWith("draining"), m.notReadyReason());
+        }
+    }
+
+    @Test
+    void regionsAreCountedAndListedWithNamesCutShort() throws Exception {
+        try (MemServer m = start(ConnectionLimits.DEFAULTS, 300);
+             RemoteConnection c = connect(m, "x".repeat(2000) + "\nforged log line")) {
+            for (int i = 0; i < 300; i++) {
+                c.allocate(new RegionTag("v".repeat(255), i, 0, 1), 4096).get(5, TimeUnit.SECONDS);
+            }
+            ExecutionException e = assertThrows(ExecutionException.class,
+                    () -> c.allocate(RegionTag.scratch("one-too-many"), 4096).get(5, TimeUnit.SECONDS));
+            RemoteMemoryException r = (RemoteMemoryException) e.getCause();
+            assertEquals(Status.NO_CAPACITY, r.status());
+            assertTrue(r.getMessage().contains("limit of 300 regions (--max-regions)"), r.getMessage());
+            List<RegionInfo> listed = c.list().get(5, TimeUnit.SECONDS); // ~130 KiB: through the reply buffer
+            assertEquals(300, listed.size());
+            assertEquals("x".repeat(MemServer.MAX_CLIENT_NAME), listed.getFirst().owner());
+            assertEquals(300, m.regionCount());
+        }
+    }
+
+    @Test
+    void namesArePrintableAndCutAtACharacterBoundary() {
+        assertEquals("a?b?c", MemServer.printable("a\nb\u202Ec", 100));
+        assertEquals("ab", MemServer.printable("ab\u00e9", 3), "é takes two bytes, one is left");
+        assertEquals("ab\u00e9", MemServer.printable("ab\u00e9", 4));
+    }
+
+    @Test
+    void aClientHoldsALimitedNumberOfLeases() throws Exception {
+        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT);
+             RemoteConnection c = connect(m, "hoarder"); RemoteConnection other = connect(m, "other")) {
+            for (int i = 0; i < MemServer.MAX_LEASES_PER_CLIENT; i++) {
+                c.lease("vol-" + i, "hoarder", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
+            }
+            c.lease("vol-0", "hoarder", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS); // renewals still work
+            ExecutionException e = assertThrows(ExecutionException.class,
+                    () -> c.lease("vol-x", "hoarder", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS));
+            assertEquals(Status.NO_CAPACITY, ((RemoteMemoryException) e.getCause()).status());
+            other.lease("vol-x", "other", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
+            c.unlease("vol-1", "hoarder").get(5, TimeUnit.SECONDS);
+            c.lease("vol-y", "hoarder", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
+        }
+    }
+}
