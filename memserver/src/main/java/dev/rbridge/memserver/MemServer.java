@@ -5,7 +5,7 @@ import dev.rbridge.memory.WrittenPages;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.ListenParams;
-import dev.rbridge.rdma.RateLimitedLog;
+import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;

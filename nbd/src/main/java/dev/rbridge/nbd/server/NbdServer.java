@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -45,7 +46,7 @@ public final class NbdServer implements AutoCloseable {
     private final NbdServerConfig config;
     private final BufferPool bufferPool;
     private final PayloadBudget payloadBudget;
-    private final LogLimiter limitedLog = new LogLimiter(log);
+    private final RateLimitedLog limitedLog = new RateLimitedLog(log);
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<ListenAddress> bound = new ArrayList<>();
     /** Every open connection, and how many each address has; guarded by {@link #slots}. */

@@ -1,5 +1,6 @@
 package dev.rbridge.ops.http;
 
+import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -90,7 +91,7 @@ public final class OpsHttpServer implements AutoCloseable {
         this.config = config;
         this.handler = handler;
         this.metrics = metrics;
-        this.refusals = new RateLimitedLog(log, 10, TimeUnit.SECONDS);
+        this.refusals = new RateLimitedLog(log, TimeUnit.SECONDS.toNanos(10), System::nanoTime);
         this.selector = Selector.open();
         ServerSocketChannel ch = ServerSocketChannel.open();
         try {
@@ -157,7 +158,7 @@ public final class OpsHttpServer implements AutoCloseable {
                         try {
                             r.run();
                         } catch (RuntimeException e) { // one connection's trouble; the other answers still go out
-                            refusals.warn("connection-failure", "ops http " + config.name()
+                            refusals.warn("connection-failure", "{}", "ops http " + config.name()
                                     + ": handing an answer to its connection failed", e);
                         }
                     }
@@ -202,7 +203,7 @@ public final class OpsHttpServer implements AutoCloseable {
                 ch = listener.accept();
             } catch (IOException e) {
                 // out of file descriptors, typically: stop accepting for a moment instead of spinning on it
-                refusals.warn("accept", "ops http " + config.name() + ": accept failed: " + e.getMessage());
+                refusals.warn("accept", "{}", "ops http " + config.name() + ": accept failed: " + e.getMessage());
                 acceptKey.interestOps(0);
                 acceptPaused = true;
                 acceptPausedUntil = System.nanoTime() + ACCEPT_BACKOFF_NANOS;
@@ -215,7 +216,7 @@ public final class OpsHttpServer implements AutoCloseable {
                 admit(ch);
             } catch (IOException | RuntimeException e) {
                 closeQuietly(ch);
-                refusals.warn("admit", "ops http " + config.name() + ": could not take a connection: " + e);
+                refusals.warn("admit", "{}", "ops http " + config.name() + ": could not take a connection: " + e);
             }
         }
     }
@@ -316,7 +317,7 @@ public final class OpsHttpServer implements AutoCloseable {
 
     private void refused(Refusal reason, String message) {
         metrics.refused(reason);
-        refusals.warn(reason.label(), "ops http " + config.name() + ": " + message);
+        refusals.warn(reason.label(), "{}", "ops http " + config.name() + ": " + message);
     }
 
     private static String describe(java.time.Duration d) {
@@ -398,7 +399,7 @@ public final class OpsHttpServer implements AutoCloseable {
             } catch (IOException e) {
                 close(); // the peer reset or went away: its business
             } catch (RuntimeException e) { // a bug, not the peer's doing; still, the peer must not flood the log
-                refusals.warn("connection-failure", "ops http " + config.name() + ": connection from " + peer
+                refusals.warn("connection-failure", "{}", "ops http " + config.name() + ": connection from " + peer
                         + " failed", e);
                 close();
             }

@@ -2,7 +2,7 @@ package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.ListenParams;
-import dev.rbridge.rdma.RateLimitedLog;
+import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteListener;
 import dev.rbridge.rdma.RemoteMemoryException;

@@ -3,7 +3,7 @@ package dev.rbridge.rdma.ucx;
 import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
-import dev.rbridge.rdma.RateLimitedLog;
+import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;

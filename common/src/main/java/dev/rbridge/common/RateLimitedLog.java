@@ -1,4 +1,4 @@
-package dev.rbridge.rdma;
+package dev.rbridge.common;
 
 import org.slf4j.Logger;
 
