@@ -35,26 +35,35 @@ final class NbdServerOptions {
                     + " connection gives up its place (or the new one is refused). Default ${DEFAULT-VALUE}.")
     int maxConnectionsPerPeer;
 
-    @Option(names = "--handshake-timeout", paramLabel = "SECONDS", defaultValue = "10",
+    @Option(names = "--handshake-timeout", paramLabel = "SECONDS",
+            defaultValue = "" + NbdServerConfig.HANDSHAKE_TIMEOUT_SECONDS,
             description = "Close an NBD connection that has not finished its handshake by then. Default ${DEFAULT-VALUE}.")
     double handshakeTimeout;
 
-    @Option(names = "--request-timeout", paramLabel = "SECONDS", defaultValue = "30",
+    @Option(names = "--request-timeout", paramLabel = "SECONDS",
+            defaultValue = "" + NbdServerConfig.REQUEST_TIMEOUT_SECONDS,
             description = "Close an NBD connection when a request (header and WRITE data) has not arrived whole this"
                     + " long after its first byte. Idle connections are never timed out. Default ${DEFAULT-VALUE}.")
     double requestTimeout;
 
-    @Option(names = "--reply-timeout", paramLabel = "SECONDS", defaultValue = "60",
+    @Option(names = "--reply-timeout", paramLabel = "SECONDS",
+            defaultValue = "" + NbdServerConfig.REPLY_TIMEOUT_SECONDS,
             description = "Close an NBD connection whose client has read none of its waiting replies for this long."
                     + " Default ${DEFAULT-VALUE}.")
     double replyTimeout;
 
-    @Option(names = "--drain-timeout", paramLabel = "SECONDS", defaultValue = "10",
+    @Option(names = "--drain-timeout", paramLabel = "SECONDS",
+            defaultValue = "" + NbdServerConfig.DRAIN_TIMEOUT_SECONDS,
             description = "On shutdown, how long in-flight requests may take to finish. Default ${DEFAULT-VALUE}.")
     double drainTimeout;
 
-    /** Direct memory outside the payload budget: read and header buffers per connection, memserver links. */
-    private static final long DIRECT_RESERVE = 256L << 20;
+    /** Direct memory outside the payload budget and the connections: memserver links, the JDK's own buffers. */
+    private static final long DIRECT_BASE = 64L << 20;
+
+    /** Direct memory outside the payload budget: what every connection holds, plus {@link #DIRECT_BASE}. */
+    private long directReserve() {
+        return DIRECT_BASE + (long) maxConnections * NbdServerConfig.DIRECT_BYTES_PER_CONNECTION;
+    }
 
     /** The JVM's direct memory limit, or 0 when it cannot be told. */
     private static long maxDirectMemory() {
@@ -83,26 +92,26 @@ final class NbdServerOptions {
 
     /** Sets every limit on {@code b}; throws IllegalArgumentException naming the option when one is wrong. */
     NbdServerConfig.Builder apply(NbdServerConfig.Builder b) {
+        if (maxConnections < 1 || maxConnectionsPerPeer < 1) {
+            throw new IllegalArgumentException("--max-connections and --max-connections-per-peer must be at least 1");
+        }
         long direct = maxDirectMemory();
         long memory = nbdMemory != null ? Sizes.parse(nbdMemory)
-                : direct > 0 ? Math.min(NbdServerConfig.PAYLOAD_BUDGET, (direct - DIRECT_RESERVE) * 4 / 5)
+                : direct > 0 ? Math.min(NbdServerConfig.PAYLOAD_BUDGET, (direct - directReserve()) * 4 / 5)
                 : NbdServerConfig.PAYLOAD_BUDGET;
         String given = nbdMemory != null ? nbdMemory : Sizes.format(memory) + " (the default for this JVM)";
         if (memory < maxPayloadBytes()) {
             throw new IllegalArgumentException(nbdMemory != null
                     ? "--nbd-memory " + given + " must be at least --max-payload (" + maxPayload + ")"
                     : "this JVM's " + Sizes.format(direct) + " of direct memory leave too little for NBD payloads"
-                    + " (--max-payload " + maxPayload + " and " + Sizes.format(DIRECT_RESERVE) + " for connections):"
+                    + " (--max-payload " + maxPayload + " and " + Sizes.format(directReserve()) + " for connections):"
                     + " raise RBRIDGE_MAX_DIRECT (the launcher's -XX:MaxDirectMemorySize), e.g. to 1g");
         }
-        if (direct > 0 && memory + memory / 4 > direct - DIRECT_RESERVE) {
+        if (direct > 0 && memory + memory / 4 > direct - directReserve()) {
             throw new IllegalArgumentException("--nbd-memory " + given + " (and the quarter more kept idle for"
                     + " reuse) does not fit in this JVM's " + Sizes.format(direct) + " of direct memory, of which "
-                    + Sizes.format(DIRECT_RESERVE) + " is kept for connections and memserver links: lower it, or"
+                    + Sizes.format(directReserve()) + " is kept for connections and memserver links: lower it, or"
                     + " raise RBRIDGE_MAX_DIRECT (the launcher's -XX:MaxDirectMemorySize)");
-        }
-        if (maxConnections < 1 || maxConnectionsPerPeer < 1) {
-            throw new IllegalArgumentException("--max-connections and --max-connections-per-peer must be at least 1");
         }
         return b.payloadBudget(memory)
                 .maxConnections(maxConnections)

@@ -239,8 +239,8 @@ public final class ServeCommand implements Callable<Integer> {
                     if (up == null) {
                         return List.of(Telemetry.Problem.fatal("NBD listeners not up yet"));
                     }
-                    return up.brokenListeners().entrySet().stream().map(e -> Telemetry.Problem.fatal(
-                            "NBD listener " + e.getKey() + " stopped accepting: " + e.getValue())).toList();
+                    return up.failures().entrySet().stream().map(e -> Telemetry.Problem.fatal(
+                            "NBD server: the " + e.getKey() + " ended: " + e.getValue())).toList();
                 });
                 telemetry.readinessCheck(() -> MetricsEndpoint.bridgeReadiness(bridge));
                 metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_BRIDGE, 7475, telemetry);

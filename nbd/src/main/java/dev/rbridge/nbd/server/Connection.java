@@ -75,10 +75,11 @@ final class Connection implements Runnable {
     private volatile boolean inTransmission;
     private Export export;
     private BlockDevice device;
-    private Outbox outbox;
-    private Selector selector;
+    // set once when transmission starts; read by completing threads, the housekeeper and closers
+    private volatile Outbox outbox;
+    private volatile Selector selector;
     private SelectionKey key;
-    private PayloadBudget.Account budget;
+    private volatile PayloadBudget.Account budget;
     private RequestDecoder decoder;
     private final AtomicInteger inFlight = new AtomicInteger();
     private int maxInFlight;
@@ -88,15 +89,24 @@ final class Connection implements Runnable {
     private boolean waitingForSlot;
     /** This connection's thread is waiting for a slot or buffers: completions and releases must wake it. */
     private volatile boolean paused;
-    /** A request is decoded (or its header is) and waits for a slot or buffers. */
-    private volatile boolean holdingRequest;
+    /**
+     * The last read returned less than it had room for and at most one request came of it: the client sends one at a
+     * time, so the socket is dry and a read before waiting would only say so (a system call per request at queue
+     * depth 1). A client that pipelines usually has more waiting by the time its requests are started.
+     */
+    private boolean socketDry;
+    private int decodedSinceRead;
     private volatile boolean draining;
     /** Why the server closed this connection, if it did (the housekeeper's reason), else null. */
-    private volatile String closedBecause;
+    private final java.util.concurrent.atomic.AtomicReference<String> closedBecause =
+            new java.util.concurrent.atomic.AtomicReference<>();
     private long requests;
 
     // read by the housekeeper (System.nanoTime values; 0 = not applicable)
-    /** Since when the client has been sending a request that has not fully arrived (our waits excluded). */
+    /**
+     * Since when the client has been sending the request that has not fully arrived (from when its first bytes were
+     * seen); 0 at a request boundary, and while this connection does not read (it waits for a slot or memory).
+     */
     private volatile long partialSinceNanos;
     /** The last time a request started or finished. */
     private volatile long lastActiveNanos;
@@ -159,10 +169,19 @@ final class Connection implements Runnable {
         return b == null ? 0 : b.held();
     }
 
-    /** Nothing in flight, nothing half-received, nothing waiting to be written: only the connection itself is held. */
+    /**
+     * Nothing in flight, nothing half-received, no memory held, nothing waiting to be written: giving up this
+     * connection loses no work. (A request that waits for memory but holds none does not count: so that connections
+     * waiting for memory cannot hold every slot.)
+     */
     boolean idle() {
         Outbox o = outbox;
-        return inFlight.get() == 0 && partialSinceNanos == 0 && !holdingRequest && (o == null || o.idle());
+        return inFlight.get() == 0 && partialSinceNanos == 0 && heldBytes() == 0 && (o == null || o.idle());
+    }
+
+    /** The server already decided to close this connection. */
+    boolean closing() {
+        return closedBecause.get() != null;
     }
 
     @Override
@@ -179,9 +198,9 @@ final class Connection implements Runnable {
             metrics.protocolViolation();
             server.logLimited("protocol", "connection {} from {}: {}; closing this connection only", id, peer, ending);
         } catch (ClosedChannelException e) {
-            ending = closedBecause != null ? closedBecause : server.closing() ? "server shutdown" : "connection closed";
+            ending = closing() ? closedBecause.get() : server.closing() ? "server shutdown" : "connection closed";
         } catch (IOException e) {
-            ending = closedBecause != null ? closedBecause : "I/O error: " + e.getMessage();
+            ending = closing() ? closedBecause.get() : "I/O error: " + e.getMessage();
         } catch (RuntimeException | OutOfMemoryError e) {
             ending = "internal error: " + e;
             log.error("connection {} from {}: internal error", id, peer, e);
@@ -388,10 +407,7 @@ final class Connection implements Runnable {
                 throw new ClosedChannelException();
             }
             boolean stopped = waiting != null || decoder.awaitingBuffer();
-            if (stopped != holdingRequest) {
-                holdingRequest = stopped;
-            }
-            if (!stopped) {
+            if (!stopped && (!socketDry || decodedSinceRead > 1)) {
                 int n = readSome();
                 if (n < 0) {
                     throw new EOFException();
@@ -409,12 +425,15 @@ final class Connection implements Runnable {
     private boolean dispatchAvailable() throws NbdProtocolException {
         if (waiting != null) {
             if (!tryStart(waiting)) {
+                partialSinceNanos = 0; // not reading: the client cannot send, so its clock does not run
                 return true;
             }
             waiting = null;
         }
         Request r;
         while ((r = decoder.next(in)) != null) {
+            partialSinceNanos = 0; // this one arrived whole; the next one's clock starts when its bytes are seen
+            decodedSinceRead++;
             if (r.type() == Nbd.CMD_DISC) {
                 log.debug("connection {}: NBD_CMD_DISC", id);
                 return false;
@@ -430,12 +449,20 @@ final class Connection implements Runnable {
 
     private int readSome() throws IOException {
         ByteBuffer sink = decoder.payloadSink();
-        if (sink != null && sink.remaining() > in.capacity() / 2 && !in.hasRemaining()) {
-            return channel.read(sink); // a large WRITE payload goes from the socket straight into its buffer
+        ByteBuffer into = sink != null && sink.remaining() > in.capacity() / 2 && !in.hasRemaining() ? sink : null;
+        decodedSinceRead = 0;
+        if (into != null) {
+            int room = into.remaining();
+            int n = channel.read(into); // a large WRITE payload goes from the socket straight into its buffer
+            socketDry = n < room;
+            return n;
         }
         in.compact();
         try {
-            return channel.read(in);
+            int room = in.remaining();
+            int n = channel.read(in);
+            socketDry = n < room;
+            return n;
         } finally {
             in.flip();
         }
@@ -458,13 +485,16 @@ final class Connection implements Runnable {
         key.interestOps((stopped ? 0 : SelectionKey.OP_READ) | (outbox.blocked() ? SelectionKey.OP_WRITE : 0));
         selector.select();
         paused = false;
-        boolean writable = selector.selectedKeys().contains(key) && key.isValid()
-                && (key.readyOps() & SelectionKey.OP_WRITE) != 0;
+        boolean selected = selector.selectedKeys().contains(key) && key.isValid();
+        int ready = selected ? key.readyOps() : 0;
         selector.selectedKeys().clear();
         if (!channel.isOpen()) {
             throw new ClosedChannelException();
         }
-        if (writable) {
+        if ((ready & SelectionKey.OP_READ) != 0) {
+            socketDry = false;
+        }
+        if ((ready & SelectionKey.OP_WRITE) != 0) {
             outbox.writable();
         }
     }
@@ -485,10 +515,17 @@ final class Connection implements Runnable {
 
     /** The decoder's WRITE payload buffer, when the budget has room for it; null makes the decoder wait. */
     private ByteBuffer allocatePayload(int length) {
-        if (!budget.tryAcquire(server.bufferPool().capacityFor(length))) {
-            return null;
+        return budget.tryAcquire(server.bufferPool().capacityFor(length)) ? buffer(length) : null;
+    }
+
+    /** A pooled buffer for {@code length} bytes, whose memory the budget already granted. */
+    private ByteBuffer buffer(int length) {
+        try {
+            return server.bufferPool().acquire(length);
+        } catch (RuntimeException | OutOfMemoryError e) {
+            budget.release(server.bufferPool().capacityFor(length)); // never had it: give the grant back
+            throw e;
         }
-        return server.bufferPool().acquire(length);
     }
 
     /**
@@ -543,7 +580,7 @@ final class Connection implements Runnable {
                 waitingForSlot = false;
                 return false;
             }
-            readBuffer = server.bufferPool().acquire(length);
+            readBuffer = buffer(length);
         }
         requests++;
         lastActiveNanos = start;
@@ -750,10 +787,13 @@ final class Connection implements Runnable {
         return !inTransmission || (inFlight.get() == 0 && (outbox == null || outbox.idle()));
     }
 
-    /** The server closes this connection (a limit or a timeout); {@code reason} is how its end is logged. */
-    void closeBecause(String reason) {
-        closedBecause = reason;
-        closeChannel();
+    /**
+     * The server decides to close this connection (a limit or a timeout); {@code reason} is how its end is logged.
+     * False when it was already decided for another reason (only the first counts). The caller counts and logs the
+     * closing, then calls {@link #closeChannel}: so whoever sees the connection end also sees it counted.
+     */
+    boolean decideToClose(String reason) {
+        return closedBecause.compareAndSet(null, reason);
     }
 
     void closeChannel() {
@@ -772,6 +812,7 @@ final class Connection implements Runnable {
         if (inTransmission) {
             // Let requests already at the device finish, so their buffers come back and their replies go out.
             long deadline = System.nanoTime() + server.config().drainTimeout().toNanos();
+            paused = true; // completions and written replies wake us as they come
             while (!quiescent() && System.nanoTime() < deadline && outbox != null && !outbox.broken()
                     && channel.isOpen()) {
                 awaitWritable();
@@ -815,7 +856,7 @@ final class Connection implements Runnable {
                 return;
             }
             key.interestOps(outbox.blocked() ? SelectionKey.OP_WRITE : 0);
-            selector.select(2);
+            selector.select(50);
             selector.selectedKeys().clear();
             if (outbox.blocked()) {
                 outbox.writable();

@@ -40,6 +40,8 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 public final class NbdServer implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(NbdServer.class);
+    /** The send buffer asked for each TCP connection (see {@link #admit}). */
+    private static final int SEND_BUFFER = 4 << 20;
     /** How often the housekeeper looks at every connection's clocks. */
     private static final long HOUSEKEEPING_MILLIS = 100;
 
@@ -56,8 +58,8 @@ public final class NbdServer implements AutoCloseable {
     private final Thread housekeeper;
     private final AtomicLong nextId = new AtomicLong(1);
     private final CountDownLatch terminated = new CountDownLatch(1);
-    /** Listeners whose accept loop ended although the server is not closing, and why. */
-    private final Map<String, String> brokenListeners = new ConcurrentHashMap<>();
+    /** What stopped although the server is not closing (a listener, the housekeeper), and why. */
+    private final Map<String, String> failures = new ConcurrentHashMap<>();
     private volatile boolean closing;
 
     private NbdServer(NbdServerConfig config) {
@@ -135,29 +137,42 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
-    /** Accepts until the listener closes; no failure of one connection (not even running out of memory) ends it. */
+    /**
+     * Accepts until the listener closes; no failure (not even running out of memory) ends it. Should it end anyway
+     * while the server runs, {@link #failures()} says so and readiness with it.
+     */
     private void acceptLoop(ServerSocketChannel listener, ListenAddress address) {
-        while (!closing) {
-            SocketChannel ch;
-            try {
-                ch = listener.accept();
-            } catch (ClosedChannelException e) {
-                if (!closing) {
-                    brokenListeners.put(address.toString(), "its socket was closed");
-                    log.error("the listener on {} was closed; no new connections are accepted there", address);
+        String why = "it stopped";
+        try {
+            while (!closing) {
+                SocketChannel ch;
+                try {
+                    ch = listener.accept();
+                } catch (ClosedChannelException e) {
+                    why = "its socket was closed";
+                    return;
+                } catch (IOException | RuntimeException | Error e) {
+                    // e.g. out of file descriptors or memory: back off instead of spinning
+                    limitedLog.warn("accept", "accept on {} failed: {}", address, e.toString());
+                    sleep(50);
+                    continue;
                 }
-                return;
-            } catch (IOException e) {
-                limitedLog.warn("accept", "accept on {} failed: {}", address, e.getMessage());
-                sleep(50); // e.g. out of file descriptors: back off instead of spinning
-                continue;
+                try {
+                    admit(ch, address);
+                } catch (IOException | RuntimeException e) {
+                    // this peer's socket failed (reset before we set it up): nothing to wait for
+                    limitedLog.warn("admit", "could not serve a connection on {}: {}", address, e.toString());
+                    closeQuietly(ch);
+                } catch (Error e) {
+                    limitedLog.warn("admit", "could not serve a connection on {}: {}", address, e.toString());
+                    closeQuietly(ch);
+                    sleep(50); // out of memory or threads: give what is running room to finish
+                }
             }
-            try {
-                admit(ch, address);
-            } catch (IOException | RuntimeException | OutOfMemoryError e) {
-                limitedLog.warn("admit", "could not serve a connection on {}: {}", address, e.toString());
-                closeQuietly(ch);
-                sleep(50);
+        } finally {
+            if (!closing) {
+                failures.put("listener " + address, why);
+                log.error("the NBD listener on {} ended ({}); no new connections are accepted there", address, why);
             }
         }
     }
@@ -173,6 +188,11 @@ public final class NbdServer implements AutoCloseable {
             ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
             // a client whose host vanished (no FIN, no RST) is found by the kernel and its thread freed
             ch.setOption(StandardSocketOptions.SO_KEEPALIVE, true);
+            // A fixed send buffer as large as the host allows (the kernel doubles it, up to net.core.wmem_max): on a
+            // non-blocking socket autotuning leaves it too small for a batch of large READ replies, and a batch that
+            // does not fit goes out in rounds through the selector (bench/README.md has the measurement). Memory is
+            // used only while data waits, and a client that reads nothing is closed at --reply-timeout.
+            ch.setOption(StandardSocketOptions.SO_SNDBUF, SEND_BUFFER);
             config.tcpSocketSetup().accept(ch);
         }
         Connection c = new Connection(this, ch, nextId.getAndIncrement(), peer, peerAddress);
@@ -207,6 +227,10 @@ public final class NbdServer implements AutoCloseable {
                 reason = null;
             }
             evicted = reason == null ? null : longestIdle(from);
+            if (evicted != null && !evicted.decideToClose("closed while idle to make room for a new connection ("
+                    + reason.replace('_', ' ') + ")")) {
+                evicted = null; // the housekeeper got to it first: its slot is about to free anyway
+            }
             if (reason != null && evicted == null) {
                 config.metrics().connectionRefused(reason);
                 limitedLog.warn(reason, "refusing connection from {}: {} (none of {} is idle)", c.peer(),
@@ -221,12 +245,11 @@ public final class NbdServer implements AutoCloseable {
             connections.add(c);
             perPeer.merge(c.peerAddress(), 1, Integer::sum);
         }
-        if (evicted != null) {
+        if (evicted != null) { // decided under the slots lock: nobody else can have claimed it since
             config.metrics().connectionClosed("idle_evicted");
             limitedLog.warn("idle_evicted", "connection {} from {}: closed, idle, to make room for a new connection "
                     + "from {} ({})", evicted.id(), evicted.peer(), c.peer(), reason.replace('_', ' '));
-            evicted.closeBecause("closed while idle to make room for a new connection (" + reason.replace('_', ' ')
-                    + ")");
+            evicted.closeChannel();
         }
         return true;
     }
@@ -243,7 +266,7 @@ public final class NbdServer implements AutoCloseable {
     private Connection longestIdle(String peerAddress) {
         Connection best = null;
         for (Connection x : connections) {
-            if (x.peerAddress().equals(peerAddress) && x.idle() && (best == null || idler(x, best))) {
+            if (x.peerAddress().equals(peerAddress) && !x.closing() && x.idle() && (best == null || idler(x, best))) {
                 best = x;
             }
         }
@@ -273,10 +296,24 @@ public final class NbdServer implements AutoCloseable {
 
     private static String hostOf(SocketChannel ch) {
         try {
-            return ch.getRemoteAddress() instanceof InetSocketAddress i ? i.getAddress().getHostAddress() : "unknown";
+            return ch.getRemoteAddress() instanceof InetSocketAddress i ? peerKey(i.getAddress()) : "unknown";
         } catch (IOException e) {
             return "unknown";
         }
+    }
+
+    /**
+     * What the per-peer limits count by: the IPv4 address, or the /64 prefix of an IPv6 one (a host usually has a
+     * whole /64, so one per address would give it 2^64 shares).
+     */
+    static String peerKey(java.net.InetAddress a) {
+        if (a instanceof java.net.Inet6Address && !a.isLoopbackAddress()) {
+            byte[] b = a.getAddress();
+            return String.format("%x:%x:%x:%x::/64", ((b[0] & 0xff) << 8) | (b[1] & 0xff),
+                    ((b[2] & 0xff) << 8) | (b[3] & 0xff), ((b[4] & 0xff) << 8) | (b[5] & 0xff),
+                    ((b[6] & 0xff) << 8) | (b[7] & 0xff));
+        }
+        return a.getHostAddress();
     }
 
     private static String portOf(SocketChannel ch) {
@@ -291,13 +328,19 @@ public final class NbdServer implements AutoCloseable {
 
     /** Closes connections that overstay a time limit, and stalled ones whose memory others wait for. */
     private void housekeeping() {
-        while (!closing) {
-            try {
-                sweep(System.nanoTime());
-            } catch (RuntimeException e) {
-                log.error("housekeeping failed", e);
+        try {
+            while (!closing) {
+                try {
+                    sweep(System.nanoTime());
+                } catch (RuntimeException | Error e) {
+                    limitedLog.warn("housekeeping", "housekeeping failed; trying again", e);
+                }
+                sleep(HOUSEKEEPING_MILLIS);
             }
-            sleep(HOUSEKEEPING_MILLIS);
+        } finally {
+            if (!closing) {
+                failures.put("housekeeper", "it stopped, so time limits are no longer enforced");
+            }
         }
     }
 
@@ -307,6 +350,9 @@ public final class NbdServer implements AutoCloseable {
         long mostHeld = 0;
         long grace = config.stalledGrace().toNanos();
         for (Connection c : connections) {
+            if (c.closing()) {
+                continue;
+            }
             if (!c.inTransmission()) {
                 if (now - c.acceptedNanos() > config.handshakeTimeout().toNanos()) {
                     timeOut(c, "handshake_timeout", "handshake not finished within " + human(config.handshakeTimeout()));
@@ -338,9 +384,11 @@ public final class NbdServer implements AutoCloseable {
     }
 
     private void timeOut(Connection c, String reason, String why) {
-        config.metrics().connectionClosed(reason);
-        limitedLog.warn(reason, "connection {} from {}: {}; closing it", c.id(), c.peer(), why);
-        c.closeBecause(why);
+        if (c.decideToClose(why)) {
+            config.metrics().connectionClosed(reason);
+            limitedLog.warn(reason, "connection {} from {}: {}; closing it", c.id(), c.peer(), why);
+            c.closeChannel();
+        }
     }
 
     /** "6 s", "300 ms": how a limit reads in a log line. */
@@ -405,11 +453,11 @@ public final class NbdServer implements AutoCloseable {
     }
 
     /**
-     * Listeners that stopped accepting while the server runs (their socket closed under them), each with the reason:
-     * a process in this state is not ready.
+     * What stopped while the server runs, each with the reason: a listener (its socket closed under it) or the
+     * housekeeper that enforces the time limits. A process in this state is not ready.
      */
-    public Map<String, String> brokenListeners() {
-        return Map.copyOf(brokenListeners);
+    public Map<String, String> failures() {
+        return Map.copyOf(failures);
     }
 
     /** What the server holds now (connections, payload memory). */

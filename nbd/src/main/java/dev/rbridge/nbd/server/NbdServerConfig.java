@@ -16,17 +16,26 @@ import java.util.function.Consumer;
  */
 public final class NbdServerConfig {
     /** A client gets this long from connecting to entering transmission. */
-    public static final Duration HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
+    public static final int HANDSHAKE_TIMEOUT_SECONDS = 10;
+    public static final Duration HANDSHAKE_TIMEOUT = Duration.ofSeconds(HANDSHAKE_TIMEOUT_SECONDS);
     /** A request's header and payload must have arrived whole this long after its first byte. */
-    public static final Duration REQUEST_TIMEOUT = Duration.ofSeconds(30);
+    public static final int REQUEST_TIMEOUT_SECONDS = 30;
+    public static final Duration REQUEST_TIMEOUT = Duration.ofSeconds(REQUEST_TIMEOUT_SECONDS);
     /** Replies may wait this long for a client that reads none of them before its connection is closed. */
-    public static final Duration REPLY_TIMEOUT = Duration.ofSeconds(60);
+    public static final int REPLY_TIMEOUT_SECONDS = 60;
+    public static final Duration REPLY_TIMEOUT = Duration.ofSeconds(REPLY_TIMEOUT_SECONDS);
     /**
      * While connections wait for payload memory, one that holds memory and has been stalled this long (a payload it
      * does not send, replies it does not read) is closed to free it.
      */
     public static final Duration STALLED_GRACE = Duration.ofMillis(500);
-    public static final Duration DRAIN_TIMEOUT = Duration.ofSeconds(10);
+    public static final int DRAIN_TIMEOUT_SECONDS = 10;
+    public static final Duration DRAIN_TIMEOUT = Duration.ofSeconds(DRAIN_TIMEOUT_SECONDS);
+    /**
+     * Direct memory a transmission connection holds whatever it does: its read buffer (64 KiB) and reply header
+     * space (16 KiB), with room for the JDK's own per-thread socket buffers.
+     */
+    public static final int DIRECT_BYTES_PER_CONNECTION = 128 << 10;
     public static final int MAX_CONNECTIONS = 1024;
     /** A quarter of the slots: one address cannot take them all, and a host with several devices has room. */
     public static final int MAX_CONNECTIONS_PER_PEER = 256;

@@ -70,7 +70,7 @@ final class Outbox {
         }
         queue.add(reply);
         if (broken) {
-            discardQueued(); // closed while we queued: nobody else will release it
+            cleanUp(); // closed while we queued: nobody else might release it
             return;
         }
         if (corkedBy != Thread.currentThread() && !blocked) {
@@ -131,7 +131,27 @@ final class Outbox {
             }
         }
         if (broken) {
-            discardQueued();
+            cleanUp();
+        }
+    }
+
+    /**
+     * Once broken, whoever can take the writing role drops the half-written batch and the queue. Both the writer that
+     * leaves and {@link #close} try, after setting or seeing {@code broken}: one of them gets the role, so nothing
+     * is left holding memory.
+     */
+    private void cleanUp() {
+        // Re-checking after releasing the role catches a reply queued by a sender that found the role taken.
+        while (writing.compareAndSet(false, true)) {
+            try {
+                releaseBatch();
+                discardQueued();
+            } finally {
+                writing.set(false);
+            }
+            if (queue.isEmpty()) {
+                return;
+            }
         }
     }
 
@@ -222,14 +242,7 @@ final class Outbox {
      */
     void close() {
         broken = true;
-        if (writing.compareAndSet(false, true)) {
-            try {
-                releaseBatch();
-                discardQueued();
-            } finally {
-                writing.set(false);
-            }
-        }
+        cleanUp();
     }
 
     private void discardQueued() {

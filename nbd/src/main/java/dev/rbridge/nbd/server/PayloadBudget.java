@@ -156,8 +156,10 @@ public final class PayloadBudget {
                         wakes = giveBack(this, r);
                     }
                     if (fits(this, bytes)) {
-                        waiting.remove(this);
-                        wanted = 0;
+                        if (wanted != 0) { // it waited: no longer (the usual case, no wait, costs no scan)
+                            waiting.remove(this);
+                            wanted = 0;
+                        }
                         take(this, bytes);
                         return true;
                     }

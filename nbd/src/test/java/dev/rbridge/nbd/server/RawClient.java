@@ -242,6 +242,19 @@ final class RawClient implements Closeable {
         }
     }
 
+    /** As {@link #closedByServer()}, waiting at most {@code millis}. */
+    boolean closedByServer(int millis) throws IOException {
+        int before = socket.getSoTimeout();
+        socket.setSoTimeout(millis);
+        try {
+            return closedByServer();
+        } finally {
+            if (!socket.isClosed()) {
+                socket.setSoTimeout(before);
+            }
+        }
+    }
+
     /** Closes with an RST instead of a FIN: what a crashed or killed client looks like. */
     void reset() throws IOException {
         socket.setSoLinger(true, 0);

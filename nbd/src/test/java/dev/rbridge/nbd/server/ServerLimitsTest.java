@@ -211,6 +211,28 @@ class ServerLimitsTest {
     }
 
     @Test
+    void connectionsWaitingForMemoryTheyDoNotHoldCannotKeepTheirSlots() throws Exception {
+        try (TestServer ts = server(new Recorder(), b -> b.maxConnectionsPerPeer(2).payloadBudget(64 * MiB)
+                .payloadBudgetPerPeer(32 * MiB).stalledGrace(Duration.ofSeconds(30)));
+             RawClient holder = RawClient.connectFrom(ts.server, "127.0.0.2");
+             RawClient waiter = RawClient.connectFrom(ts.server, "127.0.0.2")) {
+            holder.go("disk", false, false);
+            waiter.go("disk", false, false);
+            holder.request(0, Nbd.CMD_WRITE, 1, 0, 32 * MiB, new byte[4096]); // holds its address's share
+            holder.flush();
+            await("the holder to hold its share", () -> ts.server.state().payloadUsedBytes() == 32 * MiB);
+            waiter.request(0, Nbd.CMD_WRITE, 2, 0, 32 * MiB, null); // waits for memory, holds none
+            waiter.flush();
+            await("the waiter to wait", () -> ts.server.state().payloadWaiting() == 1);
+            try (RawClient fresh = RawClient.connectFrom(ts.server, "127.0.0.2")) {
+                fresh.go("disk", false, false);
+                assertTrue(waiter.closedByServer(), "the waiting connection kept its slot");
+                assertFalse(holder.closedByServer(200), "the connection holding memory was evicted for a slot");
+            }
+        }
+    }
+
+    @Test
     void whenNoConnectionOfTheAddressIsIdleTheNewOneIsRefused() throws Exception {
         Recorder m = new Recorder();
         try (TestServer ts = server(m, b -> b.maxConnectionsPerPeer(1));
@@ -236,15 +258,17 @@ class ServerLimitsTest {
             for (RawClient c : new RawClient[] {a1, a2, b1}) {
                 c.go("disk", false, false);
             }
-            assertReads(a2, 1);
+            assertReads(b1, 1);
             sleep(20);
-            assertReads(b1, 2); // b1 is idle for less time than a1, but its address holds fewer
+            assertReads(a1, 2);
+            assertReads(a2, 3);
+            // b1 is now the longest idle of all, but its address holds fewer: a slot of 127.0.0.2 goes
             try (RawClient c1 = RawClient.connectFrom(ts.server, "127.0.0.4")) {
                 c1.go("disk", false, false);
                 assertTrue(a1.closedByServer());
-                assertReads(a2, 3);
-                assertReads(b1, 4);
-                assertReads(c1, 5);
+                assertReads(a2, 4);
+                assertReads(b1, 5);
+                assertReads(c1, 6);
             }
         }
     }
@@ -268,6 +292,46 @@ class ServerLimitsTest {
             assertEquals(2, m.closed("request_timeout"));
             sleep(500);
             assertReads(idle, 3); // idle for longer than the timeout, and still served
+        }
+    }
+
+    @Test
+    void timeSpentWaitingForMemoryDoesNotCountAgainstTheClient() throws Exception {
+        Recorder m = new Recorder();
+        try (TestServer ts = server(m, b -> b.payloadBudget(32 * MiB).payloadBudgetPerPeer(32 * MiB)
+                .payloadBudgetPerConnection(32 * MiB).requestTimeout(Duration.ofSeconds(1))
+                .stalledGrace(Duration.ofSeconds(30)));
+             RawClient hog = RawClient.connectFrom(ts.server, "127.0.0.3");
+             RawClient c = RawClient.connectFrom(ts.server, "127.0.0.2")) {
+            hog.go("disk", false, false);
+            c.go("disk", false, false);
+            for (int i = 0; i < 4; i++) { // the hog takes every byte and reads no reply
+                hog.request(0, Nbd.CMD_READ, 10 + i, (long) i * 8 * MiB, 8 * MiB, null);
+            }
+            hog.flush();
+            await("the hog to hold the budget", () -> ts.server.state().payloadUsedBytes() == 32 * MiB);
+            // A READ whose header arrives in two parts, then waits for memory for longer than the request timeout:
+            // only the first 300 ms were the client's.
+            java.io.ByteArrayOutputStream header = new java.io.ByteArrayOutputStream();
+            new java.io.DataOutputStream(header).writeInt(Nbd.REQUEST_MAGIC);
+            java.io.DataOutputStream h = new java.io.DataOutputStream(header);
+            h.writeShort(0);
+            h.writeShort(Nbd.CMD_READ);
+            h.writeLong(2);
+            h.writeLong(0);
+            h.writeInt(MiB);
+            byte[] bytes = header.toByteArray();
+            c.out.write(bytes, 0, 14);
+            c.flush();
+            sleep(300);
+            c.out.write(bytes, 14, bytes.length - 14);
+            c.flush();
+            sleep(2500);
+            assertEquals(0, m.closed("request_timeout"), "a client was timed out while the server made it wait");
+            hog.reset();
+            RawClient.SimpleReply r = c.readSimple(MiB);
+            assertEquals(2, r.handle());
+            assertEquals(0, r.error());
         }
     }
 
