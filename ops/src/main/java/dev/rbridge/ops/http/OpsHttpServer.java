@@ -1,5 +1,6 @@
 package dev.rbridge.ops.http;
 
+import dev.rbridge.common.Durations;
 import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -320,10 +321,6 @@ public final class OpsHttpServer implements AutoCloseable {
         refusals.warn(reason.label(), "{}", "ops http " + config.name() + ": " + message);
     }
 
-    private static String describe(java.time.Duration d) {
-        return d.toMillis() % 1000 == 0 ? d.toSeconds() + " s" : d.toMillis() + " ms";
-    }
-
     private static String remote(SocketChannel ch) {
         try {
             return String.valueOf(ch.getRemoteAddress());
@@ -540,21 +537,21 @@ public final class OpsHttpServer implements AutoCloseable {
                 case READING -> {
                     if (requestStart != 0) {
                         refused(Refusal.REQUEST_TIMEOUT, "request from " + peer + " not complete within "
-                                + describe(config.requestTimeout()));
+                                + Durations.human(config.requestTimeout()));
                         requestStart = 0;
                         answer(config.errorPage().render(408, "request not complete within "
-                                + describe(config.requestTimeout())), true, false);
+                                + Durations.human(config.requestTimeout())), true, false);
                     } else {
                         if (!served) { // a keep-alive connection going quiet after its requests is normal
                             refused(Refusal.IDLE_TIMEOUT, "connection from " + peer + " sent nothing for "
-                                    + describe(config.idleTimeout()));
+                                    + Durations.human(config.idleTimeout()));
                         }
                         close();
                     }
                 }
                 case WRITING -> {
                     refused(Refusal.WRITE_TIMEOUT, "peer " + peer + " did not take its answer within "
-                            + describe(config.writeTimeout()));
+                            + Durations.human(config.writeTimeout()));
                     close();
                 }
                 case LINGERING -> close();
