@@ -252,26 +252,25 @@ public final class OpsHttpServer implements AutoCloseable {
 
     /**
      * The connection to evict for a newcomer: of {@code peer}'s, or (null) of the peer holding the most evictable
-     * ones, the one that has waited longest in its current state.
+     * ones, the one that has waited longest in its current state; null when none is evictable.
      */
     private Conn oldestEvictable(InetAddress peer) {
         Map<InetAddress, Integer> evictable = new HashMap<>();
+        List<Conn> candidates = new ArrayList<>();
         for (Conn c : conns) {
             if (c.evictable() && (peer == null || c.peerAddress.equals(peer))) {
                 evictable.merge(c.peerAddress, 1, Integer::sum);
+                candidates.add(c);
             }
         }
         Conn best = null;
-        for (Conn c : conns) {
-            if (!c.evictable() || (peer != null && !c.peerAddress.equals(peer))) {
-                continue;
-            }
+        for (Conn c : candidates) {
             if (best == null) {
                 best = c;
                 continue;
             }
-            int mine = perPeer.getOrDefault(c.peerAddress, 0);
-            int theirs = perPeer.getOrDefault(best.peerAddress, 0);
+            int mine = evictable.get(c.peerAddress);
+            int theirs = evictable.get(best.peerAddress);
             if (mine > theirs || (mine == theirs && c.since - best.since < 0)) {
                 best = c;
             }

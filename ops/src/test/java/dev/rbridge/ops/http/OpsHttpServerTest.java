@@ -215,6 +215,52 @@ class OpsHttpServerTest {
     }
 
     @Test
+    void atTheGlobalCapThePeerHoldingTheMostEvictableConnectionsLosesOne() throws Exception {
+        CountDownLatch started = new CountDownLatch(3);
+        CountDownLatch release = new CountDownLatch(1);
+        OpsHttpServer s = start(config().maxConnections(6, 6).workers(4, 1), r -> {
+            if (r.path().equals("/slow")) {
+                started.countDown();
+                release.await(30, TimeUnit.SECONDS);
+            }
+            return HELLO.handle(r);
+        });
+        // 127.0.0.2 holds four connections, three of them being answered (a fourth worker is free); 127.0.0.3 holds
+        // two idle ones
+        RawHttp idle2 = new RawHttp(s.address(), "127.0.0.2"); // the oldest of all
+        awaitOpen(s, 1);
+        List<RawHttp> busy2 = new ArrayList<>();
+        for (int i = 0; i < 3; i++) {
+            busy2.add(new RawHttp(s.address(), "127.0.0.2").send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"));
+        }
+        assertTrue(started.await(10, TimeUnit.SECONDS), "three requests are being answered");
+        RawHttp idle3a = new RawHttp(s.address(), "127.0.0.3");
+        awaitOpen(s, 5);
+        RawHttp idle3b = new RawHttp(s.address(), "127.0.0.3");
+        awaitOpen(s, 6);
+        try (RawHttp newcomer = new RawHttp(s.address(), "127.0.0.4")) {
+            assertEquals(200, newcomer.get("/new").status());
+            assertEquals(1, count(Refusal.EVICTED));
+            assertEquals(200, idle2.get("/still-here").status(), "127.0.0.2's one idle connection stays");
+            idle3a.socket.setSoTimeout((int) SLACK.toMillis()); // well before its idle timeout could close it
+            assertTrue(idle3a.closedByServer(), "127.0.0.3 holds the most evictable connections: its oldest went");
+            assertEquals(200, idle3b.get("/still-here").status());
+            release.countDown();
+            for (RawHttp c : busy2) {
+                assertEquals(200, c.read().status());
+            }
+        } finally {
+            release.countDown();
+            for (RawHttp c : List.of(idle2, idle3a, idle3b)) {
+                c.close();
+            }
+            for (RawHttp c : busy2) {
+                c.close();
+            }
+        }
+    }
+
+    @Test
     void whenEveryConnectionIsBusyANewOneGetsA503AndTheRestFinish() throws Exception {
         CountDownLatch started = new CountDownLatch(2);
         CountDownLatch release = new CountDownLatch(1);
