@@ -33,6 +33,12 @@ public final class OpsHttpConfig {
     /** An answer the peer does not read; /metrics is the largest, some 100 KiB, which fits in socket buffers. */
     public static final Duration WRITE_TIMEOUT = Duration.ofSeconds(10);
     /**
+     * An answer of which the peer has taken nothing for this long is stalled, and its connection may be evicted for
+     * a newcomer at a cap; one the peer keeps taking, however slowly, is being answered and keeps its slot (the write
+     * timeout still bounds the whole answer). A reader that is merely slow takes something many times a second.
+     */
+    public static final Duration WRITE_STALL = Duration.ofSeconds(1);
+    /**
      * After an error answer the server stops writing and reads (and drops) what the client still sends for this
      * long before closing, so the client reads the answer instead of a reset.
      */
@@ -52,6 +58,7 @@ public final class OpsHttpConfig {
     private final Duration requestTimeout;
     private final Duration idleTimeout;
     private final Duration writeTimeout;
+    private final Duration writeStall;
     private final Duration linger;
 
     private OpsHttpConfig(Builder b) {
@@ -69,6 +76,7 @@ public final class OpsHttpConfig {
         this.requestTimeout = b.requestTimeout;
         this.idleTimeout = b.idleTimeout;
         this.writeTimeout = b.writeTimeout;
+        this.writeStall = b.writeStall;
         this.linger = b.linger;
     }
 
@@ -136,6 +144,10 @@ public final class OpsHttpConfig {
         return writeTimeout;
     }
 
+    public Duration writeStall() {
+        return writeStall;
+    }
+
     public Duration linger() {
         return linger;
     }
@@ -155,6 +167,7 @@ public final class OpsHttpConfig {
         private Duration requestTimeout = REQUEST_TIMEOUT;
         private Duration idleTimeout = IDLE_TIMEOUT;
         private Duration writeTimeout = WRITE_TIMEOUT;
+        private Duration writeStall = WRITE_STALL;
         private Duration linger = LINGER;
 
         private Builder(String name, InetSocketAddress address) {
@@ -195,6 +208,11 @@ public final class OpsHttpConfig {
             return this;
         }
 
+        public Builder writeStall(Duration stall) {
+            this.writeStall = stall;
+            return this;
+        }
+
         /** @throws IllegalArgumentException naming the setting that is out of range */
         public OpsHttpConfig build() {
             if (name == null || !name.matches("[a-z0-9-]+")) {
@@ -216,10 +234,11 @@ public final class OpsHttpConfig {
                         + maxRequestLine + ", headers " + maxHeaderBytes + " bytes / " + maxHeaders + ", body "
                         + maxBody);
             }
-            for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, linger}) {
+            for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, writeStall, linger}) {
                 if (d == null || d.isNegative() || d.isZero()) {
                     throw new IllegalArgumentException("timeouts must be positive: request " + requestTimeout
-                            + ", idle " + idleTimeout + ", write " + writeTimeout + ", linger " + linger);
+                            + ", idle " + idleTimeout + ", write " + writeTimeout + ", write stall " + writeStall
+                            + ", linger " + linger);
                 }
             }
             return new OpsHttpConfig(this);

@@ -19,6 +19,7 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.ConcurrentLinkedQueue;
@@ -39,9 +40,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  *       the request timeout (408), a connection may wait for its next request only the idle timeout, and a peer
  *       must take its answer within the write timeout.</li>
  *   <li>Connections are capped globally and per peer address. At a cap, the oldest connection that is waiting for
- *       or half-way through a request (or stalling its answer) is evicted before a new one is refused, preferring
- *       the peer that holds the most: an attacker sharing 127.0.0.1 with a scraper evicts its own connections,
- *       while a request being answered is never cut.</li>
+ *       or half-way through a request, or stalling its answer (taking none of it for
+ *       {@link OpsHttpConfig#WRITE_STALL}), is evicted before a new one is refused, preferring the peer that holds
+ *       the most such connections: an attacker sharing 127.0.0.1 with a scraper evicts its own connections, while a
+ *       request being answered, or an answer being taken however slowly, is never cut.</li>
  *   <li>Every refusal, timeout and eviction is counted by reason ({@link OpsHttpMetrics}) and logged at most once
  *       per reason every 10 s ({@link RateLimitedLog}).</li>
  * </ul>
@@ -63,7 +65,7 @@ public final class OpsHttpServer implements AutoCloseable {
         READING,
         /** A worker computes the answer; not evictable, no deadline. */
         PROCESSING,
-        /** Writing the answer; evictable if the peer stalls it. */
+        /** Writing the answer; evictable once the peer has taken none of it for the write stall time. */
         WRITING,
         /** Output shut after an error answer, draining input until the peer closes or the linger ends; evictable. */
         LINGERING
@@ -225,21 +227,22 @@ public final class OpsHttpServer implements AutoCloseable {
     private void admit(SocketChannel ch) throws IOException {
         InetSocketAddress peer = (InetSocketAddress) ch.getRemoteAddress();
         InetAddress peerAddress = peer.getAddress();
-        if (perPeer.getOrDefault(peerAddress, 0) >= config.maxConnectionsPerPeer()) {
-            Conn victim = oldestEvictable(peerAddress);
-            if (victim == null) {
-                refuseNew(ch, Refusal.PEER_LIMIT, "peer " + peerAddress.getHostAddress() + " has "
-                        + config.maxConnectionsPerPeer() + " connections, all busy");
-                return;
+        Refusal cap = capMet(peerAddress);
+        if (cap != null) {
+            // may finish an answer or find its peer gone, freeing a slot
+            probeStalledAnswers(cap == Refusal.PEER_LIMIT ? peerAddress : null);
+            cap = capMet(peerAddress);
+            if (cap != null) {
+                Conn victim = oldestEvictable(cap == Refusal.PEER_LIMIT ? peerAddress : null, System.nanoTime());
+                if (victim == null) {
+                    refuseNew(ch, cap, cap == Refusal.PEER_LIMIT
+                            ? "peer " + peerAddress.getHostAddress() + " has " + config.maxConnectionsPerPeer()
+                                    + " connections, all busy"
+                            : config.maxConnections() + " connections, all busy");
+                    return;
+                }
+                victim.evict();
             }
-            victim.evict();
-        } else if (conns.size() >= config.maxConnections()) {
-            Conn victim = oldestEvictable(null);
-            if (victim == null) {
-                refuseNew(ch, Refusal.CONNECTION_LIMIT, config.maxConnections() + " connections, all busy");
-                return;
-            }
-            victim.evict();
         }
         ch.configureBlocking(false);
         ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
@@ -250,15 +253,38 @@ public final class OpsHttpServer implements AutoCloseable {
         open.incrementAndGet();
     }
 
+    /** The cap a newcomer from {@code peer} meets, the per-peer one first; null when it fits. */
+    private Refusal capMet(InetAddress peer) {
+        if (perPeer.getOrDefault(peer, 0) >= config.maxConnectionsPerPeer()) {
+            return Refusal.PEER_LIMIT;
+        }
+        return conns.size() >= config.maxConnections() ? Refusal.CONNECTION_LIMIT : null;
+    }
+
+    /**
+     * Tries a write on every answer (of {@code peer}'s, or any) that looks stalled, before one is taken for
+     * stalled. The kernel reports a socket writable only once a third of its send buffer is free, which a peer
+     * reading slowly can take seconds to free: only a write tells it from a peer that reads nothing.
+     */
+    private void probeStalledAnswers(InetAddress peer) {
+        long now = System.nanoTime();
+        for (Conn c : new ArrayList<>(conns)) {
+            if (!c.closed && (peer == null || c.peerAddress.equals(peer)) && c.evictable(now)
+                    && c.state == State.WRITING) {
+                c.probe();
+            }
+        }
+    }
+
     /**
      * The connection to evict for a newcomer: of {@code peer}'s, or (null) of the peer holding the most evictable
      * ones, the one that has waited longest in its current state; null when none is evictable.
      */
-    private Conn oldestEvictable(InetAddress peer) {
+    private Conn oldestEvictable(InetAddress peer, long now) {
         Map<InetAddress, Integer> evictable = new HashMap<>();
         List<Conn> candidates = new ArrayList<>();
         for (Conn c : conns) {
-            if (c.evictable() && (peer == null || c.peerAddress.equals(peer))) {
+            if (c.evictable(now) && (peer == null || c.peerAddress.equals(peer))) {
                 evictable.merge(c.peerAddress, 1, Integer::sum);
                 candidates.add(c);
             }
@@ -356,6 +382,8 @@ public final class OpsHttpServer implements AutoCloseable {
         SelectionKey key;
         State state = State.READING;
         long since = System.nanoTime();
+        /** When the peer last took some of the answer being written (or the writing began). */
+        long progressAt;
         long requestStart;
         boolean served;
         ByteBuffer out;
@@ -370,8 +398,12 @@ public final class OpsHttpServer implements AutoCloseable {
             this.local = local;
         }
 
-        boolean evictable() {
-            return state != State.PROCESSING;
+        boolean evictable(long now) {
+            return switch (state) {
+                case READING, LINGERING -> true;
+                case PROCESSING -> false;
+                case WRITING -> now - progressAt >= config.writeStall().toNanos();
+            };
         }
 
         long deadline() {
@@ -395,10 +427,25 @@ public final class OpsHttpServer implements AutoCloseable {
             } catch (IOException e) {
                 close(); // the peer reset or went away: its business
             } catch (RuntimeException e) { // a bug, not the peer's doing; still, the peer must not flood the log
-                refusals.warn("connection-failure", "{}", "ops http " + config.name() + ": connection from " + peer
-                        + " failed", e);
-                close();
+                failed(e);
             }
+        }
+
+        /** Writes what the socket takes now, without waiting to be told it is writable. */
+        void probe() {
+            try {
+                flush();
+            } catch (IOException e) {
+                close();
+            } catch (RuntimeException e) {
+                failed(e);
+            }
+        }
+
+        private void failed(RuntimeException e) {
+            refusals.warn("connection-failure", "{}", "ops http " + config.name() + ": connection from " + peer
+                    + " failed", e);
+            close();
         }
 
         private void readable() throws IOException {
@@ -486,6 +533,7 @@ public final class OpsHttpServer implements AutoCloseable {
             closeAfterWrite = close;
             state = State.WRITING;
             since = System.nanoTime();
+            progressAt = since;
             try {
                 flush();
             } catch (IOException e) {
@@ -505,7 +553,9 @@ public final class OpsHttpServer implements AutoCloseable {
             int limit = out.limit();
             out.limit(Math.min(limit, out.position() + WRITE_SLICE));
             try {
-                ch.write(out);
+                if (ch.write(out) > 0) {
+                    progressAt = System.nanoTime();
+                }
             } finally {
                 out.limit(limit);
             }
@@ -560,8 +610,12 @@ public final class OpsHttpServer implements AutoCloseable {
         }
 
         void evict() {
-            refused(Refusal.EVICTED, "evicted a connection from " + peer + " (" + state.name().toLowerCase(java.util.Locale.ROOT)
-                    + " for " + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - since) + " ms) for a new one");
+            long now = System.nanoTime();
+            String why = state == State.WRITING
+                    ? "its answer untaken for " + TimeUnit.NANOSECONDS.toMillis(now - progressAt) + " ms"
+                    : state.name().toLowerCase(Locale.ROOT) + " for " + TimeUnit.NANOSECONDS.toMillis(now - since)
+                            + " ms";
+            refused(Refusal.EVICTED, "evicted a connection from " + peer + " (" + why + ") for a new one");
             if (state == State.READING && decoder.inProgress()) {
                 try { // one non-blocking try to say why to a client that is half-way through a request
                     ch.write(config.errorPage().render(503, "evicted for a newer connection; too many connections")

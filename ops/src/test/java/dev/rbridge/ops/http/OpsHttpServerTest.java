@@ -10,9 +10,11 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -355,6 +357,75 @@ class OpsHttpServerTest {
             }
             assertEquals(1, count(Refusal.WRITE_TIMEOUT));
         }
+        servedWithin(s, SERVED);
+    }
+
+    @Test
+    void aFloodEvictsAStalledAnswerButNotOneItsPeerReadsSlowly() throws Exception {
+        byte[] big = new byte[32 << 20];
+        java.util.Arrays.fill(big, (byte) 'm');
+        // two slots for 127.0.0.1, a write timeout far off: only an eviction can cut an answer short here; the slow
+        // reader may be held up for most of the stall time by a loaded machine and still count as reading
+        OpsHttpServer s = start(config().maxConnections(8, 2).writeStall(Duration.ofSeconds(2))
+                .timeouts(OpsHttpConfig.REQUEST_TIMEOUT, OpsHttpConfig.IDLE_TIMEOUT, Duration.ofSeconds(60),
+                        OpsHttpConfig.LINGER), r -> r.path().equals("/metrics")
+                ? new HttpResponse(200, HttpResponse.TEXT, big, List.of()) : HELLO.handle(r));
+        AtomicBoolean hurry = new AtomicBoolean();
+        AtomicLong slowGot = new AtomicLong();
+        try (RawHttp slow = new RawHttp(s.address()); RawHttp stalled = new RawHttp(s.address())) {
+            RawHttp.Answer head = slow.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").readHead();
+            assertEquals(200, head.status());
+            // the slow reader takes 8 KiB every 50 ms (160 KiB/s) until the flood is over, then the rest at once
+            CompletableFuture<Void> slowDone = CompletableFuture.runAsync(() -> {
+                byte[] b = new byte[8 << 10];
+                try {
+                    for (int n; slowGot.get() < big.length && (n = slow.readSome(b)) >= 0; ) {
+                        slowGot.addAndGet(n);
+                        if (!hurry.get()) {
+                            Thread.sleep(50);
+                        }
+                    }
+                } catch (IOException | InterruptedException e) {
+                    // cut off: slowGot says how far it came
+                }
+            });
+            // its answer is the older one: evicting the oldest writer would pick it
+            stalled.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); // and never read
+            // the flood: a new connection from 127.0.0.1 every 50 ms. Both slots are taken by answers, so newcomers are
+            // refused until one is evicted, and the first eviction is of the slow or of the stalled answer
+            List<RawHttp> flood = new ArrayList<>();
+            try {
+                long t0 = System.nanoTime();
+                long evictedAt = 0;
+                while (System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(30)) {
+                    flood.add(new RawHttp(s.address()));
+                    Thread.sleep(50);
+                    if (evictedAt == 0 && count(Refusal.EVICTED) > 0) {
+                        evictedAt = System.nanoTime();
+                    }
+                    // after the stalled answer went, flood on a while: newcomers now evict each other
+                    if (evictedAt != 0 && System.nanoTime() - evictedAt > TimeUnit.SECONDS.toNanos(1)) {
+                        break;
+                    }
+                }
+                assertTrue(evictedAt != 0, "the stalled answer's connection was never evicted");
+                assertFalse(slowDone.isDone(), "the slow reader was cut off after " + slowGot + " bytes");
+            } finally {
+                for (RawHttp c : flood) {
+                    c.close();
+                }
+            }
+            hurry.set(true);
+            try {
+                slowDone.get(30, TimeUnit.SECONDS);
+            } catch (java.util.concurrent.TimeoutException e) {
+                throw new AssertionError("the slow reader's answer stopped after " + slowGot + " bytes", e);
+            }
+            assertEquals(big.length, slowGot.get(), "the slow reader got its whole answer");
+            long stalledGot = stalled.readToClose();
+            assertTrue(stalledGot < big.length, "the stalled answer was cut short: " + stalledGot + " bytes");
+        }
+        assertEquals(0, count(Refusal.WRITE_TIMEOUT));
         servedWithin(s, SERVED);
     }
 
