@@ -17,6 +17,13 @@ public final class OpsHttpConfig {
     public static final int WORKERS = 2;
     /** Complete requests waiting for a worker; beyond this, 503 at once rather than a growing backlog. */
     public static final int QUEUE = 32;
+    /**
+     * From a complete request to its answer, queueing included. Handlers answer in milliseconds; one that takes
+     * this long is stuck (a bug, a lock, a call that never returns), and its peer gets a 503 rather than waiting
+     * for ever. Above the 10 s scrape timeout of Prometheus and the patience of an operator's curl, so it cuts
+     * only what nobody still waits for.
+     */
+    public static final Duration HANDLER_TIMEOUT = Duration.ofSeconds(30);
     /** Our longest target is a volume name inside a path; 8 KiB is the limit most servers apply. */
     public static final int MAX_REQUEST_LINE = 8 << 10;
     public static final int MAX_HEADER_BYTES = 16 << 10;
@@ -60,6 +67,7 @@ public final class OpsHttpConfig {
     private final Duration writeTimeout;
     private final Duration writeStall;
     private final Duration linger;
+    private final Duration handlerTimeout;
 
     private OpsHttpConfig(Builder b) {
         this.name = b.name;
@@ -78,6 +86,7 @@ public final class OpsHttpConfig {
         this.writeTimeout = b.writeTimeout;
         this.writeStall = b.writeStall;
         this.linger = b.linger;
+        this.handlerTimeout = b.handlerTimeout;
     }
 
     /**
@@ -152,6 +161,10 @@ public final class OpsHttpConfig {
         return linger;
     }
 
+    public Duration handlerTimeout() {
+        return handlerTimeout;
+    }
+
     public static final class Builder {
         private final String name;
         private final InetSocketAddress address;
@@ -169,6 +182,7 @@ public final class OpsHttpConfig {
         private Duration writeTimeout = WRITE_TIMEOUT;
         private Duration writeStall = WRITE_STALL;
         private Duration linger = LINGER;
+        private Duration handlerTimeout = HANDLER_TIMEOUT;
 
         private Builder(String name, InetSocketAddress address) {
             this.name = name;
@@ -213,6 +227,11 @@ public final class OpsHttpConfig {
             return this;
         }
 
+        public Builder handlerTimeout(Duration timeout) {
+            this.handlerTimeout = timeout;
+            return this;
+        }
+
         /** @throws IllegalArgumentException naming the setting that is out of range */
         public OpsHttpConfig build() {
             if (name == null || !name.matches("[a-z0-9-]+")) {
@@ -234,11 +253,12 @@ public final class OpsHttpConfig {
                         + maxRequestLine + ", headers " + maxHeaderBytes + " bytes / " + maxHeaders + ", body "
                         + maxBody);
             }
-            for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, writeStall, linger}) {
+            for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, writeStall, linger,
+                    handlerTimeout}) {
                 if (d == null || d.isNegative() || d.isZero()) {
                     throw new IllegalArgumentException("timeouts must be positive: request " + requestTimeout
                             + ", idle " + idleTimeout + ", write " + writeTimeout + ", write stall " + writeStall
-                            + ", linger " + linger);
+                            + ", linger " + linger + ", handler " + handlerTimeout);
                 }
             }
             return new OpsHttpConfig(this);

@@ -40,7 +40,9 @@ public enum Refusal {
     /** An operation that changes state on a server with no token configured (403). */
     MUTATIONS_OFF,
     /** The handler failed (500). */
-    INTERNAL_ERROR;
+    INTERNAL_ERROR,
+    /** The handler gave no answer within the handler timeout (503); its worker is written off. */
+    HANDLER_TIMEOUT;
 
     /** The metric label: the name in snake_case. */
     public String label() {

@@ -15,6 +15,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -448,6 +449,119 @@ class OpsHttpServerTest {
             assertEquals(409, c.get("/refuse").status());
         }
         assertEquals(1, count(Refusal.INTERNAL_ERROR));
+    }
+
+    private static int recurse(int n) {
+        return recurse(n + 1) + 1;
+    }
+
+    @Test
+    void aHandlerThatThrowsAnErrorIsA500AndTheServerCarriesOn() throws Exception {
+        // two slots, one worker: a connection left waiting for an answer would soon lock everyone out
+        OpsHttpServer s = start(config().maxConnections(2, 2).workers(1, 1), r -> switch (r.path()) {
+            case "/overflow" -> HttpResponse.text(200, "depth " + recurse(0));
+            case "/oom" -> throw new OutOfMemoryError("test: no memory left");
+            default -> HELLO.handle(r);
+        });
+        for (int round = 0; round < 2; round++) {
+            try (RawHttp c = new RawHttp(s.address())) {
+                RawHttp.Answer a = c.get("/overflow");
+                assertEquals(500, a.status());
+                assertTrue(a.body().contains("StackOverflowError"), a.body());
+                assertEquals(200, c.get("/fine").status(), "the connection carries on");
+                a = c.get("/oom");
+                assertEquals(500, a.status());
+                assertTrue(a.body().contains("OutOfMemoryError"), a.body());
+            }
+        }
+        assertEquals(4, count(Refusal.INTERNAL_ERROR));
+        servedWithin(s, SERVED);
+    }
+
+    @Test
+    void aHungHandlerIsCutOffWith503AndItsWorkerReplaced() throws Exception {
+        Duration handlerTimeout = Duration.ofSeconds(3);
+        CountDownLatch release = new CountDownLatch(1);
+        AtomicInteger hung = new AtomicInteger();
+        AtomicInteger interrupted = new AtomicInteger();
+        AtomicInteger lateActions = new AtomicInteger();
+        OpsHttpServer s = start(config().workers(2, 4).handlerTimeout(handlerTimeout), r -> {
+            if (r.path().equals("/hang")) {
+                hung.incrementAndGet();
+                // deaf to interrupts, as a handler stuck in a loop or an uninterruptible call is
+                while (true) {
+                    try {
+                        if (release.await(60, TimeUnit.SECONDS)) {
+                            break;
+                        }
+                    } catch (InterruptedException e) {
+                        interrupted.incrementAndGet();
+                    }
+                }
+                return HttpResponse.text(200, "late\n").afterSent(lateActions::incrementAndGet);
+            }
+            return HELLO.handle(r);
+        });
+        // both workers hang, and a request waits in the queue behind them
+        List<RawHttp> hanging = new ArrayList<>();
+        try {
+            for (int i = 0; i < 2; i++) {
+                hanging.add(new RawHttp(s.address()).send("GET /hang HTTP/1.1\r\nHost: x\r\n\r\n"));
+            }
+            awaitValue(hung, 2);
+            int queuedStatus;
+            try (RawHttp queued = new RawHttp(s.address())) {
+                queued.send("GET /queued HTTP/1.1\r\nHost: x\r\n\r\n");
+                assertCutOff(hanging.subList(0, 2));
+                queuedStatus = queued.read().status(); // by a replacement, or 503 if it waited as long as they did
+                assertTrue(queuedStatus == 200 || queuedStatus == 503, "queued: " + queuedStatus);
+            }
+            assertEquals(queuedStatus == 503 ? 3 : 2, count(Refusal.HANDLER_TIMEOUT));
+            awaitValue(interrupted, 2); // a handler that heeds its interrupt returns at once
+            assertEquals(4, s.workerThreads(), "one replacement for each stuck worker");
+            servedWithin(s, SERVED);
+
+            // two more hang, on the replacements: no more replacements (at most one per worker), the pool is stuck
+            for (int i = 0; i < 2; i++) {
+                hanging.add(new RawHttp(s.address()).send("GET /hang HTTP/1.1\r\nHost: x\r\n\r\n"));
+            }
+            awaitValue(hung, 4);
+            assertCutOff(hanging.subList(2, 4));
+            assertEquals(4, s.workerThreads(), "written-off threads are bounded");
+
+            // the four come back: their answers go nowhere, their actions do not run, the pool shrinks to its size
+            release.countDown();
+            long deadline = System.nanoTime() + SLACK.toNanos();
+            while (s.workerThreads() > 2 && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertEquals(2, s.workerThreads());
+            servedWithin(s, SERVED);
+            assertEquals(0, lateActions.get(), "the action of an answer cut off by the handler timeout never runs");
+        } finally {
+            release.countDown();
+            for (RawHttp c : hanging) {
+                c.close();
+            }
+        }
+    }
+
+    /** Each got a 503 and was closed at the handler timeout, well before the client's 10 s read timeout. */
+    private static void assertCutOff(List<RawHttp> hanging) throws IOException {
+        for (RawHttp c : hanging) {
+            RawHttp.Answer a = c.read();
+            assertEquals(503, a.status(), a.head());
+            assertEquals("close", a.header("Connection"));
+            assertTrue(c.closedByServer());
+        }
+    }
+
+    private static void awaitValue(AtomicInteger value, int n) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (value.get() < n && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertEquals(n, value.get());
     }
 
     @Test
