@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.Durations;
 import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -355,18 +356,20 @@ public final class NbdServer implements AutoCloseable {
             }
             if (!c.inTransmission()) {
                 if (now - c.acceptedNanos() > config.handshakeTimeout().toNanos()) {
-                    timeOut(c, "handshake_timeout", "handshake not finished within " + human(config.handshakeTimeout()));
+                    timeOut(c, "handshake_timeout", "handshake not finished within "
+                            + Durations.human(config.handshakeTimeout()));
                 }
                 continue;
             }
             long partial = c.partialSinceNanos();
             long stalledReplies = c.repliesStalledSinceNanos();
             if (partial != 0 && now - partial > config.requestTimeout().toNanos()) {
-                timeOut(c, "request_timeout", "a request did not arrive whole within " + human(config.requestTimeout()));
+                timeOut(c, "request_timeout", "a request did not arrive whole within "
+                        + Durations.human(config.requestTimeout()));
                 continue;
             }
             if (stalledReplies != 0 && now - stalledReplies > config.replyTimeout().toNanos()) {
-                timeOut(c, "reply_timeout", "replies went unread for " + human(config.replyTimeout()));
+                timeOut(c, "reply_timeout", "replies went unread for " + Durations.human(config.replyTimeout()));
                 continue;
             }
             boolean stalled = (partial != 0 && now - Math.max(partial, c.lastReadNanos()) > grace)
@@ -389,11 +392,6 @@ public final class NbdServer implements AutoCloseable {
             limitedLog.warn(reason, "connection {} from {}: {}; closing it", c.id(), c.peer(), why);
             c.closeChannel();
         }
-    }
-
-    /** "6 s", "300 ms": how a limit reads in a log line. */
-    static String human(Duration d) {
-        return d.toMillis() % 1000 == 0 ? d.toSeconds() + " s" : d.toMillis() + " ms";
     }
 
     void logLimited(String kind, String format, Object... args) {
@@ -480,7 +478,7 @@ public final class NbdServer implements AutoCloseable {
             closing = true;
         }
         log.info("shutting down: no new connections; draining {} connection(s) for up to {}", connections.size(),
-                human(drain));
+                Durations.human(drain));
         closeListeners();
         for (Connection c : connections) {
             c.beginDrain();
@@ -492,7 +490,7 @@ public final class NbdServer implements AutoCloseable {
         int unfinished = (int) connections.stream().filter(c -> !c.quiescent()).count();
         if (unfinished > 0) {
             log.warn("{} connection(s) still had requests in flight after {}; closing them anyway", unfinished,
-                    human(drain));
+                    Durations.human(drain));
         }
         for (Connection c : connections) {
             c.closeChannel();

@@ -14,7 +14,8 @@ import java.util.List;
  * A complete answer: status, content type, body, any extra headers, and what to do once it is out.
  *
  * @param afterSent run on a thread of its own once the answer is written (or the connection is gone before), for
- *                  operations that must not begin before their answer leaves, such as stopping the process; or null
+ *                  operations that must not begin before their answer leaves, such as stopping the process; or null.
+ *                  Never run for an answer that came after the handler timeout (its request was answered 503).
  */
 public record HttpResponse(int status, String contentType, byte[] body, List<Header> headers, Runnable afterSent) {
     public static final String TEXT = "text/plain; charset=utf-8";

@@ -17,6 +17,13 @@ public final class OpsHttpConfig {
     public static final int WORKERS = 2;
     /** Complete requests waiting for a worker; beyond this, 503 at once rather than a growing backlog. */
     public static final int QUEUE = 32;
+    /**
+     * From a complete request to its answer, queueing included. Handlers answer in milliseconds; one that takes
+     * this long is stuck (a bug, a lock, a call that never returns), and its peer gets a 503 rather than waiting
+     * for ever. Above the 10 s scrape timeout of Prometheus and the patience of an operator's curl, so it cuts
+     * only what nobody still waits for.
+     */
+    public static final Duration HANDLER_TIMEOUT = Duration.ofSeconds(30);
     /** Our longest target is a volume name inside a path; 8 KiB is the limit most servers apply. */
     public static final int MAX_REQUEST_LINE = 8 << 10;
     public static final int MAX_HEADER_BYTES = 16 << 10;
@@ -32,6 +39,12 @@ public final class OpsHttpConfig {
     public static final Duration IDLE_TIMEOUT = Duration.ofSeconds(10);
     /** An answer the peer does not read; /metrics is the largest, some 100 KiB, which fits in socket buffers. */
     public static final Duration WRITE_TIMEOUT = Duration.ofSeconds(10);
+    /**
+     * An answer of which the peer has taken nothing for this long is stalled, and its connection may be evicted for
+     * a newcomer at a cap; one the peer keeps taking, however slowly, is being answered and keeps its slot (the write
+     * timeout still bounds the whole answer). A reader that is merely slow takes something many times a second.
+     */
+    public static final Duration WRITE_STALL = Duration.ofSeconds(1);
     /**
      * After an error answer the server stops writing and reads (and drops) what the client still sends for this
      * long before closing, so the client reads the answer instead of a reset.
@@ -52,7 +65,9 @@ public final class OpsHttpConfig {
     private final Duration requestTimeout;
     private final Duration idleTimeout;
     private final Duration writeTimeout;
+    private final Duration writeStall;
     private final Duration linger;
+    private final Duration handlerTimeout;
 
     private OpsHttpConfig(Builder b) {
         this.name = b.name;
@@ -69,7 +84,9 @@ public final class OpsHttpConfig {
         this.requestTimeout = b.requestTimeout;
         this.idleTimeout = b.idleTimeout;
         this.writeTimeout = b.writeTimeout;
+        this.writeStall = b.writeStall;
         this.linger = b.linger;
+        this.handlerTimeout = b.handlerTimeout;
     }
 
     /**
@@ -136,8 +153,16 @@ public final class OpsHttpConfig {
         return writeTimeout;
     }
 
+    public Duration writeStall() {
+        return writeStall;
+    }
+
     public Duration linger() {
         return linger;
+    }
+
+    public Duration handlerTimeout() {
+        return handlerTimeout;
     }
 
     public static final class Builder {
@@ -155,7 +180,9 @@ public final class OpsHttpConfig {
         private Duration requestTimeout = REQUEST_TIMEOUT;
         private Duration idleTimeout = IDLE_TIMEOUT;
         private Duration writeTimeout = WRITE_TIMEOUT;
+        private Duration writeStall = WRITE_STALL;
         private Duration linger = LINGER;
+        private Duration handlerTimeout = HANDLER_TIMEOUT;
 
         private Builder(String name, InetSocketAddress address) {
             this.name = name;
@@ -195,6 +222,16 @@ public final class OpsHttpConfig {
             return this;
         }
 
+        public Builder writeStall(Duration stall) {
+            this.writeStall = stall;
+            return this;
+        }
+
+        public Builder handlerTimeout(Duration timeout) {
+            this.handlerTimeout = timeout;
+            return this;
+        }
+
         /** @throws IllegalArgumentException naming the setting that is out of range */
         public OpsHttpConfig build() {
             if (name == null || !name.matches("[a-z0-9-]+")) {
@@ -216,10 +253,12 @@ public final class OpsHttpConfig {
                         + maxRequestLine + ", headers " + maxHeaderBytes + " bytes / " + maxHeaders + ", body "
                         + maxBody);
             }
-            for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, linger}) {
+            for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, writeStall, linger,
+                    handlerTimeout}) {
                 if (d == null || d.isNegative() || d.isZero()) {
                     throw new IllegalArgumentException("timeouts must be positive: request " + requestTimeout
-                            + ", idle " + idleTimeout + ", write " + writeTimeout + ", linger " + linger);
+                            + ", idle " + idleTimeout + ", write " + writeTimeout + ", write stall " + writeStall
+                            + ", linger " + linger + ", handler " + handlerTimeout);
                 }
             }
             return new OpsHttpConfig(this);

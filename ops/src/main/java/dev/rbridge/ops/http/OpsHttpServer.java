@@ -1,5 +1,6 @@
 package dev.rbridge.ops.http;
 
+import dev.rbridge.common.Durations;
 import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -18,6 +19,7 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.ConcurrentLinkedQueue;
@@ -33,14 +35,18 @@ import java.util.concurrent.atomic.AtomicInteger;
  *   <li>One selector thread accepts, reads and writes every connection without blocking, so a connection that
  *       sends a byte a second, or nothing, holds a slot and a few KiB, never a thread.</li>
  *   <li>Only complete, checked requests reach the worker pool ({@link OpsHttpConfig#WORKERS} threads, a bounded
- *       queue; 503 when it is full), which computes answers; the selector thread writes them.</li>
+ *       queue; 503 when it is full), which computes answers; the selector thread writes them. Whatever a handler
+ *       throws, {@link Error}s included, is a 500. A request not answered within the handler timeout is a 503; a
+ *       thread that cannot be stopped is interrupted and written off, and a replacement started in its place (at
+ *       most one per worker at a time), so hung handlers cost a few threads, never the server.</li>
  *   <li>Request line, headers and body are bounded ({@link HttpRequestDecoder}); a request must arrive whole within
  *       the request timeout (408), a connection may wait for its next request only the idle timeout, and a peer
  *       must take its answer within the write timeout.</li>
  *   <li>Connections are capped globally and per peer address. At a cap, the oldest connection that is waiting for
- *       or half-way through a request (or stalling its answer) is evicted before a new one is refused, preferring
- *       the peer that holds the most: an attacker sharing 127.0.0.1 with a scraper evicts its own connections,
- *       while a request being answered is never cut.</li>
+ *       or half-way through a request, or stalling its answer (taking none of it for
+ *       {@link OpsHttpConfig#WRITE_STALL}), is evicted before a new one is refused, preferring the peer that holds
+ *       the most such connections: an attacker sharing 127.0.0.1 with a scraper evicts its own connections, while a
+ *       request being answered, or an answer being taken however slowly, is never evicted.</li>
  *   <li>Every refusal, timeout and eviction is counted by reason ({@link OpsHttpMetrics}) and logged at most once
  *       per reason every 10 s ({@link RateLimitedLog}).</li>
  * </ul>
@@ -60,9 +66,9 @@ public final class OpsHttpServer implements AutoCloseable {
     private enum State {
         /** Waiting for (the rest of) a request; evictable. */
         READING,
-        /** A worker computes the answer; not evictable, no deadline. */
+        /** A worker computes the answer; not evictable; cut off with a 503 at the handler timeout. */
         PROCESSING,
-        /** Writing the answer; evictable if the peer stalls it. */
+        /** Writing the answer; evictable once the peer has taken none of it for the write stall time. */
         WRITING,
         /** Output shut after an error answer, draining input until the peer closes or the linger ends; evictable. */
         LINGERING
@@ -81,6 +87,8 @@ public final class OpsHttpServer implements AutoCloseable {
     private final ConcurrentLinkedQueue<Runnable> fromWorkers = new ConcurrentLinkedQueue<>();
     private final AtomicInteger open = new AtomicInteger();
     // selector thread only
+    /** Workers written off (stuck in a handler past its deadline) and replaced, until their handler returns. */
+    private int replaced;
     private final List<Conn> conns = new ArrayList<>();
     private final Map<InetAddress, Integer> perPeer = new HashMap<>();
     private long acceptPausedUntil;
@@ -136,6 +144,11 @@ public final class OpsHttpServer implements AutoCloseable {
     /** Connections open now. */
     public int openConnections() {
         return open.get();
+    }
+
+    /** The worker threads the pool may run now: its size plus one per replaced worker still stuck (for tests). */
+    int workerThreads() {
+        return workers.getCorePoolSize();
     }
 
     public OpsHttpConfig config() {
@@ -224,21 +237,22 @@ public final class OpsHttpServer implements AutoCloseable {
     private void admit(SocketChannel ch) throws IOException {
         InetSocketAddress peer = (InetSocketAddress) ch.getRemoteAddress();
         InetAddress peerAddress = peer.getAddress();
-        if (perPeer.getOrDefault(peerAddress, 0) >= config.maxConnectionsPerPeer()) {
-            Conn victim = oldestEvictable(peerAddress);
-            if (victim == null) {
-                refuseNew(ch, Refusal.PEER_LIMIT, "peer " + peerAddress.getHostAddress() + " has "
-                        + config.maxConnectionsPerPeer() + " connections, all busy");
-                return;
+        Refusal cap = capMet(peerAddress);
+        if (cap != null) {
+            // may finish an answer or find its peer gone, freeing a slot
+            probeStalledAnswers(cap == Refusal.PEER_LIMIT ? peerAddress : null);
+            cap = capMet(peerAddress);
+            if (cap != null) {
+                Conn victim = oldestEvictable(cap == Refusal.PEER_LIMIT ? peerAddress : null, System.nanoTime());
+                if (victim == null) {
+                    refuseNew(ch, cap, cap == Refusal.PEER_LIMIT
+                            ? "peer " + peerAddress.getHostAddress() + " has " + config.maxConnectionsPerPeer()
+                                    + " connections, all busy"
+                            : config.maxConnections() + " connections, all busy");
+                    return;
+                }
+                victim.evict();
             }
-            victim.evict();
-        } else if (conns.size() >= config.maxConnections()) {
-            Conn victim = oldestEvictable(null);
-            if (victim == null) {
-                refuseNew(ch, Refusal.CONNECTION_LIMIT, config.maxConnections() + " connections, all busy");
-                return;
-            }
-            victim.evict();
         }
         ch.configureBlocking(false);
         ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
@@ -249,28 +263,50 @@ public final class OpsHttpServer implements AutoCloseable {
         open.incrementAndGet();
     }
 
+    /** The cap a newcomer from {@code peer} meets, the per-peer one first; null when it fits. */
+    private Refusal capMet(InetAddress peer) {
+        if (perPeer.getOrDefault(peer, 0) >= config.maxConnectionsPerPeer()) {
+            return Refusal.PEER_LIMIT;
+        }
+        return conns.size() >= config.maxConnections() ? Refusal.CONNECTION_LIMIT : null;
+    }
+
+    /**
+     * Tries a write on every answer (of {@code peer}'s, or any) that looks stalled, before one is taken for
+     * stalled. The kernel reports a socket writable only once a third of its send buffer is free, which a peer
+     * reading slowly can take seconds to free: only a write tells it from a peer that reads nothing.
+     */
+    private void probeStalledAnswers(InetAddress peer) {
+        long now = System.nanoTime();
+        for (Conn c : new ArrayList<>(conns)) {
+            if (!c.closed && (peer == null || c.peerAddress.equals(peer)) && c.evictable(now)
+                    && c.state == State.WRITING) {
+                c.probe();
+            }
+        }
+    }
+
     /**
      * The connection to evict for a newcomer: of {@code peer}'s, or (null) of the peer holding the most evictable
-     * ones, the one that has waited longest in its current state.
+     * ones, the one that has waited longest in its current state; null when none is evictable.
      */
-    private Conn oldestEvictable(InetAddress peer) {
+    private Conn oldestEvictable(InetAddress peer, long now) {
         Map<InetAddress, Integer> evictable = new HashMap<>();
+        List<Conn> candidates = new ArrayList<>();
         for (Conn c : conns) {
-            if (c.evictable() && (peer == null || c.peerAddress.equals(peer))) {
+            if (c.evictable(now) && (peer == null || c.peerAddress.equals(peer))) {
                 evictable.merge(c.peerAddress, 1, Integer::sum);
+                candidates.add(c);
             }
         }
         Conn best = null;
-        for (Conn c : conns) {
-            if (!c.evictable() || (peer != null && !c.peerAddress.equals(peer))) {
-                continue;
-            }
+        for (Conn c : candidates) {
             if (best == null) {
                 best = c;
                 continue;
             }
-            int mine = perPeer.getOrDefault(c.peerAddress, 0);
-            int theirs = perPeer.getOrDefault(best.peerAddress, 0);
+            int mine = evictable.get(c.peerAddress);
+            int theirs = evictable.get(best.peerAddress);
             if (mine > theirs || (mine == theirs && c.since - best.since < 0)) {
                 best = c;
             }
@@ -320,10 +356,6 @@ public final class OpsHttpServer implements AutoCloseable {
         refusals.warn(reason.label(), "{}", "ops http " + config.name() + ": " + message);
     }
 
-    private static String describe(java.time.Duration d) {
-        return d.toMillis() % 1000 == 0 ? d.toSeconds() + " s" : d.toMillis() + " ms";
-    }
-
     private static String remote(SocketChannel ch) {
         try {
             return String.valueOf(ch.getRemoteAddress());
@@ -358,8 +390,12 @@ public final class OpsHttpServer implements AutoCloseable {
                 config.maxHeaders(), config.maxBody());
         final ByteBuffer in = ByteBuffer.allocate(READ_BUFFER);
         SelectionKey key;
+        /** The request a worker answers (PROCESSING), until its answer is taken or it is cut off. */
+        Job job;
         State state = State.READING;
         long since = System.nanoTime();
+        /** When the peer last took some of the answer being written (or the writing began). */
+        long progressAt;
         long requestStart;
         boolean served;
         ByteBuffer out;
@@ -374,15 +410,19 @@ public final class OpsHttpServer implements AutoCloseable {
             this.local = local;
         }
 
-        boolean evictable() {
-            return state != State.PROCESSING;
+        boolean evictable(long now) {
+            return switch (state) {
+                case READING, LINGERING -> true;
+                case PROCESSING -> false;
+                case WRITING -> now - progressAt >= config.writeStall().toNanos();
+            };
         }
 
         long deadline() {
             return switch (state) {
                 case READING -> requestStart != 0 ? requestStart + config.requestTimeout().toNanos()
                         : since + config.idleTimeout().toNanos();
-                case PROCESSING -> Long.MAX_VALUE;
+                case PROCESSING -> since + config.handlerTimeout().toNanos();
                 case WRITING -> since + config.writeTimeout().toNanos();
                 case LINGERING -> since + config.linger().toNanos();
             };
@@ -399,10 +439,25 @@ public final class OpsHttpServer implements AutoCloseable {
             } catch (IOException e) {
                 close(); // the peer reset or went away: its business
             } catch (RuntimeException e) { // a bug, not the peer's doing; still, the peer must not flood the log
-                refusals.warn("connection-failure", "{}", "ops http " + config.name() + ": connection from " + peer
-                        + " failed", e);
-                close();
+                failed(e);
             }
+        }
+
+        /** Writes what the socket takes now, without waiting to be told it is writable. */
+        void probe() {
+            try {
+                flush();
+            } catch (IOException e) {
+                close();
+            } catch (RuntimeException e) {
+                failed(e);
+            }
+        }
+
+        private void failed(RuntimeException e) {
+            refusals.warn("connection-failure", "{}", "ops http " + config.name() + ": connection from " + peer
+                    + " failed", e);
+            close();
         }
 
         private void readable() throws IOException {
@@ -448,34 +503,12 @@ public final class OpsHttpServer implements AutoCloseable {
             state = State.PROCESSING;
             since = System.nanoTime();
             key.interestOps(0); // the next pipelined request waits in the buffer; TCP pushes back on the rest
-            HttpRequest r = request.from(peer, local);
-            boolean head = r.method().equals("HEAD");
-            boolean close = !r.keepAlive();
+            job = new Job(this, request.from(peer, local));
             try {
-                workers.execute(() -> {
-                    HttpResponse computed = compute(r);
-                    ByteBuffer encoded;
-                    try {
-                        encoded = computed.encode(head, close);
-                    } catch (RuntimeException e) { // never leave a connection waiting for an answer that cannot come
-                        log.error("ops http {}: the answer to {} {} cannot be encoded", config.name(),
-                                AdminRules.printable(r.method()), AdminRules.printable(r.path()), e);
-                        computed = config.errorPage().render(500, "internal error: the answer cannot be encoded");
-                        encoded = computed.encode(head, close);
-                    }
-                    HttpResponse response = computed;
-                    ByteBuffer bytes = encoded;
-                    fromWorkers.add(() -> {
-                        afterSent = response.afterSent();
-                        if (closed) {
-                            sent();
-                        } else {
-                            answer(bytes, close);
-                        }
-                    });
-                    selector.wakeup();
-                });
+                workers.execute(job);
             } catch (RejectedExecutionException e) {
+                boolean head = job.head;
+                job = null;
                 refused(Refusal.BUSY, "refused a request from " + peer + ": every worker busy and "
                         + config.queue() + " requests queued");
                 answer(config.errorPage().render(503, "busy; try again later").encode(head, true), true);
@@ -490,6 +523,7 @@ public final class OpsHttpServer implements AutoCloseable {
             closeAfterWrite = close;
             state = State.WRITING;
             since = System.nanoTime();
+            progressAt = since;
             try {
                 flush();
             } catch (IOException e) {
@@ -509,7 +543,9 @@ public final class OpsHttpServer implements AutoCloseable {
             int limit = out.limit();
             out.limit(Math.min(limit, out.position() + WRITE_SLICE));
             try {
-                ch.write(out);
+                if (ch.write(out) > 0) {
+                    progressAt = System.nanoTime();
+                }
             } finally {
                 out.limit(limit);
             }
@@ -540,32 +576,46 @@ public final class OpsHttpServer implements AutoCloseable {
                 case READING -> {
                     if (requestStart != 0) {
                         refused(Refusal.REQUEST_TIMEOUT, "request from " + peer + " not complete within "
-                                + describe(config.requestTimeout()));
+                                + Durations.human(config.requestTimeout()));
                         requestStart = 0;
                         answer(config.errorPage().render(408, "request not complete within "
-                                + describe(config.requestTimeout())), true, false);
+                                + Durations.human(config.requestTimeout())), true, false);
                     } else {
                         if (!served) { // a keep-alive connection going quiet after its requests is normal
                             refused(Refusal.IDLE_TIMEOUT, "connection from " + peer + " sent nothing for "
-                                    + describe(config.idleTimeout()));
+                                    + Durations.human(config.idleTimeout()));
                         }
                         close();
                     }
                 }
                 case WRITING -> {
                     refused(Refusal.WRITE_TIMEOUT, "peer " + peer + " did not take its answer within "
-                            + describe(config.writeTimeout()));
+                            + Durations.human(config.writeTimeout()));
                     close();
                 }
                 case LINGERING -> close();
                 case PROCESSING -> {
+                    Job j = job;
+                    if (!j.cutOff()) {
+                        j.deliver(); // answered just now: take it here rather than wait for the worker's hand-off
+                        return;
+                    }
+                    job = null;
+                    refused(Refusal.HANDLER_TIMEOUT, "no answer to " + j.what() + " from " + peer + " within "
+                            + Durations.human(config.handlerTimeout()));
+                    answer(config.errorPage().render(503, "no answer within "
+                            + Durations.human(config.handlerTimeout()) + "; try again later"), true, j.head);
                 }
             }
         }
 
         void evict() {
-            refused(Refusal.EVICTED, "evicted a connection from " + peer + " (" + state.name().toLowerCase(java.util.Locale.ROOT)
-                    + " for " + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - since) + " ms) for a new one");
+            long now = System.nanoTime();
+            String why = state == State.WRITING
+                    ? "its answer untaken for " + TimeUnit.NANOSECONDS.toMillis(now - progressAt) + " ms"
+                    : state.name().toLowerCase(Locale.ROOT) + " for " + TimeUnit.NANOSECONDS.toMillis(now - since)
+                            + " ms";
+            refused(Refusal.EVICTED, "evicted a connection from " + peer + " (" + why + ") for a new one");
             if (state == State.READING && decoder.inProgress()) {
                 try { // one non-blocking try to say why to a client that is half-way through a request
                     ch.write(config.errorPage().render(503, "evicted for a newer connection; too many connections")
@@ -604,22 +654,177 @@ public final class OpsHttpServer implements AutoCloseable {
 
     // ------------------------------------------------------------------------------------------ worker threads
 
-    private HttpResponse compute(HttpRequest r) {
-        try {
-            HttpResponse response = handler.handle(r);
-            if (response == null) {
-                throw new IllegalStateException("the handler gave no answer to " + r.method() + " " + r.path());
+    /**
+     * One request on its way through the worker pool. The selector thread and the worker that runs it agree through
+     * {@link #phase} on who ends it: the worker by finishing (DONE, its answer handed to the selector thread), or
+     * the selector thread by cutting it off at the handler timeout (CUT_OFF, a 503 already sent); whichever comes
+     * second only cleans up.
+     */
+    private final class Job implements Runnable {
+        private static final int QUEUED = 0;
+        private static final int RUNNING = 1;
+        private static final int DONE = 2;
+        private static final int CUT_OFF = 3;
+
+        final Conn conn;
+        final HttpRequest request;
+        final boolean head;
+        final boolean close;
+        private final AtomicInteger phase = new AtomicInteger(QUEUED);
+        private volatile Thread runner;
+        private volatile long startedAt;
+        // written by the worker before DONE, read by the selector thread after it
+        private ByteBuffer bytes;
+        private Runnable afterSent;
+        // selector thread only
+        private boolean replaced;
+
+        Job(Conn conn, HttpRequest request) {
+            this.conn = conn;
+            this.request = request;
+            this.head = request.method().equals("HEAD");
+            this.close = !request.keepAlive();
+        }
+
+        /** On a worker. Never throws: whatever happens, the selector thread hears of it. */
+        @Override
+        public void run() {
+            startedAt = System.nanoTime(); // before RUNNING: whoever sees RUNNING sees these
+            runner = Thread.currentThread();
+            if (!phase.compareAndSet(QUEUED, RUNNING)) {
+                return; // cut off while it waited in the queue: its peer has its 503
             }
-            return response;
-        } catch (HttpError e) {
-            refused(e.refusal(), "refused " + AdminRules.printable(r.method()) + " "
-                    + AdminRules.printable(r.path()) + " from " + r.peer() + ": " + e.getMessage());
-            return render(e);
-        } catch (Exception | LinkageError | AssertionError e) {
-            metrics.refused(Refusal.INTERNAL_ERROR);
-            log.error("ops http {}: {} {} failed", config.name(), AdminRules.printable(r.method()),
-                    AdminRules.printable(r.path()), e);
-            return config.errorPage().render(500, "internal error: " + e);
+            try {
+                HttpResponse response = compute();
+                ByteBuffer encoded;
+                try {
+                    encoded = response.encode(head, close);
+                } catch (RuntimeException | Error e) { // never leave a connection waiting for an answer
+                    metrics.refused(Refusal.INTERNAL_ERROR);
+                    log.error("ops http {}: the answer to {} cannot be encoded", config.name(), what(), e);
+                    response = config.errorPage().render(500, "internal error: the answer cannot be encoded");
+                    encoded = response.encode(head, close);
+                }
+                bytes = encoded;
+                afterSent = response.afterSent();
+            } catch (Throwable t) { // not even a 500 could be made (out of memory, typically): the connection closes
+                bytes = null;
+                afterSent = null;
+                try {
+                    log.error("ops http {}: no answer could be made to {}; closing its connection", config.name(),
+                            what(), t);
+                } catch (Throwable ignored) {
+                    // nothing left to say it with
+                }
+            } finally {
+                runner = null;
+                post(phase.compareAndSet(RUNNING, DONE) ? this::deliver : () -> retire(this));
+            }
+        }
+
+        /** The handler's answer; whatever it throws, {@link Error}s included, is an answer too. */
+        private HttpResponse compute() {
+            try {
+                HttpResponse response = handler.handle(request);
+                if (response == null) {
+                    throw new IllegalStateException("the handler gave no answer to " + what());
+                }
+                return response;
+            } catch (HttpError e) {
+                refused(e.refusal(), "refused " + what() + " from " + request.peer() + ": " + e.getMessage());
+                return render(e);
+            } catch (Throwable e) { // StackOverflowError and OutOfMemoryError too: the peer gets its 500
+                if (phase.get() != CUT_OFF) { // else it is our interrupt, and the peer was told and counted
+                    metrics.refused(Refusal.INTERNAL_ERROR);
+                    log.error("ops http {}: {} failed", config.name(), what(), e);
+                }
+                return config.errorPage().render(500, "internal error: " + e);
+            }
+        }
+
+        private String what() {
+            return AdminRules.printable(request.method()) + " " + AdminRules.printable(request.path());
+        }
+
+        /**
+         * Selector thread, at the handler timeout: cuts the request off unless it is done (then false). A request
+         * still queued leaves the queue; a worker still in the handler is interrupted and written off.
+         */
+        boolean cutOff() {
+            int was = phase.getAndUpdate(p -> p == DONE ? DONE : CUT_OFF);
+            switch (was) {
+                case DONE -> {
+                    return false;
+                }
+                case QUEUED -> workers.remove(this);
+                default -> writeOff(this);
+            }
+            return true;
+        }
+
+        /** Selector thread: hands the answer to the connection, once (the worker's hand-off or the timeout). */
+        void deliver() {
+            if (conn.job != this) {
+                return;
+            }
+            conn.job = null;
+            if (bytes == null) {
+                conn.close();
+                return;
+            }
+            conn.afterSent = afterSent;
+            if (conn.closed) {
+                conn.sent(); // an accepted operation goes ahead even if its caller did not wait for the answer
+            } else {
+                conn.answer(bytes, close);
+            }
+        }
+    }
+
+    /** Hands work to the selector thread; if even that fails, the handler timeout still ends the connection. */
+    private void post(Runnable r) {
+        try {
+            fromWorkers.add(r);
+            selector.wakeup();
+        } catch (Throwable t) {
+            // out of memory: the selector thread's deadline for the connection still holds
+        }
+    }
+
+    /**
+     * Selector thread: a worker stays in a handler past the handler timeout. A thread cannot be stopped, only
+     * interrupted (a handler blocked in an interruptible wait returns); so it is written off, and the pool grows by
+     * one in its place, until its handler returns ({@link #retire}). At most {@link OpsHttpConfig#workers()}
+     * threads are replaced at a time: beyond that, hung handlers cost answers (503), never more threads.
+     */
+    private void writeOff(Job job) {
+        Thread t = job.runner;
+        if (t != null) {
+            t.interrupt();
+        }
+        String stuck = "ops http " + config.name() + ": a worker is still in " + job.what() + " after "
+                + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - job.startedAt) + " ms, at the "
+                + Durations.human(config.handlerTimeout()) + " handler timeout; ";
+        if (replaced < config.workers()) {
+            replaced++;
+            job.replaced = true;
+            workers.setMaximumPoolSize(workers.getMaximumPoolSize() + 1);
+            workers.setCorePoolSize(workers.getCorePoolSize() + 1);
+            refusals.error("worker-written-off", "{}", stuck + "written off and replaced (" + replaced
+                    + " replaced until their handlers return)");
+        } else {
+            refusals.error("worker-written-off", "{}", stuck + "written off, not replaced: " + replaced
+                    + " replaced already");
+        }
+    }
+
+    /** Selector thread: the handler of a written-off worker returned; the pool gives back the thread it added. */
+    private void retire(Job job) {
+        if (job.replaced) {
+            job.replaced = false;
+            replaced--;
+            workers.setCorePoolSize(workers.getCorePoolSize() - 1);
+            workers.setMaximumPoolSize(workers.getMaximumPoolSize() - 1);
         }
     }
 

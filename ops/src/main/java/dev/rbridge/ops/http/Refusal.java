@@ -11,7 +11,7 @@ public enum Refusal {
     CONNECTION_LIMIT,
     /** A new connection met its peer address's cap and none of that peer's could be evicted (503). */
     PEER_LIMIT,
-    /** An idle or half-sent connection closed to make room for a new one. */
+    /** An idle or half-sent connection, or one stalling its answer, closed to make room for a new one. */
     EVICTED,
     /** A connection that never sent a request closed after the idle timeout. */
     IDLE_TIMEOUT,
@@ -40,7 +40,9 @@ public enum Refusal {
     /** An operation that changes state on a server with no token configured (403). */
     MUTATIONS_OFF,
     /** The handler failed (500). */
-    INTERNAL_ERROR;
+    INTERNAL_ERROR,
+    /** The handler gave no answer within the handler timeout (503); its worker is written off. */
+    HANDLER_TIMEOUT;
 
     /** The metric label: the name in snake_case. */
     public String label() {

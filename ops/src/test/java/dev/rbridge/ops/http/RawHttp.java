@@ -76,6 +76,28 @@ final class RawHttp implements AutoCloseable {
         return new Answer(status, h, new String(body, StandardCharsets.UTF_8));
     }
 
+    /** Some bytes of what arrived (at most {@code b.length}); -1 at the end of the stream. */
+    int readSome(byte[] b) throws IOException {
+        return in.read(b);
+    }
+
+    /** Reads until the server closes (end of stream or reset); returns how many bytes came. */
+    long readToClose() throws IOException {
+        byte[] b = new byte[64 << 10];
+        long total = 0;
+        try {
+            for (int n; (n = in.read(b)) >= 0; ) {
+                total += n;
+            }
+        } catch (IOException e) {
+            if (e instanceof SocketTimeoutException || e.getMessage() == null
+                    || !e.getMessage().toLowerCase(Locale.ROOT).contains("reset")) {
+                throw e;
+            }
+        }
+        return total;
+    }
+
     Answer get(String path) throws IOException {
         return send("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").read();
     }
