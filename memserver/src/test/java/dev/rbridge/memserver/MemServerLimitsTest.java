@@ -54,7 +54,7 @@ class MemServerLimitsTest {
             RemoteMemoryException e = assertThrows(RemoteMemoryException.class, () -> connect(m, "c"));
             assertEquals(Status.NO_CAPACITY, e.status(), e.getMessage());
             assertTrue(e.getMessage().contains("takes no more connections"), e.getMessage());
-            assertEquals(1, refused(m, "per_host_limit") + refused(m, "connection_limit"));
+            assertEquals(1, refused(m, "peer_limit") + refused(m, "connection_limit"));
             a.close();
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
             while (m.clients().size() > 1 && System.nanoTime() < deadline) {
@@ -72,10 +72,10 @@ class MemServerLimitsTest {
             List<Socket> flood = MemServerFloodTest.silent(m.address(), 16); // 127.0.0.2 and .3, eight each
             try {
                 long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-                while (refused(m, "unauthenticated_per_host_limit") < 12 && System.nanoTime() < deadline) {
+                while (refused(m, "unauthenticated_peer_limit") < 12 && System.nanoTime() < deadline) {
                     Thread.sleep(10);
                 }
-                assertEquals(12, refused(m, "unauthenticated_per_host_limit"), "two of eight per address stay");
+                assertEquals(12, refused(m, "unauthenticated_peer_limit"), "two of eight per address stay");
                 try (RemoteConnection honest = connect(m, "honest")) {
                     assertTrue(honest.isOpen());
                 }

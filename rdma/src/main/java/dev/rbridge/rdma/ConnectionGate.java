@@ -21,9 +21,9 @@ import java.util.Objects;
 public final class ConnectionGate {
     /** Refusal and eviction reasons, as {@link RegionService#refused} counts them. */
     public static final String CONNECTION_LIMIT = "connection_limit";
-    public static final String PER_HOST_LIMIT = "per_host_limit";
+    public static final String PEER_LIMIT = "peer_limit";
     public static final String UNAUTHENTICATED_LIMIT = "unauthenticated_limit";
-    public static final String UNAUTHENTICATED_PER_HOST_LIMIT = "unauthenticated_per_host_limit";
+    public static final String UNAUTHENTICATED_PEER_LIMIT = "unauthenticated_peer_limit";
     public static final String UNAUTHENTICATED_EVICTED = "unauthenticated_evicted";
 
     private final ConnectionLimits limits;
@@ -60,11 +60,11 @@ public final class ConnectionGate {
         int fromPeer = p == null ? 0 : p.total;
         int unauthenticatedFromPeer = p == null ? 0 : p.unauthenticated.size();
         if (fromPeer >= limits.maxPerPeer()) {
-            return new Refused(PER_HOST_LIMIT, fromPeer + " connections from " + peer.getHostAddress()
+            return new Refused(PEER_LIMIT, fromPeer + " connections from " + peer.getHostAddress()
                     + " already (the limit per address)");
         }
         if (unauthenticatedFromPeer >= limits.maxUnauthenticatedPerPeer()) {
-            return new Refused(UNAUTHENTICATED_PER_HOST_LIMIT, unauthenticatedFromPeer
+            return new Refused(UNAUTHENTICATED_PEER_LIMIT, unauthenticatedFromPeer
                     + " connections from " + peer.getHostAddress() + " have not authenticated yet (the limit per "
                     + "address)");
         }

@@ -31,7 +31,7 @@ public record ConnectionLimits(int maxConnections, int maxPerPeer, int maxUnauth
             throw new IllegalArgumentException("--max-connections must be at least 1: " + maxConnections);
         }
         if (maxPerPeer < 1 || maxPerPeer > maxConnections) {
-            throw new IllegalArgumentException("--max-connections-per-host must be from 1 to --max-connections ("
+            throw new IllegalArgumentException("--max-connections-per-peer must be from 1 to --max-connections ("
                     + maxConnections + "): " + maxPerPeer);
         }
         if (maxUnauthenticated < 1 || maxUnauthenticated > maxConnections) {

@@ -32,12 +32,12 @@ class ConnectionGateTest {
         ConnectionGate g = new ConnectionGate(new ConnectionLimits(10, 4, 10, 2));
         ConnectionGate.Slot a = admitted(g, host(1));
         ConnectionGate.Slot b = admitted(g, host(1));
-        assertEquals(ConnectionGate.UNAUTHENTICATED_PER_HOST_LIMIT, refused(g, host(1)));
+        assertEquals(ConnectionGate.UNAUTHENTICATED_PEER_LIMIT, refused(g, host(1)));
         assertTrue(a.authenticated());
         assertTrue(b.authenticated());
         ConnectionGate.Slot c = admitted(g, host(1));
         admitted(g, host(1));
-        assertEquals(ConnectionGate.PER_HOST_LIMIT, refused(g, host(1)), "four from one address, authenticated or not");
+        assertEquals(ConnectionGate.PEER_LIMIT, refused(g, host(1)), "four from one address, authenticated or not");
         admitted(g, host(2)); // other addresses are not affected
         assertTrue(c.authenticated());
         a.close();
@@ -93,7 +93,7 @@ class ConnectionGateTest {
         assertThrows(IllegalArgumentException.class, () -> new ConnectionLimits(0, 1, 1, 1));
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> ConnectionLimits.of(10, 20, 5));
-        assertTrue(e.getMessage().contains("--max-connections-per-host"), e.getMessage());
+        assertTrue(e.getMessage().contains("--max-connections-per-peer"), e.getMessage());
         ConnectionLimits small = ConnectionLimits.of(4, 2, 3);
         assertEquals(2, small.maxUnauthenticatedPerPeer(), "never more than the per-address limit");
         assertSame(ConnectionLimits.MAX_UNAUTHENTICATED_PER_PEER_DEFAULT, ConnectionLimits.DEFAULTS

@@ -75,11 +75,11 @@ final class MemServerCommand implements Callable<Integer> {
                     + "${DEFAULT-VALUE}.")
     int maxConnections;
 
-    @Option(names = "--max-connections-per-host", paramLabel = "N",
+    @Option(names = "--max-connections-per-peer", paramLabel = "N",
             defaultValue = "" + ConnectionLimits.MAX_PER_PEER_DEFAULT,
             description = "Of them, most from one address, so one host cannot take every place. Default "
                     + "${DEFAULT-VALUE}.")
-    int maxConnectionsPerHost;
+    int maxConnectionsPerPeer;
 
     @Option(names = "--max-unauthenticated", paramLabel = "N",
             defaultValue = "" + ConnectionLimits.MAX_UNAUTHENTICATED_DEFAULT,
@@ -112,7 +112,7 @@ final class MemServerCommand implements Callable<Integer> {
         try {
             config = new MemServerConfig(Endpoints.parse(listen, MemServerConfig.DEFAULT_PORT), Sizes.parse(capacity),
                     Endpoints.token(token, tokenFile), transport, hugePages, mlock, tcpCongestion,
-                    ConnectionLimits.of(maxConnections, maxConnectionsPerHost, maxUnauthenticated), maxRegions);
+                    ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
