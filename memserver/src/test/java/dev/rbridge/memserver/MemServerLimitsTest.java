@@ -18,11 +18,13 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -67,7 +69,7 @@ class MemServerLimitsTest {
     }
 
     @Test
-    void silentConnectionsMakeWayForAClientFromAnotherAddress() throws Exception {
+    void silentConnectionsMakeWayForNewcomersFromTheirOwnAddressAndFromOthers() throws Exception {
         try (MemServer m = start(new ConnectionLimits(100, 50, 4, 2), MemServerConfig.MAX_REGIONS_DEFAULT)) {
             List<Socket> flood = MemServerFloodTest.silent(m.address(), 16); // 127.0.0.2 and .3, eight each
             try {
@@ -75,7 +77,13 @@ class MemServerLimitsTest {
                 while (refused(m, "unauthenticated_peer_limit") < 12 && System.nanoTime() < deadline) {
                     Thread.sleep(10);
                 }
-                assertEquals(12, refused(m, "unauthenticated_peer_limit"), "two of eight per address stay");
+                assertEquals(12, refused(m, "unauthenticated_peer_limit"), "each address keeps two of its eight");
+                // The newest two of each address stay: an honest client's greeting is always its address's newest.
+                for (int i = 0; i < flood.size(); i++) {
+                    boolean oldest = i % 8 < 6;
+                    assertEquals(oldest, droppedWithin(flood.get(i), oldest ? 5000 : 100), "connection " + (i % 8)
+                            + " of 127.0.0." + (2 + i / 8) + (oldest ? " should have made way" : " should stay"));
+                }
                 try (RemoteConnection honest = connect(m, "honest")) {
                     assertTrue(honest.isOpen());
                 }
@@ -84,6 +92,44 @@ class MemServerLimitsTest {
                 MemServerFloodTest.closeAll(flood);
             }
         }
+    }
+
+    @Test
+    void silentConnectionsFromAClientsOwnAddressCannotLockItOut() throws Exception {
+        // A local process, or a NAT the bridge sits behind, shares the bridge's address: its silent connections fill
+        // that address's unauthenticated places, and the bridge must still get in.
+        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
+            List<Socket> flood = new ArrayList<>();
+            try {
+                for (int i = 0; i < ConnectionLimits.MAX_UNAUTHENTICATED_PER_PEER_DEFAULT; i++) {
+                    Socket s = new Socket();
+                    s.bind(new InetSocketAddress("127.0.0.1", 0));
+                    s.connect(m.address(), 2000);
+                    flood.add(s);
+                }
+                try (RemoteConnection honest = connect(m, "honest")) {
+                    assertTrue(honest.isOpen());
+                }
+                assertEquals(1, refused(m, "unauthenticated_peer_limit"), m.stats().refused().toString());
+                assertTrue(droppedWithin(flood.getFirst(), 5000), "the oldest silent connection made way");
+                for (Socket s : flood.subList(1, flood.size())) {
+                    assertFalse(droppedWithin(s, 10), "only the oldest made way");
+                }
+            } finally {
+                MemServerFloodTest.closeAll(flood);
+            }
+        }
+    }
+
+    /** True if the memserver closed {@code s} within {@code millis}. */
+    private static boolean droppedWithin(Socket s, long millis) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
+        do {
+            if (MemServerFloodTest.dropped(s)) {
+                return true;
+            }
+        } while (System.nanoTime() < deadline);
+        return false;
     }
 
     @Test

@@ -210,12 +210,12 @@ final class UcxListener implements RemoteListener {
                 refuse(ch, r.why());
             }
             case ConnectionGate.Admitted a -> {
-                for (ConnectionGate.Slot victim : a.evicted()) {
-                    victim.cut();
-                    service.refused(ConnectionGate.UNAUTHENTICATED_EVICTED, null);
-                    limited.info(ConnectionGate.UNAUTHENTICATED_EVICTED, "dropped a connection from {} that had not "
-                            + "authenticated, to make room for one from {}", victim.peer().getHostAddress(),
-                            remote.getAddress().getHostAddress());
+                ConnectionGate.Eviction victim = a.evicted();
+                if (victim != null) {
+                    victim.slot().cut();
+                    service.refused(victim.reason(), null);
+                    limited.info(victim.reason(), "dropped a connection from {} that had not authenticated: {}",
+                            victim.slot().peer().getHostAddress(), victim.why());
                 }
                 UcxServerConnection c = new UcxServerConnection(this, ch, remote, a.slot());
                 connections.add(c);
