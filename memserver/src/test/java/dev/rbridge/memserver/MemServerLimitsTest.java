@@ -3,6 +3,7 @@ package dev.rbridge.memserver;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionLimits;
 import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -189,6 +190,121 @@ class MemServerLimitsTest {
             assertEquals(300, listed.size());
             assertEquals("x".repeat(MemServer.MAX_CLIENT_NAME), listed.getFirst().owner());
             assertEquals(300, m.regionCount());
+        }
+    }
+
+    /** A listing far larger than the kernel buffers between the memserver and a client that reads none of it. */
+    static final int LISTED = 24_000;
+
+    /** A raw client with the token that greets and asks for a LIST, and then reads nothing at all. */
+    static Socket stalledLister(MemServer m) throws Exception {
+        Socket s = new Socket();
+        s.setReceiveBufferSize(4096);
+        s.connect(m.address(), 5000);
+        s.setSoTimeout(10_000);
+        byte[] name = "stalled".getBytes(StandardCharsets.UTF_8);
+        ByteBuffer hello = ByteBuffer.allocate(24 + 4 + TOKEN.length() + name.length).order(ByteOrder.LITTLE_ENDIAN)
+                .putInt(0x4D524252).putShort((short) 1).putShort((short) 1).putLong(1).putInt(0)
+                .putInt(4 + TOKEN.length() + name.length).putShort((short) TOKEN.length())
+                .put(TOKEN.getBytes(StandardCharsets.UTF_8)).putShort((short) name.length).put(name);
+        s.getOutputStream().write(hello.array());
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        ByteBuffer h = ByteBuffer.wrap(in.readNBytes(24)).order(ByteOrder.LITTLE_ENDIAN);
+        assertEquals(0, h.getInt(16), "HELLO refused");
+        in.readNBytes(h.getInt(20));
+        s.getOutputStream().write(ByteBuffer.allocate(24).order(ByteOrder.LITTLE_ENDIAN).putInt(0x4D524252)
+                .putShort((short) 1).putShort((short) 4).putLong(2).putInt(0).putInt(0).array());
+        return s;
+    }
+
+    @Test
+    void aClientThatDoesNotReadItsListingIsCutOffAndGivesItsPlaceBack() throws Exception {
+        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT);
+             RemoteConnection c = connect(m, "x".repeat(MemServer.MAX_CLIENT_NAME))) {
+            // ~10 MB of listing, more than the 2 x 4 MiB of socket buffer the kernel gives the memserver's side.
+            for (int done = 0; done < LISTED; ) {
+                List<java.util.concurrent.CompletableFuture<?>> batch = new ArrayList<>();
+                for (int i = 0; i < 1000 && done < LISTED; i++, done++) {
+                    batch.add(c.allocate(new RegionTag("v".repeat(255), done, 0, 1), 4096));
+                }
+                for (var f : batch) {
+                    f.get(30, TimeUnit.SECONDS);
+                }
+            }
+            // As many clients as there are listing places ask for the listing and never read it: before, each held
+            // its listing in memory for as long as it stayed connected, and any number of them could.
+            List<Socket> stalled = new ArrayList<>();
+            try {
+                for (int i = 0; i < MemServer.CONCURRENT_LISTINGS; i++) {
+                    stalled.add(stalledLister(m));
+                }
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+                while (m.listingsHeld() < MemServer.CONCURRENT_LISTINGS && System.nanoTime() < deadline) {
+                    Thread.sleep(10);
+                }
+                assertEquals(MemServer.CONCURRENT_LISTINGS, m.listingsHeld(), "the stalled listings hold their places");
+                // Another client is told to try again rather than made to wait behind them.
+                long asked = System.nanoTime();
+                ExecutionException busy = assertThrows(ExecutionException.class,
+                        () -> c.list().get(10, TimeUnit.SECONDS));
+                assertEquals(Status.NO_CAPACITY, ((RemoteMemoryException) busy.getCause()).status());
+                assertTrue(busy.getCause().getMessage().contains("try again"), busy.getCause().getMessage());
+                assertTrue(System.nanoTime() - asked < TimeUnit.SECONDS.toNanos(5), "waited too long for a place");
+
+                Thread.sleep(10_000 + 2_000); // the hello timeout, and some
+                for (Socket s : stalled) {
+                    assertTrue(cutShort(s), "a client that read none of its listing for longer than the hello "
+                            + "timeout is still connected");
+                }
+                assertEquals(0, m.listingsHeld(), "the places of the clients cut off are free again");
+            } finally {
+                MemServerFloodTest.closeAll(stalled);
+            }
+            List<RegionInfo> listed = c.list().get(10, TimeUnit.SECONDS);
+            assertEquals(LISTED, listed.size());
+        }
+    }
+
+    /** True if the memserver closed {@code s} before sending the whole reply it announced (reads what it sent). */
+    private static boolean cutShort(Socket s) throws Exception {
+        s.setSoTimeout(2000);
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        byte[] header = in.readNBytes(24);
+        if (header.length < 24) {
+            return true;
+        }
+        long announced = Integer.toUnsignedLong(ByteBuffer.wrap(header).order(ByteOrder.LITTLE_ENDIAN).getInt(20));
+        byte[] buf = new byte[64 << 10];
+        long got = 0;
+        try {
+            for (int n; (n = in.read(buf)) >= 0; ) {
+                got += n;
+            }
+            return got < announced;
+        } catch (java.net.SocketTimeoutException e) {
+            return false; // the listing came whole and the connection stays
+        } catch (java.net.SocketException e) {
+            return got < announced; // reset
+        }
+    }
+
+    @Test
+    void aListingHoldsItsPlaceUntilClosed() throws Exception {
+        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
+            RegionService.Session s = m.open(TOKEN, "lister", new InetSocketAddress("127.0.0.1", 1));
+            List<RegionService.Listing> held = new ArrayList<>();
+            for (int i = 0; i < MemServer.CONCURRENT_LISTINGS; i++) {
+                held.add(s.listing());
+            }
+            RemoteMemoryException e = assertThrows(RemoteMemoryException.class, s::listing);
+            assertEquals(Status.NO_CAPACITY, e.status());
+            held.getFirst().close();
+            held.getFirst().close(); // idempotent: gives back one place, once
+            assertEquals(MemServer.CONCURRENT_LISTINGS - 1, m.listingsHeld());
+            held.set(0, s.listing());
+            held.forEach(RegionService.Listing::close);
+            assertEquals(0, m.listingsHeld());
+            s.closed();
         }
     }
 
