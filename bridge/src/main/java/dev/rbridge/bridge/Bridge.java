@@ -43,9 +43,11 @@ import java.util.function.Function;
  * <p>A lease is a connection's, so a reconnect takes it over from this bridge's own previous connection (the keys
  * rotate; the regions are opened again). Losing it to anyone else fences the volume ({@link Volume#fence}): a renewal
  * refused with {@code LEASE_HELD} or granted as a takeover (someone held it in between), a reconnect refused with
- * {@code LEASE_HELD} once the previous connection's lease has certainly lapsed, a key or a region refused as another
- * client's ({@code ACCESS_DENIED}). The fenced volume fails every request with EIO, is logged once, shows as {@code
- * fenced}, and its leases elsewhere are given back so that its new owner can have them.
+ * {@code LEASE_HELD} once the previous connection's lease has certainly lapsed, or, on a memserver where this process
+ * never held it, refused for longer than a ttl (the holder may be this bridge's previous process until then: see
+ * {@link #leaseHeld}), a key or a region refused as another client's ({@code ACCESS_DENIED}). The fenced volume fails
+ * every request with EIO, is logged once, shows as {@code fenced}, and its leases elsewhere are given back so that its
+ * new owner can have them.
  */
 public final class Bridge implements SlabHost, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Bridge.class);
@@ -69,6 +71,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
      * end (a cut network sends no FIN); after it, it is someone else.
      */
     private final Map<MemserverLink, Map<Volume, Long>> leasedUntil = new java.util.concurrent.ConcurrentHashMap<>();
+    /**
+     * Per memserver and volume, when it first refused this bridge the lease with LEASE_HELD since the lease was last
+     * granted there (System.nanoTime); see {@link #leaseHeld}.
+     */
+    private final Map<MemserverLink, Map<Volume, Long>> refusedSince = new java.util.concurrent.ConcurrentHashMap<>();
     private volatile boolean running = true;
 
     private Bridge(BridgeConfig config) {
@@ -230,18 +237,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                             c.close();
                             throw new IllegalStateException(msg);
                         }
-                        Long until = leasedUntil.getOrDefault(l, Map.of()).get(v);
-                        if (until != null && System.nanoTime() - until < 0) {
-                            // Maybe our own previous connection's: the memserver drops it when it sees that
-                            // connection end, or when its ttl runs out. Try again later.
-                            log.info("memserver {}: volume {} is still leased to a connection it has not seen end "
-                                    + "({}); this bridge's previous connection, most likely; trying again", l.label(),
-                                    v.name(), r.getMessage());
-                            throw e;
-                        }
-                        fence(v, "memserver " + l.label() + " refused this bridge's lease when it reconnected ("
-                                + r.getMessage() + ") after its own lease there had lapsed: another client holds "
-                                + "the volume");
+                        leaseHeld(l, v, r); // waits (throws LeaseWait) or fences
                         continue;
                     }
                     throw e;
@@ -306,6 +302,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
             }
             if (e instanceof IllegalStateException ise) {
                 throw ise;
+            }
+            if (e instanceof LeaseWait w) { // logged when the wait began; the link stays down until it ends
+                l.connectFailed(w.getMessage());
+                c.close();
+                return false;
             }
             String why = e instanceof TimeoutException ? "no answer within " + config.operationTimeout().toMillis() * 2
                     + " ms" : reason(e);
@@ -418,6 +419,68 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private void leaseGranted(MemserverLink l, Volume v) {
         leasedUntil.computeIfAbsent(l, k -> new java.util.concurrent.ConcurrentHashMap<>())
                 .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
+        Map<Volume, Long> refused = refusedSince.get(l);
+        if (refused != null) {
+            refused.remove(v);
+        }
+    }
+
+    /** The link to a memserver stays down, and is tried again, until a lease it was refused may be granted. */
+    private static final class LeaseWait extends Exception {
+        LeaseWait(String message) {
+            super(message, null, false, false);
+        }
+    }
+
+    /**
+     * Memserver {@code l} refused volume {@code v}'s lease with {@code LEASE_HELD} as this bridge (re)connected: waits
+     * (throws {@link LeaseWait}) while the lease may still be this bridge's own, fences {@code v} once it cannot be.
+     * <ul>
+     * <li>This process held the lease there: until that lease has certainly lapsed, the holder may be its own previous
+     * connection, which the memserver has not seen end (a cut network sends no FIN); after, someone took it.</li>
+     * <li>This process never held it there: the holder may be this bridge's previous process, restarted while the
+     * memserver was cut off (the memserver keeps a connection it did not see end, and its lease, until the ttl runs
+     * out). Fencing at once would stop the volume for good over a lease about to lapse; a lease refused for longer than
+     * a ttl after the first refusal is no previous process's, as nothing renewed it since this one started.</li>
+     * </ul>
+     */
+    private void leaseHeld(MemserverLink l, Volume v, RemoteMemoryException r) throws LeaseWait {
+        long now = System.nanoTime();
+        Long since = refusedSince.computeIfAbsent(l, k -> new java.util.concurrent.ConcurrentHashMap<>())
+                .putIfAbsent(v, now);
+        boolean first = since == null;
+        long refusedFor = first ? 0 : now - since;
+        Long until = leasedUntil.getOrDefault(l, Map.of()).get(v);
+        if (until != null) {
+            if (now - until < 0) {
+                if (first) {
+                    log.info("memserver {}: volume {} is still leased to a connection it has not seen end ({}); this "
+                            + "bridge's previous connection, most likely; trying again", l.label(), v.name(),
+                            r.getMessage());
+                }
+                throw new LeaseWait("volume " + v.name() + " is still leased to this bridge's previous connection, "
+                        + "most likely (" + r.getMessage() + "); trying again");
+            }
+            fence(v, "memserver " + l.label() + " refused this bridge's lease when it reconnected (" + r.getMessage()
+                    + ") after its own lease there had lapsed: another client holds the volume");
+            return;
+        }
+        long window = config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS;
+        if (refusedFor < window) {
+            if (first) {
+                log.info("memserver {}: volume {} is leased there to another connection ({}). This bridge never "
+                        + "held it there since it started: it may be this bridge's previous process's lease, which a "
+                        + "memserver keeps until its ttl runs out when it did not see that process go. Trying again "
+                        + "for up to {} ms before concluding that another bridge owns the volume", l.label(), v.name(),
+                        r.getMessage(), TimeUnit.NANOSECONDS.toMillis(window));
+            }
+            throw new LeaseWait("volume " + v.name() + " is leased to another connection (" + r.getMessage()
+                    + "), maybe this bridge's previous process; trying again for "
+                    + TimeUnit.NANOSECONDS.toMillis(window - refusedFor) + " ms more");
+        }
+        fence(v, "memserver " + l.label() + " has refused this bridge the volume's lease for "
+                + TimeUnit.NANOSECONDS.toMillis(refusedFor) + " ms (" + r.getMessage() + "), longer than a lease of "
+                + "this bridge's previous process could last: another client holds the volume");
     }
 
     /** Room for the memserver's clock running a little slower than this one over one ttl. */

@@ -143,6 +143,14 @@ class LeaseFencingTest {
         ExecutionException readFails = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
                 () -> read(victim, 0, 4096));
         assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, readFails.getCause()).errno());
+        // Nothing that vouches for the data answers either: a successful FLUSH would tell the client its writes are
+        // durable, a BLOCK_STATUS would describe data this bridge no longer serves.
+        ExecutionException flushFails = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                () -> victim.flush().get(10, TimeUnit.SECONDS));
+        assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, flushFails.getCause()).errno());
+        ExecutionException statusFails = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                () -> victim.blockStatus(0, 4096, 16).get(10, TimeUnit.SECONDS));
+        assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, statusFails.getCause()).errno());
         assertEquals("fenced", victim.status().state());
         assertTrue(victim.fenced().contains(taken.address().getHostString()), victim.fenced());
 

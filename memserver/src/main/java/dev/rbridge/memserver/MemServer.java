@@ -37,6 +37,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -62,7 +63,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * <p>What a peer can make this memserver hold is bounded: regions ({@code maxRegions}), leases
  * ({@value #MAX_LEASES} in all, {@value #MAX_LEASES_PER_CLIENT} per client), lease ttls ({@link Lease#MAX_TTL}),
  * client names ({@value #MAX_CLIENT_NAME} bytes), and the regions listed at once ({@value #CONCURRENT_LISTINGS}
- * listings build at a time).
+ * listings in memory at a time, each held until it is sent).
  */
 public final class MemServer implements RegionService, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(MemServer.class);
@@ -323,27 +324,84 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /**
      * Every region, keys withheld (0): a client gets a key by allocating or opening, where the volume's lease is
-     * checked, so a fenced-off owner cannot learn the rotated keys by listing.
+     * checked, so a fenced-off owner cannot learn the rotated keys by listing. Call holding a place in {@link
+     * #listings}.
      */
     private List<RegionInfo> listRegions() {
-        // A listing of the most regions allowed is a few megabytes of heap while it is built and sent: a few at a
-        // time, however many clients ask at once.
+        List<RegionInfo> out = new ArrayList<>(regions.size());
+        for (Region r : regions.values()) {
+            RegionDescriptor d = r.descriptor;
+            out.add(new RegionInfo(new RegionDescriptor(d.id(), d.length(), 0, d.tag()), r.owner));
+        }
+        out.sort(Comparator.comparingLong(i -> i.descriptor().id()));
+        return out;
+    }
+
+    /** For use in this process: the place is given back once the list is built. */
+    private List<RegionInfo> list() {
         listings.acquireUninterruptibly();
         try {
-            List<RegionInfo> out = new ArrayList<>(regions.size());
-            for (Region r : regions.values()) {
-                RegionDescriptor d = r.descriptor;
-                out.add(new RegionInfo(new RegionDescriptor(d.id(), d.length(), 0, d.tag()), r.owner));
-            }
-            out.sort(Comparator.comparingLong(i -> i.descriptor().id()));
-            return out;
+            return listRegions();
         } finally {
             listings.release();
         }
     }
 
-    /** Listings built at once (see {@link #listRegions}). */
+    /**
+     * For a reply to a client: the place is held until the transport has written the entries out (it cuts off a
+     * client that does not read them within the hello timeout), so the listings in memory at once stay
+     * {@value #CONCURRENT_LISTINGS}, not one per client that asked and never read.
+     */
+    private RegionService.Listing listing() throws RemoteMemoryException {
+        boolean placed;
+        try {
+            placed = listings.tryAcquire(LISTING_WAIT_MILLIS, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            placed = false;
+        }
+        if (!placed) {
+            throw new RemoteMemoryException(Status.NO_CAPACITY, CONCURRENT_LISTINGS + " region listings are being "
+                    + "sent to clients already (the limit); try again");
+        }
+        List<RegionInfo> regions;
+        try {
+            regions = listRegions();
+        } catch (RuntimeException | Error e) {
+            listings.release();
+            throw e;
+        }
+        AtomicBoolean open = new AtomicBoolean(true);
+        return new RegionService.Listing() {
+            @Override
+            public List<RegionInfo> regions() {
+                return regions;
+            }
+
+            @Override
+            public void close() {
+                if (open.compareAndSet(true, false)) {
+                    listings.release();
+                }
+            }
+        };
+    }
+
+    /**
+     * Listings in memory at once: one of the most regions allowed is a few megabytes of heap while it is built and
+     * sent, so a few at a time, however many clients ask at once.
+     */
     static final int CONCURRENT_LISTINGS = 4;
+    /**
+     * How long a listing waits for a place: honest listings take milliseconds, and a client that cannot have one now
+     * is better told so than kept waiting behind clients that do not read theirs.
+     */
+    static final long LISTING_WAIT_MILLIS = 2000;
+
+    /** Listings held now, being built or sent (for tests). */
+    int listingsHeld() {
+        return CONCURRENT_LISTINGS - listings.availablePermits();
+    }
 
     private void release(Client c, long id, long key) throws RemoteMemoryException {
         Region r;
@@ -727,7 +785,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     }
 
     public List<RegionInfo> regions() {
-        return listRegions();
+        return list();
     }
 
     /**
@@ -843,7 +901,11 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
 
         public List<RegionInfo> list() {
-            return listRegions();
+            return MemServer.this.list();
+        }
+
+        public RegionService.Listing listing() throws RemoteMemoryException {
+            return MemServer.this.listing();
         }
 
         public void release(long regionId, long key) throws RemoteMemoryException {

@@ -3,7 +3,6 @@ package dev.rbridge.rdma;
 import java.net.InetAddress;
 import java.util.ArrayDeque;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
@@ -12,18 +11,31 @@ import java.util.Objects;
  * {@link Slot} before anything is allocated for it, tells the slot when it has authenticated, and closes it when it
  * ends. One place for the policy, shared by the transports.
  *
- * <p>When the unauthenticated connections fill their limit (or all connections fill theirs and some have not
+ * <p>Connections that have not authenticated give way rather than keep a newcomer out, oldest first, since an honest
+ * client's greeting takes one round trip and is always the newest of its kind:
+ * <ul>
+ * <li>a newcomer from an address that holds its limit of unauthenticated connections, or of connections in all with
+ * some of them unauthenticated, takes the place of that address's oldest unauthenticated one. Refusing it instead let
+ * a peer sharing an address with a bridge (a local process, a NAT) hold that address's places with silent connections,
+ * reopened at every hello timeout, and keep the bridge from reconnecting;</li>
+ * <li>when the unauthenticated connections fill their global limit (or all connections fill theirs and some have not
  * authenticated), a newcomer from an address that holds fewer unauthenticated connections than the address holding
- * the most takes the place of that address's oldest one: a peer that opens connections and never authenticates can
- * then only crowd out itself, never lock an honest client out for a whole hello timeout. Authenticated connections
- * are never evicted (an idle bridge is still a bridge).
+ * the most takes the place of that address's oldest one.</li>
+ * </ul>
+ * A peer that opens connections and never authenticates can then only crowd out itself, never lock an honest client
+ * out for a whole hello timeout. Authenticated connections are never evicted (an idle bridge is still a bridge): a
+ * newcomer is refused only when the places it needs are held by authenticated connections, or by an address holding
+ * no more unauthenticated ones than its own.
  */
 public final class ConnectionGate {
     /** Refusal and eviction reasons, as {@link RegionService#refused} counts them. */
     public static final String CONNECTION_LIMIT = "connection_limit";
-    public static final String PER_HOST_LIMIT = "per_host_limit";
+    /** Refused: its address holds its limit of connections, all authenticated. */
+    public static final String PEER_LIMIT = "peer_limit";
     public static final String UNAUTHENTICATED_LIMIT = "unauthenticated_limit";
-    public static final String UNAUTHENTICATED_PER_HOST_LIMIT = "unauthenticated_per_host_limit";
+    /** Evicted: its address held its limit and a newcomer from that address took its place. */
+    public static final String UNAUTHENTICATED_PEER_LIMIT = "unauthenticated_peer_limit";
+    /** Evicted: the global limits were full and a newcomer from another address took its place. */
     public static final String UNAUTHENTICATED_EVICTED = "unauthenticated_evicted";
 
     private final ConnectionLimits limits;
@@ -44,10 +56,14 @@ public final class ConnectionGate {
     }
 
     /**
-     * Admitted; {@code evicted} are unauthenticated connections that gave up their places for it: the caller closes
-     * them (their slots are already free) and counts them as {@link #UNAUTHENTICATED_EVICTED}.
+     * Admitted; {@code evicted}, or null, is the unauthenticated connection that gave up its place for it: the caller
+     * cuts it off (its slot is already free) and counts it as {@link Eviction#reason()}.
      */
-    public record Admitted(Slot slot, List<Slot> evicted) implements Admission {
+    public record Admitted(Slot slot, Eviction evicted) implements Admission {
+    }
+
+    /** An unauthenticated connection dropped for a newcomer, for {@code reason} (one of the constants): {@code why}. */
+    public record Eviction(Slot slot, String reason, String why) {
     }
 
     /** Refused for {@code reason} (one of the constants); {@code why} says so to an operator. */
@@ -59,26 +75,32 @@ public final class ConnectionGate {
         Peer p = peers.get(peer);
         int fromPeer = p == null ? 0 : p.total;
         int unauthenticatedFromPeer = p == null ? 0 : p.unauthenticated.size();
-        if (fromPeer >= limits.maxPerPeer()) {
-            return new Refused(PER_HOST_LIMIT, fromPeer + " connections from " + peer.getHostAddress()
-                    + " already (the limit per address)");
-        }
-        if (unauthenticatedFromPeer >= limits.maxUnauthenticatedPerPeer()) {
-            return new Refused(UNAUTHENTICATED_PER_HOST_LIMIT, unauthenticatedFromPeer
-                    + " connections from " + peer.getHostAddress() + " have not authenticated yet (the limit per "
-                    + "address)");
-        }
-        List<Slot> evicted = List.of();
-        boolean full = total >= limits.maxConnections();
-        if (full || unauthenticated >= limits.maxUnauthenticated()) {
+        Eviction evicted = null;
+        if (fromPeer >= limits.maxPerPeer() || unauthenticatedFromPeer >= limits.maxUnauthenticatedPerPeer()) {
+            if (unauthenticatedFromPeer == 0) {
+                return new Refused(PEER_LIMIT, fromPeer + " connections from " + peer.getHostAddress()
+                        + " already, all authenticated (the limit per address)");
+            }
+            // Its own oldest makes way; that frees a place under the global limits too.
+            evicted = new Eviction(p.unauthenticated.peekFirst(), UNAUTHENTICATED_PEER_LIMIT,
+                    (fromPeer >= limits.maxPerPeer() ? fromPeer + " connections from " + peer.getHostAddress()
+                            + " (the limit per address), " + unauthenticatedFromPeer + " of them"
+                            : unauthenticatedFromPeer + " connections from " + peer.getHostAddress())
+                            + " had not authenticated; the newest takes the place of the oldest");
+        } else if (total >= limits.maxConnections() || unauthenticated >= limits.maxUnauthenticated()) {
             Slot victim = evictionCandidate(unauthenticatedFromPeer);
             if (victim == null) {
-                return full ? new Refused(CONNECTION_LIMIT, total + " connections already (the limit)")
+                return total >= limits.maxConnections()
+                        ? new Refused(CONNECTION_LIMIT, total + " connections already (the limit)")
                         : new Refused(UNAUTHENTICATED_LIMIT, unauthenticated
                         + " connections have not authenticated yet (the limit)");
             }
-            victim.release();
-            evicted = List.of(victim);
+            evicted = new Eviction(victim, UNAUTHENTICATED_EVICTED, unauthenticated + " connections had not "
+                    + "authenticated (" + total + " in all); one from the address holding the most made room for one "
+                    + "from " + peer.getHostAddress());
+        }
+        if (evicted != null) {
+            evicted.slot().release();
         }
         Slot s = new Slot(peer, close);
         Peer q = peers.computeIfAbsent(peer, k -> new Peer());

@@ -10,7 +10,9 @@ package dev.rbridge.rdma;
  * @param maxPerPeer                 of them from one address
  * @param maxUnauthenticated         of them not yet authenticated; when full, the oldest unauthenticated connection
  *                                   of the address holding the most is dropped for a newcomer from another address
- * @param maxUnauthenticatedPerPeer  unauthenticated from one address
+ * @param maxUnauthenticatedPerPeer  unauthenticated from one address; when full (or that address holds
+ *                                   {@code maxPerPeer}), its oldest unauthenticated connection is dropped for its
+ *                                   newcomer (see {@link ConnectionGate})
  */
 public record ConnectionLimits(int maxConnections, int maxPerPeer, int maxUnauthenticated,
                                int maxUnauthenticatedPerPeer) {
@@ -31,7 +33,7 @@ public record ConnectionLimits(int maxConnections, int maxPerPeer, int maxUnauth
             throw new IllegalArgumentException("--max-connections must be at least 1: " + maxConnections);
         }
         if (maxPerPeer < 1 || maxPerPeer > maxConnections) {
-            throw new IllegalArgumentException("--max-connections-per-host must be from 1 to --max-connections ("
+            throw new IllegalArgumentException("--max-connections-per-peer must be from 1 to --max-connections ("
                     + maxConnections + "): " + maxPerPeer);
         }
         if (maxUnauthenticated < 1 || maxUnauthenticated > maxConnections) {

@@ -35,7 +35,20 @@ public interface RegionService {
 
         RegionDescriptor open(long regionId) throws RemoteMemoryException;
 
+        /**
+         * Every region, keys withheld, for use within this process (the local transport, a provider's own checks):
+         * built under one of the service's few listing places, given back when this returns.
+         */
         List<RegionInfo> list();
+
+        /**
+         * Every region, keys withheld, for a reply to the client: the listing holds its listing place until closed,
+         * so that at most a few listings are in memory at once, however many clients ask and however slowly they
+         * read. Close it as soon as its entries are written out; a transport bounds how long that may take (a client
+         * that does not read its reply within the hello timeout is disconnected), so no client holds a place for
+         * long. Fails with {@code NO_CAPACITY} when no place frees up within a short wait.
+         */
+        Listing listing() throws RemoteMemoryException;
 
         void release(long regionId, long key) throws RemoteMemoryException;
 
@@ -66,6 +79,15 @@ public interface RegionService {
 
         /** The connection ended (either side). */
         void closed();
+    }
+
+    /** See {@link Session#listing()}. */
+    interface Listing extends AutoCloseable {
+        List<RegionInfo> regions();
+
+        /** Gives the listing place back. Idempotent. */
+        @Override
+        void close();
     }
 
     /**

@@ -10,6 +10,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -27,29 +28,60 @@ class ConnectionGateTest {
         return assertInstanceOf(ConnectionGate.Refused.class, g.admit(peer, () -> { })).reason();
     }
 
+    static ConnectionGate.Eviction evicted(ConnectionGate.Admission a) {
+        return assertInstanceOf(ConnectionGate.Admitted.class, a).evicted();
+    }
+
     @Test
-    void anAddressGetsItsShareOfUnauthenticatedAndOfAllConnections() throws Exception {
+    void aNewcomerFromAnAddressHoldingItsShareTakesThePlaceOfThatAddresssOldest() throws Exception {
         ConnectionGate g = new ConnectionGate(new ConnectionLimits(10, 4, 10, 2));
+        AtomicInteger cut = new AtomicInteger();
+        ConnectionGate.Slot a = assertInstanceOf(ConnectionGate.Admitted.class, g.admit(host(1), () -> cut.set(1)))
+                .slot();
+        ConnectionGate.Slot b = admitted(g, host(1));
+        // The address holds its two unauthenticated places: the newcomer, as an honest client's greeting would be, is
+        // the newest, and the oldest gives way (refusing it let silent connections lock the address out).
+        ConnectionGate.Admission third = g.admit(host(1), () -> { });
+        ConnectionGate.Eviction e = evicted(third);
+        assertSame(a, e.slot(), "the address's oldest goes");
+        assertEquals(ConnectionGate.UNAUTHENTICATED_PEER_LIMIT, e.reason());
+        e.slot().cut();
+        assertEquals(1, cut.get());
+        assertFalse(a.authenticated(), "an evicted connection cannot authenticate any more");
+        assertEquals(2, g.unauthenticated());
+        ConnectionGate.Slot c = ((ConnectionGate.Admitted) third).slot();
+        assertTrue(b.authenticated());
+        assertTrue(c.authenticated());
+        ConnectionGate.Slot d = admitted(g, host(1));
+        admitted(g, host(1));
+        // Four from the address, two of them unauthenticated: a newcomer still takes the oldest's place.
+        ConnectionGate.Eviction full = evicted(g.admit(host(1), () -> { }));
+        assertSame(d, full.slot());
+        assertEquals(ConnectionGate.UNAUTHENTICATED_PEER_LIMIT, full.reason());
+        assertEquals(4, g.connections());
+        admitted(g, host(2)); // other addresses are not affected
+        assertEquals(5, g.connections());
+    }
+
+    @Test
+    void anAddressWhoseConnectionsAllAuthenticatedIsRefusedBeyondItsLimit() throws Exception {
+        ConnectionGate g = new ConnectionGate(new ConnectionLimits(10, 2, 10, 2));
         ConnectionGate.Slot a = admitted(g, host(1));
         ConnectionGate.Slot b = admitted(g, host(1));
-        assertEquals(ConnectionGate.UNAUTHENTICATED_PER_HOST_LIMIT, refused(g, host(1)));
         assertTrue(a.authenticated());
         assertTrue(b.authenticated());
-        ConnectionGate.Slot c = admitted(g, host(1));
-        admitted(g, host(1));
-        assertEquals(ConnectionGate.PER_HOST_LIMIT, refused(g, host(1)), "four from one address, authenticated or not");
-        admitted(g, host(2)); // other addresses are not affected
-        assertTrue(c.authenticated());
+        assertEquals(ConnectionGate.PEER_LIMIT, refused(g, host(1)), "two from one address, both authenticated");
+        admitted(g, host(2));
         a.close();
         a.close(); // idempotent
-        admitted(g, host(1));
-        assertEquals(5, g.connections());
+        assertNull(evicted(g.admit(host(1), () -> { })), "a place freed by a client that left is taken again");
+        assertEquals(3, g.connections());
     }
 
     @Test
     void aNewcomerTakesThePlaceOfTheOldestUnauthenticatedConnectionOfTheBiggestHolder() throws Exception {
         ConnectionGate g = new ConnectionGate(new ConnectionLimits(100, 50, 4, 3));
-        AtomicInteger cut = new AtomicInteger();
+        AtomicInteger cut = new AtomicInteger(-1);
         List<ConnectionGate.Slot> flood = new ArrayList<>();
         for (int i = 0; i < 3; i++) {
             int n = i;
@@ -59,8 +91,9 @@ class ConnectionGateTest {
         admitted(g, host(2));
         assertEquals(4, g.unauthenticated());
         ConnectionGate.Admitted honest = assertInstanceOf(ConnectionGate.Admitted.class, g.admit(host(3), () -> { }));
-        assertEquals(List.of(flood.getFirst()), honest.evicted(), "host 1 holds the most: its oldest goes");
-        honest.evicted().getFirst().cut();
+        assertSame(flood.getFirst(), honest.evicted().slot(), "host 1 holds the most: its oldest goes");
+        assertEquals(ConnectionGate.UNAUTHENTICATED_EVICTED, honest.evicted().reason());
+        honest.evicted().slot().cut();
         assertEquals(0, cut.get());
         assertFalse(flood.getFirst().authenticated(), "an evicted connection cannot authenticate any more");
         assertEquals(4, g.unauthenticated());
@@ -80,7 +113,7 @@ class ConnectionGateTest {
         a.authenticated();
         b.authenticated();
         ConnectionGate.Admitted d = assertInstanceOf(ConnectionGate.Admitted.class, g.admit(host(3), () -> { }));
-        assertEquals(List.of(c), d.evicted());
+        assertSame(c, d.evicted().slot());
         d.slot().authenticated();
         assertEquals(ConnectionGate.CONNECTION_LIMIT, refused(g, host(4)), "all three authenticated: nobody goes");
         assertEquals(3, g.connections());
@@ -93,7 +126,7 @@ class ConnectionGateTest {
         assertThrows(IllegalArgumentException.class, () -> new ConnectionLimits(0, 1, 1, 1));
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> ConnectionLimits.of(10, 20, 5));
-        assertTrue(e.getMessage().contains("--max-connections-per-host"), e.getMessage());
+        assertTrue(e.getMessage().contains("--max-connections-per-peer"), e.getMessage());
         ConnectionLimits small = ConnectionLimits.of(4, 2, 3);
         assertEquals(2, small.maxUnauthenticatedPerPeer(), "never more than the per-address limit");
         assertSame(ConnectionLimits.MAX_UNAUTHENTICATED_PER_PEER_DEFAULT, ConnectionLimits.DEFAULTS

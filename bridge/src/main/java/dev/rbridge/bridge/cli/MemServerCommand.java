@@ -75,17 +75,19 @@ final class MemServerCommand implements Callable<Integer> {
                     + "${DEFAULT-VALUE}.")
     int maxConnections;
 
-    @Option(names = "--max-connections-per-host", paramLabel = "N",
+    @Option(names = "--max-connections-per-peer", paramLabel = "N",
             defaultValue = "" + ConnectionLimits.MAX_PER_PEER_DEFAULT,
-            description = "Of them, most from one address, so one host cannot take every place. Default "
-                    + "${DEFAULT-VALUE}.")
-    int maxConnectionsPerHost;
+            description = "Of them, most from one address, so one host cannot take every place; a newcomer from an "
+                    + "address at its limit takes the place of its oldest that has not authenticated, if any. "
+                    + "Default ${DEFAULT-VALUE}.")
+    int maxConnectionsPerPeer;
 
     @Option(names = "--max-unauthenticated", paramLabel = "N",
             defaultValue = "" + ConnectionLimits.MAX_UNAUTHENTICATED_DEFAULT,
             description = "Of them, most that have not presented the token yet (at most "
                     + ConnectionLimits.MAX_UNAUTHENTICATED_PER_PEER_DEFAULT + " per address); each costs a thread and "
-                    + "12 KiB until it authenticates or 10 s pass. When they are full, the oldest of the address "
+                    + "12 KiB until it authenticates or 10 s pass. A newcomer from an address holding its share "
+                    + "takes the place of that address's oldest; when all are full, the oldest of the address "
                     + "holding the most makes way for a newcomer from another address. Default ${DEFAULT-VALUE}.")
     int maxUnauthenticated;
 
@@ -112,7 +114,7 @@ final class MemServerCommand implements Callable<Integer> {
         try {
             config = new MemServerConfig(Endpoints.parse(listen, MemServerConfig.DEFAULT_PORT), Sizes.parse(capacity),
                     Endpoints.token(token, tokenFile), transport, hugePages, mlock, tcpCongestion,
-                    ConnectionLimits.of(maxConnections, maxConnectionsPerHost, maxUnauthenticated), maxRegions);
+                    ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }

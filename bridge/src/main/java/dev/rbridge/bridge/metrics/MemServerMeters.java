@@ -25,8 +25,8 @@ import java.util.function.ToDoubleFunction;
  * rbridge_memserver_clients                           clients connected
  * rbridge_memserver_draining                          1 while draining
  * rbridge_memserver_refused_connections_total{reason} token, draining, version, malformed, hello_timeout,
- *                                                     no_memory, accept_failed, connection_limit, per_host_limit,
- *                                                     unauthenticated_limit, unauthenticated_per_host_limit,
+ *                                                     no_memory, accept_failed, connection_limit, peer_limit,
+ *                                                     unauthenticated_limit, unauthenticated_peer_limit,
  *                                                     unauthenticated_evicted, other
  * rbridge_transport_send_messages_total{transport}    two-sided messages sent (and _bytes_total)
  * rbridge_transport_recv_messages_total{transport}    two-sided messages received (and _bytes_total)
@@ -37,8 +37,8 @@ import java.util.function.ToDoubleFunction;
 public final class MemServerMeters {
     /** Refusal reasons registered up front, so their series exist at zero. */
     static final List<String> REFUSAL_REASONS = List.of("token", "draining", "version", "malformed", "hello_timeout",
-            "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT, ConnectionGate.PER_HOST_LIMIT,
-            ConnectionGate.UNAUTHENTICATED_LIMIT, ConnectionGate.UNAUTHENTICATED_PER_HOST_LIMIT,
+            "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT, ConnectionGate.PEER_LIMIT,
+            ConnectionGate.UNAUTHENTICATED_LIMIT, ConnectionGate.UNAUTHENTICATED_PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_EVICTED);
 
     private MemServerMeters() {

@@ -29,8 +29,9 @@ import java.util.function.Function;
  * and this device acknowledges a write only after every live replica completed it.
  *
  * <p>A volume whose lease this bridge lost on some memserver (another client took it over, so its keys changed) is
- * <em>fenced</em>: from then on every request fails with EIO, whatever replicas it could still reach. Writing on to
- * those would make two owners of one volume; failing is what the new owner needs from this bridge.
+ * <em>fenced</em>: from then on every request fails with EIO, whatever replicas it could still reach, FLUSH and
+ * BLOCK_STATUS included. Writing on to those would make two owners of one volume; failing is what the new owner needs
+ * from this bridge, and what tells its clients that their writes are not safe here.
  */
 public final class Volume implements BlockDevice {
     final VolumeSpec spec;
@@ -188,7 +189,9 @@ public final class Volume implements BlockDevice {
 
     @Override
     public CompletableFuture<Void> flush() {
-        return CompletableFuture.completedFuture(null);
+        // Nothing to wait for (see the class comment), but a fenced volume must not tell a client its writes are
+        // durable: the bridge that owns the volume now may have written over them.
+        return fenced != null ? CompletableFuture.failedFuture(fencedError()) : CompletableFuture.completedFuture(null);
     }
 
     @Override
@@ -433,6 +436,9 @@ public final class Volume implements BlockDevice {
 
     @Override
     public CompletableFuture<List<Extent>> blockStatus(long offset, long length, int maxExtents) {
+        if (fenced != null) { // the map describes data this bridge no longer serves
+            return CompletableFuture.failedFuture(fencedError());
+        }
         List<Extent> out = new ArrayList<>();
         long pos = offset;
         long end = offset + length;

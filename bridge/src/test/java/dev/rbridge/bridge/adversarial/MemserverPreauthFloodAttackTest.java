@@ -56,7 +56,7 @@ class MemserverPreauthFloodAttackTest extends MemserverAttackTest {
             assertServesAsBefore(c, w);
             assertDirectMemoryBounded(c);
             for (ServeCluster.Memserver m : c.memservers()) {
-                double turnedAway = refused(m, "unauthenticated_per_host_limit") + refused(m, "unauthenticated_limit")
+                double turnedAway = refused(m, "unauthenticated_peer_limit") + refused(m, "unauthenticated_limit")
                         + refused(m, "unauthenticated_evicted");
                 assertTrue(turnedAway >= 300, "memserver " + m.address() + " counted " + turnedAway
                         + " connections turned away for the unauthenticated limits");

@@ -61,7 +61,7 @@ class MemserverSilentConnectionsAttackTest extends MemserverAttackTest {
             }
             assertServesAsBefore(c, w);
             for (ServeCluster.Memserver m : c.memservers()) {
-                double turnedAway = refused(m, "unauthenticated_per_host_limit") + refused(m, "unauthenticated_limit")
+                double turnedAway = refused(m, "unauthenticated_peer_limit") + refused(m, "unauthenticated_limit")
                         + refused(m, "unauthenticated_evicted") + refused(m, "hello_timeout");
                 assertTrue(turnedAway > 0, "memserver " + m.address() + " counted no silent connection");
             }

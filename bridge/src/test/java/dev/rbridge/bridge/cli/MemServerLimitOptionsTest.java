@@ -32,7 +32,7 @@ class MemServerLimitOptionsTest {
     void helpNamesEveryLimitWithItsDefault() throws Exception {
         Result r = memserver("--help");
         assertEquals(0, r.code(), r.err());
-        for (String option : new String[]{"--max-connections=N", "--max-connections-per-host=N",
+        for (String option : new String[]{"--max-connections=N", "--max-connections-per-peer=N",
                 "--max-unauthenticated=N", "--max-regions=N"}) {
             assertTrue(r.out().contains(option), option + " missing from:\n" + r.out());
         }
@@ -45,10 +45,10 @@ class MemServerLimitOptionsTest {
                 "none", "--max-regions", "0");
         assertEquals(2, regions.code(), regions.err());
         assertTrue(regions.err().contains("--max-regions must be from 1 to 38000"), regions.err());
-        Result perHost = memserver("--capacity", "64M", "--listen", "127.0.0.1:0", "--admin", "none", "--metrics",
-                "none", "--max-connections", "10", "--max-connections-per-host", "20");
-        assertEquals(2, perHost.code(), perHost.err());
-        assertTrue(perHost.err().contains("--max-connections-per-host must be from 1 to --max-connections (10)"),
-                perHost.err());
+        Result perPeer = memserver("--capacity", "64M", "--listen", "127.0.0.1:0", "--admin", "none", "--metrics",
+                "none", "--max-connections", "10", "--max-connections-per-peer", "20");
+        assertEquals(2, perPeer.code(), perPeer.err());
+        assertTrue(perPeer.err().contains("--max-connections-per-peer must be from 1 to --max-connections (10)"),
+                perPeer.err());
     }
 }

@@ -22,6 +22,7 @@ import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 
 /**
@@ -31,9 +32,10 @@ import java.util.function.Consumer;
  *
  * <p>Until the client has authenticated, the connection holds {@value #HELLO_INPUT} bytes of input buffer and
  * {@value #HELLO_REPLIES} of reply buffer, on the heap, made by its own thread: a peer without the token costs a
- * thread and a few kilobytes until the hello timeout, never the large direct buffers an authenticated client gets. Every reply, a LIST of
- * many regions included, goes out through the fixed reply buffer, so what a client asks for never decides an
- * allocation.
+ * thread and a few kilobytes until the hello timeout, never the large direct buffers an authenticated client gets. Every
+ * reply, a LIST of many regions included, goes out through the fixed reply buffer, so what a client asks for never
+ * decides an allocation; a client that does not read a LIST within the hello timeout is cut off, so the listing it
+ * holds in memory is not held for long.
  *
  * <p>An error in one request (bad key, out of range, no capacity) is answered and the connection goes on; a message
  * that cannot be framed (bad magic, impossible length) closes this connection only.
@@ -395,27 +397,7 @@ final class TcpServerConnection implements Runnable {
                     RegionDescriptor d = s.open(body.getLong());
                     Wire.putDescriptor(queueReply(h.opcode, h.id, Wire.descriptorLength(d)), d);
                 }
-                case Wire.LIST -> {
-                    List<RegionInfo> regions = s.list();
-                    long length = 4;
-                    for (RegionInfo r : regions) {
-                        length += Wire.descriptorLength(r.descriptor()) + Wire.stringLength(r.owner());
-                    }
-                    if (length > Wire.MAX_BODY) {
-                        queueError(h, Status.NO_CAPACITY, regions.size() + " regions take " + length
-                                + " bytes to list, more than one message holds (" + Wire.MAX_BODY + ")");
-                        break;
-                    }
-                    // Entry by entry through the reply buffer (flushed as it fills): however many regions there
-                    // are, listing them allocates nothing for the reply.
-                    queueReply(h.opcode, h.id, 4, (int) length).putInt(regions.size());
-                    for (RegionInfo r : regions) {
-                        ByteBuffer entry = queueSlot(Wire.descriptorLength(r.descriptor())
-                                + Wire.stringLength(r.owner()));
-                        Wire.putDescriptor(entry, r.descriptor());
-                        Wire.putString(entry, r.owner());
-                    }
-                }
+                case Wire.LIST -> list(s, h);
                 case Wire.RELEASE -> {
                     s.release(body.getLong(), body.getLong());
                     queueReply(h.opcode, h.id, 0);
@@ -450,6 +432,46 @@ final class TcpServerConnection implements Runnable {
         } catch (java.nio.BufferUnderflowException | Wire.MalformedMessageException e) {
             queueError(h, Status.BAD_REQUEST, Wire.opName(h.opcode) + " body is malformed");
         }
+    }
+
+    /**
+     * Entry by entry through the reply buffer, flushed as it fills: however many regions there are, listing them
+     * allocates nothing for the reply. The listing keeps one of the memserver's few listing places until its last
+     * entry is in the reply buffer; a client that does not read for the hello timeout meanwhile is cut off, which
+     * gives the place back (otherwise a few clients that never read would keep every other client from listing).
+     */
+    private void list(RegionService.Session s, Header h) throws IOException, RemoteMemoryException {
+        try (RegionService.Listing listing = s.listing()) {
+            List<RegionInfo> regions = listing.regions();
+            long length = 4;
+            for (RegionInfo r : regions) {
+                length += Wire.descriptorLength(r.descriptor()) + Wire.stringLength(r.owner());
+            }
+            if (length > Wire.MAX_BODY) {
+                queueError(h, Status.NO_CAPACITY, regions.size() + " regions take " + length
+                        + " bytes to list, more than one message holds (" + Wire.MAX_BODY + ")");
+                return;
+            }
+            Future<?> deadline = TcpProvider.TIMER.schedule(this::listingDeadline, helloTimeoutMillis,
+                    TimeUnit.MILLISECONDS);
+            try {
+                queueReply(h.opcode, h.id, 4, (int) length).putInt(regions.size());
+                for (RegionInfo r : regions) {
+                    ByteBuffer entry = queueSlot(Wire.descriptorLength(r.descriptor())
+                            + Wire.stringLength(r.owner()));
+                    Wire.putDescriptor(entry, r.descriptor());
+                    Wire.putString(entry, r.owner());
+                }
+            } finally {
+                deadline.cancel(false);
+            }
+        }
+    }
+
+    private void listingDeadline() {
+        limited.info("listing_timeout", "client {} did not read its region listing within {} ms; disconnected",
+                peer, helloTimeoutMillis);
+        close();
     }
 
     /** The body of a fixed-size request, or null (after answering BAD_REQUEST) when its length is wrong. */

@@ -1,8 +1,8 @@
 package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.rdma.ConnectionGate;
+import dev.rbridge.rdma.GatedAcceptor;
 import dev.rbridge.rdma.ListenParams;
-import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteListener;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -14,9 +14,7 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
-import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
-import java.nio.channels.ClosedChannelException;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
@@ -47,7 +45,6 @@ final class UcxListener implements RemoteListener {
     /** How long registering a region with UCX, or waiting for another connection to, may take. */
     private static final long REGISTER_TIMEOUT_MILLIS = 30_000;
     private static final Logger log = LoggerFactory.getLogger(UcxListener.class);
-    private static final RateLimitedLog limited = new RateLimitedLog(log);
     /** How long memory stays registered and mapped after a client that may still hold its key went away. */
     static final long GRACE_MILLIS = 10_000;
 
@@ -65,8 +62,6 @@ final class UcxListener implements RemoteListener {
         return t;
     }
 
-    private final ServerSocketChannel server;
-    private final InetSocketAddress address;
     final ListenParams params;
     final RegionService service;
     final UcpContext context;
@@ -74,9 +69,7 @@ final class UcxListener implements RemoteListener {
     /** The worker's UCX address, sent to every client (UCX_CONNECT). */
     final ByteBuffer workerAddress;
     private final Set<UcxServerConnection> connections = ConcurrentHashMap.newKeySet();
-    private final ConnectionGate gate;
-    private volatile String problem;
-    private Thread acceptThread;
+    private GatedAcceptor acceptor;
     /** Registered region memory by (region, key, length); guarded by itself. */
     private final Map<RegKey, Registration> registrations = new HashMap<>();
     private volatile boolean closed;
@@ -109,18 +102,15 @@ final class UcxListener implements RemoteListener {
         }
     }
 
-    private UcxListener(ServerSocketChannel server, ListenParams params, RegionService service, UcpContext context)
-            throws Exception {
-        this.server = server;
-        this.address = (InetSocketAddress) server.getLocalAddress();
+    private UcxListener(ListenParams params, RegionService service, UcpContext context) throws Exception {
         this.params = params;
         this.service = service;
         this.context = context;
         this.loop = new UcxLoop(context, "rdma-ucx-server-progress");
         this.workerAddress = loop.call(loop.worker::getAddress, 10_000);
-        this.gate = new ConnectionGate(params.limits());
     }
 
+    /** Control connections come through the shared {@link GatedAcceptor}, as the tcp provider's. */
     static UcxListener start(ListenParams params, RegionService service) throws IOException {
         UcpContext context;
         try {
@@ -128,142 +118,40 @@ final class UcxListener implements RemoteListener {
         } catch (RemoteMemoryException e) {
             throw new IOException(e.getMessage(), e);
         }
-        ServerSocketChannel ch = ServerSocketChannel.open();
-        try {
-            ch.setOption(StandardSocketOptions.SO_REUSEADDR, true);
-            ch.bind(params.address(), 128);
-        } catch (IOException e) {
-            ch.close();
-            throw new IOException("cannot listen on " + params.address().getHostString() + ":"
-                    + params.address().getPort() + ": " + e.getMessage(), e);
-        }
+        ServerSocketChannel ch = GatedAcceptor.bind(params.address());
         UcxListener l;
         try {
-            l = new UcxListener(ch, params, service, context);
+            l = new UcxListener(params, service, context);
         } catch (Exception e) {
             ch.close();
             throw new IOException("UCX could not start a worker: " + e.getMessage(), e);
         }
-        l.acceptThread = new Thread(l::acceptLoop, "rdma-ucx-accept-" + l.address.getPort());
-        l.acceptThread.setDaemon(true);
-        l.acceptThread.start();
+        l.acceptor = GatedAcceptor.start("ucx", ch, params.limits(), service, new GatedAcceptor.Transport() {
+            @Override
+            public void start(SocketChannel channel, InetSocketAddress remote, ConnectionGate.Slot slot) {
+                l.serve(channel, remote, slot);
+            }
+
+            @Override
+            public ByteBuffer refusal(String message) {
+                return Control.error(Control.HELLO, 0, RemoteMemoryException.Status.NO_CAPACITY.code(), message);
+            }
+        });
         return l;
     }
 
-    /**
-     * As the tcp provider's: nothing is allocated for a connection on this thread but the connection's thread, peers
-     * are admitted by the {@link ConnectionGate}, and whatever fails, the loop backs off and goes on.
-     */
-    private void acceptLoop() {
-        long backoff = 0;
+    /** Starts an admitted connection's thread, its hello guard running. */
+    private void serve(SocketChannel ch, InetSocketAddress remote, ConnectionGate.Slot slot) {
+        UcxServerConnection c = new UcxServerConnection(this, ch, remote, slot);
+        connections.add(c);
         try {
-            while (!closed) {
-                SocketChannel ch;
-                try {
-                    ch = server.accept();
-                } catch (ClosedChannelException e) {
-                    if (!closed) {
-                        problem = "its listening socket closed unexpectedly (" + e + ")";
-                        log.error("ucx listener at {}:{}: {}; no new clients can connect", address.getHostString(),
-                                address.getPort(), problem);
-                    }
-                    return;
-                } catch (Throwable e) {
-                    backoff = Math.min(1000, Math.max(5, backoff * 2));
-                    limited.warn("accept", "accepting a connection failed ({}); trying again in {} ms", e, backoff);
-                    pause(backoff);
-                    continue;
-                }
-                try {
-                    take(ch);
-                    backoff = 0;
-                } catch (IOException e) {
-                    // This peer's socket failed (reset before it was taken, say): its loss alone, no pause.
-                    closeQuietly(ch);
-                    service.refused("accept_failed", null);
-                    limited.info("accept_failed", "could not take a new connection ({}); dropped it", e.toString());
-                } catch (Throwable e) { // out of memory or threads: give the process a moment
-                    closeQuietly(ch);
-                    service.refused("accept_failed", null);
-                    backoff = Math.min(1000, Math.max(5, backoff * 2));
-                    limited.warn("accept_failed", "could not take a new connection ({}); dropped it, accepting again "
-                            + "in {} ms", e, backoff);
-                    pause(backoff);
-                }
-            }
-        } finally {
-            if (!closed && problem == null) {
-                problem = "its accept thread ended";
-                log.error("ucx listener at {}:{}: {}; no new clients can connect", address.getHostString(),
-                        address.getPort(), problem);
-            }
-        }
-    }
-
-    private void take(SocketChannel ch) throws IOException {
-        InetSocketAddress remote = (InetSocketAddress) ch.getRemoteAddress();
-        switch (gate.admit(remote.getAddress(), () -> closeQuietly(ch))) {
-            case ConnectionGate.Refused r -> {
-                service.refused(r.reason(), remote);
-                limited.info(r.reason(), "refused a connection from {}: {}", remote.getAddress().getHostAddress(),
-                        r.why());
-                refuse(ch, r.why());
-            }
-            case ConnectionGate.Admitted a -> {
-                for (ConnectionGate.Slot victim : a.evicted()) {
-                    victim.cut();
-                    service.refused(ConnectionGate.UNAUTHENTICATED_EVICTED, null);
-                    limited.info(ConnectionGate.UNAUTHENTICATED_EVICTED, "dropped a connection from {} that had not "
-                            + "authenticated, to make room for one from {}", victim.peer().getHostAddress(),
-                            remote.getAddress().getHostAddress());
-                }
-                UcxServerConnection c = new UcxServerConnection(this, ch, remote, a.slot());
-                connections.add(c);
-                try {
-                    c.guard(TIMER.schedule(c::helloDeadline, params.helloTimeout().toMillis(),
-                            TimeUnit.MILLISECONDS));
-                    Thread t = new Thread(c, "rdma-ucx-conn-" + c.peer());
-                    t.setDaemon(true);
-                    t.start();
-                } catch (Throwable e) {
-                    c.abandon();
-                    throw e;
-                }
-            }
-        }
-    }
-
-    /** As the tcp listener's: an honest client that found the memserver full is told why. */
-    private static void refuse(SocketChannel ch, String why) {
-        try {
-            ch.configureBlocking(false);
-            ch.write(Control.error(Control.HELLO, 0, RemoteMemoryException.Status.NO_CAPACITY.code(),
-                    "the memserver takes no more connections now: " + why));
-            ch.shutdownOutput();
-            ByteBuffer discard = ByteBuffer.allocate(4096);
-            for (int i = 0; i < 4 && ch.read(discard.clear()) > 0; i++) {
-                // its greeting, most likely
-            }
-        } catch (IOException e) {
-            log.debug("could not tell a refused peer why: {}", e.toString());
-        } finally {
-            closeQuietly(ch);
-        }
-    }
-
-    private static void closeQuietly(SocketChannel ch) {
-        try {
-            ch.close();
-        } catch (IOException e) {
-            log.debug("close failed", e);
-        }
-    }
-
-    private static void pause(long millis) {
-        try {
-            Thread.sleep(millis);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
+            c.guard(TIMER.schedule(c::helloDeadline, params.helloTimeout().toMillis(), TimeUnit.MILLISECONDS));
+            Thread t = new Thread(c, "rdma-ucx-conn-" + c.peer());
+            t.setDaemon(true);
+            t.start();
+        } catch (Throwable e) {
+            c.abandon();
+            throw e;
         }
     }
 
@@ -467,7 +355,7 @@ final class UcxListener implements RemoteListener {
 
     @Override
     public InetSocketAddress address() {
-        return address;
+        return acceptor.address();
     }
 
     @Override
@@ -477,11 +365,7 @@ final class UcxListener implements RemoteListener {
 
     @Override
     public String problem() {
-        String p = problem;
-        if (p == null && !closed && acceptThread != null && !acceptThread.isAlive()) {
-            return "its accept thread ended";
-        }
-        return p;
+        return acceptor.problem();
     }
 
     @Override
@@ -490,11 +374,7 @@ final class UcxListener implements RemoteListener {
             return;
         }
         closed = true;
-        try {
-            server.close();
-        } catch (IOException e) {
-            log.debug("close failed", e);
-        }
+        acceptor.close();
         connections.forEach(UcxServerConnection::close);
         List<Registration> all;
         synchronized (registrations) {

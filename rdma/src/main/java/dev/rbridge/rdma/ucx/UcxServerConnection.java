@@ -23,6 +23,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -273,37 +274,7 @@ final class UcxServerConnection implements Runnable {
                 send(descriptor(op, id, s.allocate(Control.getTag(body), length)));
             }
             case Control.OPEN -> send(descriptor(op, id, s.open(body.getLong())));
-            case Control.LIST -> {
-                List<RegionInfo> regions = s.list();
-                long length = 4;
-                for (RegionInfo r : regions) {
-                    length += Control.descriptorLength(r.descriptor()) + Control.stringLength(r.owner());
-                }
-                if (length > Control.MAX_BODY) {
-                    send(Control.error(op, id, Status.NO_CAPACITY.code(), regions.size() + " regions take " + length
-                            + " bytes to list, more than one message holds (" + Control.MAX_BODY + ")"));
-                    return;
-                }
-                // In pieces under the write lock: the reply's size decides no allocation (nor a cached direct
-                // buffer of the JDK's that large for this thread).
-                synchronized (writeLock) {
-                    ByteBuffer chunk = Control.message(op, id, 0, LIST_CHUNK);
-                    chunk.putInt(20, (int) length);
-                    chunk.putInt(regions.size());
-                    for (RegionInfo r : regions) {
-                        int n = Control.descriptorLength(r.descriptor()) + Control.stringLength(r.owner());
-                        if (chunk.remaining() < n) {
-                            Control.writeFully(channel, chunk.flip());
-                            chunk.clear();
-                        }
-                        Control.putDescriptor(chunk, r.descriptor());
-                        Control.putString(chunk, r.owner());
-                    }
-                    Control.writeFully(channel, chunk.flip());
-                    stats.sendMessages.increment();
-                    stats.sendBytes.add(Control.HEADER + length);
-                }
-            }
+            case Control.LIST -> list(s, op, id);
             case Control.RELEASE -> {
                 long region = body.getLong();
                 s.release(region, body.getLong());
@@ -401,6 +372,53 @@ final class UcxServerConnection implements Runnable {
             }
         }, timeout, TimeUnit.MILLISECONDS);
         return f;
+    }
+
+    /**
+     * In pieces under the write lock: the reply's size decides no allocation (nor a cached direct buffer of the JDK's
+     * that large for this thread). The listing keeps one of the memserver's few listing places until it is written; a
+     * client that does not read it within the hello timeout is cut off, which gives the place back.
+     */
+    private void list(RegionService.Session s, int op, long id) throws IOException, RemoteMemoryException {
+        try (RegionService.Listing listing = s.listing()) {
+            List<RegionInfo> regions = listing.regions();
+            long length = 4;
+            for (RegionInfo r : regions) {
+                length += Control.descriptorLength(r.descriptor()) + Control.stringLength(r.owner());
+            }
+            if (length > Control.MAX_BODY) {
+                send(Control.error(op, id, Status.NO_CAPACITY.code(), regions.size() + " regions take " + length
+                        + " bytes to list, more than one message holds (" + Control.MAX_BODY + ")"));
+                return;
+            }
+            long timeout = listener.params.helloTimeout().toMillis();
+            ScheduledFuture<?> deadline = UcxListener.TIMER.schedule(() -> {
+                limited.info("listing_timeout", "client {} did not read its region listing within {} ms; "
+                        + "disconnected", peer, timeout);
+                close();
+            }, timeout, TimeUnit.MILLISECONDS);
+            try {
+                synchronized (writeLock) {
+                    ByteBuffer chunk = Control.message(op, id, 0, LIST_CHUNK);
+                    chunk.putInt(20, (int) length);
+                    chunk.putInt(regions.size());
+                    for (RegionInfo r : regions) {
+                        int n = Control.descriptorLength(r.descriptor()) + Control.stringLength(r.owner());
+                        if (chunk.remaining() < n) {
+                            Control.writeFully(channel, chunk.flip());
+                            chunk.clear();
+                        }
+                        Control.putDescriptor(chunk, r.descriptor());
+                        Control.putString(chunk, r.owner());
+                    }
+                    Control.writeFully(channel, chunk.flip());
+                    stats.sendMessages.increment();
+                    stats.sendBytes.add(Control.HEADER + length);
+                }
+            } finally {
+                deadline.cancel(false);
+            }
+        }
     }
 
     private static ByteBuffer empty(int opcode, long id) {
