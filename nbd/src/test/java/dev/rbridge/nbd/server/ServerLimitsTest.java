@@ -74,7 +74,8 @@ class ServerLimitsTest {
         RawClient.SimpleReply r = c.readSimple(4096);
         assertEquals(0, r.error());
         assertEquals(handle, r.handle());
-        assertTrue(System.nanoTime() - start < 2_000_000_000L, "a read took "
+        // generous for a loaded 2-core machine; a client held up behind another waits out its 10 s socket timeout
+        assertTrue(System.nanoTime() - start < 5_000_000_000L, "a read took "
                 + (System.nanoTime() - start) / 1_000_000 + " ms");
     }
 
@@ -299,7 +300,7 @@ class ServerLimitsTest {
     void timeSpentWaitingForMemoryDoesNotCountAgainstTheClient() throws Exception {
         Recorder m = new Recorder();
         try (TestServer ts = server(m, b -> b.payloadBudget(32 * MiB).payloadBudgetPerPeer(32 * MiB)
-                .payloadBudgetPerConnection(32 * MiB).requestTimeout(Duration.ofSeconds(1))
+                .payloadBudgetPerConnection(32 * MiB).requestTimeout(Duration.ofSeconds(2))
                 .stalledGrace(Duration.ofSeconds(30)));
              RawClient hog = RawClient.connectFrom(ts.server, "127.0.0.3");
              RawClient c = RawClient.connectFrom(ts.server, "127.0.0.2")) {
@@ -326,7 +327,7 @@ class ServerLimitsTest {
             sleep(300);
             c.out.write(bytes, 14, bytes.length - 14);
             c.flush();
-            sleep(2500);
+            sleep(4500);
             assertEquals(0, m.closed("request_timeout"), "a client was timed out while the server made it wait");
             hog.reset();
             RawClient.SimpleReply r = c.readSimple(MiB);
