@@ -24,15 +24,16 @@ final class NbdServerOptions {
     String nbdMemory;
 
     @Option(names = "--max-connections", paramLabel = "N", defaultValue = "" + NbdServerConfig.MAX_CONNECTIONS,
-            description = "NBD connections at once. When full, the longest-idle connection of the address with the"
-                    + " most takes the new one's place; if none is idle, the new one is refused."
+            description = "NBD connections at once. When full, a new connection takes the place of the longest-idle"
+                    + " connection of the address holding the most; if none of those is idle, it is refused."
                     + " Default ${DEFAULT-VALUE}.")
     int maxConnections;
 
     @Option(names = "--max-connections-per-peer", paramLabel = "N",
             defaultValue = "" + NbdServerConfig.MAX_CONNECTIONS_PER_PEER,
-            description = "NBD connections at once from one address; beyond it, that address's longest-idle"
-                    + " connection gives up its place (or the new one is refused). Default ${DEFAULT-VALUE}.")
+            description = "NBD connections at once from one address (IPv6: one /64); beyond it, a new connection"
+                    + " takes the place of that address's longest-idle one, or is refused when none is idle."
+                    + " Default ${DEFAULT-VALUE}.")
     int maxConnectionsPerPeer;
 
     @Option(names = "--handshake-timeout", paramLabel = "SECONDS",
