@@ -671,12 +671,16 @@ public final class MemServer implements RegionService, AutoCloseable {
         return r;
     }
 
-    /** A pinned range of one region; closing it (once) drops the pin. */
+    /**
+     * A pinned range of one region; closing it (once) drops the pin, and a device's hold on the region. Used by one
+     * thread at a time (a transfer's, or a registration handed on with a happens-before).
+     */
     private static final class RegionPin implements Pin {
         final Region region;
         private final long offset;
         private final MemorySegment slice;
         private boolean closed;
+        private boolean deviceHolds;
 
         RegionPin(Region region, long offset, MemorySegment slice) {
             this.region = region;
@@ -695,14 +699,9 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         @Override
         public void runs(RegionService.RunVisitor visitor) {
-            runs(0, slice.byteSize(), visitor);
-        }
-
-        /** As {@link #runs(RegionService.RunVisitor)} over {@code [from, from + length)} of the pin only. */
-        void runs(long from, long length, RegionService.RunVisitor visitor) {
             WrittenPages written = region.memory.writtenPages();
-            long end = offset + from + length;
-            for (long at = offset + from; at < end; ) {
+            long end = offset + slice.byteSize();
+            for (long at = offset; at < end; ) {
                 long runEnd = written.runEnd(at, end);
                 visitor.run(at - offset, runEnd - at, written.isWritten(at));
                 at = runEnd;
@@ -711,12 +710,23 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         @Override
         public void exposed() {
-            region.memory.writtenPages().markEverything();
+            region.exposed();
+        }
+
+        @Override
+        public void heldByDevice() {
+            if (!deviceHolds && !closed) {
+                deviceHolds = true;
+                region.heldByDevice();
+            }
         }
 
         public void close() {
             if (!closed) {
                 closed = true;
+                if (deviceHolds) {
+                    region.releasedByDevice();
+                }
                 region.unpin();
             }
         }
@@ -736,26 +746,8 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     private void zero(long id, long key, long offset, long length) throws RemoteMemoryException {
         try (RegionPin p = pin(id, key, offset, length)) {
-            long page = p.region.memory.pageSize();
-            long pageStart = (offset + page - 1) & -page;
-            long pageEnd = (offset + length) & -page;
-            if (pageStart < pageEnd) {
-                p.region.memory.release(pageStart, pageEnd - pageStart); // whole pages go back to the system
-                zeroWritten(p, 0, pageStart - offset);
-                zeroWritten(p, pageEnd - offset, offset + length - pageEnd);
-            } else {
-                zeroWritten(p, 0, length);
-            }
+            p.region.zero(offset, length);
         }
-    }
-
-    /** Zeroes the written parts of a pinned range; the rest reads as zeroes already and is left untouched. */
-    private static void zeroWritten(RegionPin p, long from, long length) {
-        p.runs(from, length, (at, n, written) -> {
-            if (written) {
-                p.memory().asSlice(at, n).fill((byte) 0);
-            }
-        });
     }
 
     // ------------------------------------------------------------------------------------------------- admin

@@ -145,6 +145,32 @@ final class Ucx {
     }
 
     /**
+     * Whether a UCX registration of memory in this process pins its pages to an RDMA NIC, as {@code ibv_reg_mr} does:
+     * the host has an RDMA device and UCX may use it, going by UCX_TLS (unset, "all", an exclusion list, or a list
+     * naming an RDMA transport) and UCX_NET_DEVICES (unset, "all", or naming an RDMA port). Otherwise UCX moves data
+     * with its tcp or shared-memory transports, which emulate GET and PUT with copies through the page tables and pin
+     * nothing. When unsure it says yes: filling a range with zeroes where its pages could have gone back costs RAM,
+     * giving pages back under a NIC would lose data.
+     */
+    static boolean registrationPinsPages(Map<String, String> env, List<String> devices) {
+        if (devices.isEmpty()) {
+            return false;
+        }
+        String tls = env.getOrDefault("UCX_TLS", "").trim().toLowerCase(Locale.ROOT);
+        boolean rdmaTls = tls.isEmpty() || tls.startsWith("^");
+        for (String t : tls.split(",")) {
+            String name = t.trim().startsWith("\\") ? t.trim().substring(1) : t.trim();
+            rdmaTls |= name.equals("all") || RDMA_TLS.contains(name);
+        }
+        String nets = env.getOrDefault("UCX_NET_DEVICES", "").trim();
+        boolean rdmaDevice = nets.isEmpty() || nets.equals("all");
+        for (String d : nets.split(",")) {
+            rdmaDevice |= d.trim().matches("[A-Za-z0-9_]+:\\d+"); // mlx5_0:1, rxe0:1: an RDMA port
+        }
+        return rdmaTls && rdmaDevice;
+    }
+
+    /**
      * Makes UCX log the transports it picks for each endpoint ("lanes") to a file that {@link #lanes} reads, unless
      * the user already chose a log level or file. Only works before UCX is loaded (UCX reads its log settings then);
      * returns false when it is too late.

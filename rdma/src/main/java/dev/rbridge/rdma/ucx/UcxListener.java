@@ -73,6 +73,8 @@ final class UcxListener implements RemoteListener {
     /** Registered region memory by (region, key, length); guarded by itself. */
     private final Map<RegKey, Registration> registrations = new HashMap<>();
     private volatile boolean closed;
+    /** Registrations pin pages to an RDMA NIC here (see {@link Ucx#registrationPinsPages}). */
+    private final boolean pinsPages = Ucx.registrationPinsPages(System.getenv(), Ucx.rdmaDevices());
 
     record RegKey(long region, long key, long length) {
     }
@@ -202,8 +204,13 @@ final class UcxListener implements RemoteListener {
             }
         }
         // Clients write registered memory with one-sided RDMA the memserver never sees: the region counts as written
-        // from here on, so no transport serves a page of it as never written.
-        check.exposed();
+        // from here on, so no transport serves a page of it as never written. On an RDMA NIC the registration also
+        // pins the pages, for as long as it lasts (this pin's life): the memserver must not give them back meanwhile.
+        if (pinsPages) {
+            check.heldByDevice();
+        } else {
+            check.exposed();
+        }
         try {
             UcpMemory memory = loop.call(() -> context.memoryMap(new UcpMemMapParams()
                     .setAddress(check.memory().address()).setLength(length).nonBlocking()), REGISTER_TIMEOUT_MILLIS);

@@ -41,6 +41,15 @@ public final class UcxProvider implements RemoteMemoryProvider {
         return Ucx.reportLanes();
     }
 
+    /**
+     * Whether memory a ucx memserver registers in this environment is held by an RDMA NIC (see {@link
+     * dev.rbridge.rdma.RegionService.Pin#heldByDevice}): this host has an RDMA device and UCX_TLS and UCX_NET_DEVICES
+     * let UCX use it.
+     */
+    public static boolean registrationsPinPages() {
+        return Ucx.registrationPinsPages(System.getenv(), Ucx.rdmaDevices());
+    }
+
     /** What UCX reported so far: lines like {@code ep_cfg[1]: tag(tcp/lo) rma_am(tcp/lo)}. */
     public static List<String> lanes() {
         return Ucx.lanes();
