@@ -10,6 +10,12 @@ import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.wire.ControlClient;
+import dev.rbridge.rdma.wire.MalformedMessageException;
+import dev.rbridge.rdma.wire.Message;
+import dev.rbridge.rdma.wire.MessageDecoder;
+import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -24,9 +30,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledFuture;
@@ -53,8 +57,6 @@ import java.util.concurrent.locks.ReentrantLock;
 final class TcpConnection implements RemoteConnection {
     private static final Logger log = LoggerFactory.getLogger(TcpConnection.class);
     private static final long FLUSH_AT_BYTES = 1 << 20;
-    /** The body of every empty reply (WRITE, ZERO, FLUSH, ...): parsers only read, so one instance serves all. */
-    private static final ByteBuffer EMPTY = ByteBuffer.allocate(0).asReadOnlyBuffer();
     /** Most buffers in one gathering write (Linux IOV_MAX is 1024). */
     private static final int MAX_VECTOR = 1024;
     /**
@@ -76,11 +78,13 @@ final class TcpConnection implements RemoteConnection {
     private final AtomicLong busyBytes = new AtomicLong();
     /** Told once when this connection closes, with the cause (a lane's failure closes its siblings). */
     private volatile java.util.function.Consumer<RemoteMemoryException> onClosed;
-    private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
-    private final AtomicLong ids = new AtomicLong(1);
+    /** Request ids, the calls waiting for replies, and what a reply means. */
+    private final ControlClient control;
+    /** Reads the replies; used by the role holder only. */
+    private final MessageDecoder decoder = MessageDecoder.forClient();
     private final ReentrantLock writeLock = new ReentrantLock();
-    /** Encoded requests not yet written, in issue order (FIFO keeps FLUSH behind what was issued before it). */
-    private final ConcurrentLinkedQueue<Outgoing> outgoing = new ConcurrentLinkedQueue<>();
+    /** Requests not yet written, in issue order (FIFO keeps FLUSH behind what was issued before it). */
+    private final ConcurrentLinkedQueue<Pending> outgoing = new ConcurrentLinkedQueue<>();
     private final AtomicLong outgoingBytes = new AtomicLong();
     /** Reply bytes of requests written and not yet answered: what the memserver may send before reading more. */
     private final AtomicLong writtenReplyBytes = new AtomicLong();
@@ -91,7 +95,7 @@ final class TcpConnection implements RemoteConnection {
     private final AtomicLong writtenRequestBytes = new AtomicLong();
     /**
      * Most reply bytes that may be outstanding when the thread reading replies writes a request itself: a quarter of
-     * the socket's receive buffer as the kernel reports it (twice the {@link Wire#SOCKET_BUFFER} asked for, of which
+     * the socket's receive buffer as the kernel reports it (twice the {@link TcpSockets#SOCKET_BUFFER} asked for, of which
      * part goes to bookkeeping), so that the memserver can always write every reply it owes without blocking, and so
      * always goes on reading what we write. The size is fixed (set explicitly, so the kernel does not autotune it).
      */
@@ -101,7 +105,7 @@ final class TcpConnection implements RemoteConnection {
      * the socket's send buffer as reported, so that the write fits in it whatever the memserver does.
      */
     private final long safeRequestBytes;
-    /** Where a batch's headers are gathered; used only under writeLock. */
+    /** Where a batch's requests are encoded (WRITE data apart); used only under writeLock. */
     private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
     /** The gathering write's buffers; used only under writeLock. */
     private final ByteBuffer[] vector = new ByteBuffer[MAX_VECTOR];
@@ -139,13 +143,15 @@ final class TcpConnection implements RemoteConnection {
     /** Timed looks in a row that found nothing pending. Reader thread only. */
     private int idleWakes;
 
-    /** A request waiting for its reply. */
-    private static final class Pending {
-        final int opcode;
-        final long deadline;
-        final CompletableFuture<Object> future;
+    /** A request waiting for its reply, and until it is written, waiting in {@link #outgoing}. */
+    private static final class Pending extends ControlClient.Call {
+        final Message request;
+        /** What {@link MessageEncoder} writes of {@link #request} into the batch buffer. */
+        final int encodedSize;
+        /** A WRITE's data, the caller's memory, written after the request; or null. */
+        final ByteBuffer data;
+        /** A READ's destination, the caller's memory; or null. */
         final MemorySegment dst;
-        final ReplyParser parser;
         /** What it adds to {@link #busyBytes} until answered. */
         final long weight;
         /** What it may take of our socket's send buffer until answered (see {@link #sendWeight}). */
@@ -156,17 +162,19 @@ final class TcpConnection implements RemoteConnection {
          */
         final long replyWeight;
 
-        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight, long requestBytes,
-                CompletableFuture<Object> future) {
-            this.future = future;
-            this.weight = weight;
-            this.requestWeight = sendWeight(requestBytes);
-            this.replyWeight = opcode == Wire.LIST ? Wire.MAX_BODY // a long list of regions
-                    : Math.max(4096, Wire.HEADER + (dst == null ? 0 : dst.byteSize()));
-            this.opcode = opcode;
-            this.deadline = deadline;
+        /** {@code bodyLength}: the request's, {@link MessageEncoder#bodyLength} (WRITE data included). */
+        Pending(Message request, long bodyLength, long deadline, MemorySegment data, MemorySegment dst,
+                ControlClient.Result result, CompletableFuture<Object> future) {
+            super(request.id(), request.code(), deadline, future, result);
+            this.request = request;
+            this.data = data == null ? null : data.asByteBuffer();
+            this.encodedSize = (int) (Protocol.HEADER + bodyLength - (data == null ? 0 : data.byteSize()));
             this.dst = dst;
-            this.parser = parser;
+            long requestBytes = Protocol.HEADER + bodyLength;
+            this.weight = requestBytes + (dst == null ? 0 : dst.byteSize());
+            this.requestWeight = sendWeight(requestBytes);
+            this.replyWeight = request instanceof Message.ListRegions ? Protocol.MAX_BODY // a long list of regions
+                    : Math.max(4096, Protocol.HEADER + (dst == null ? 0 : dst.byteSize()));
         }
     }
 
@@ -176,18 +184,6 @@ final class TcpConnection implements RemoteConnection {
      */
     static long sendWeight(long bytes) {
         return Math.max(4096, bytes + bytes / 16);
-    }
-
-    /** One encoded request: header and inline body, then the caller's data (WRITE) if any. */
-    private record Outgoing(ByteBuffer head, ByteBuffer data, long replyWeight, long requestWeight) {
-    }
-
-    private interface ReplyParser {
-        Object parse(ByteBuffer body) throws Wire.MalformedMessageException;
-    }
-
-    private interface BodyWriter {
-        void write(ByteBuffer dst);
     }
 
     /** The last reply carried large READ data: read only the next header, so that its data skips {@code in}. */
@@ -200,7 +196,8 @@ final class TcpConnection implements RemoteConnection {
         this.channel = channel;
         this.stats = stats;
         this.callerDriven = callerDriven;
-        this.spinner = new Spinner(channel.socket().getInputStream(), ids::get);
+        this.control = new ControlClient(peer);
+        this.spinner = new Spinner(channel.socket().getInputStream(), control::issued);
         this.safeReplyBytes = channel.getOption(java.net.StandardSocketOptions.SO_RCVBUF) / 4;
         this.safeRequestBytes = channel.getOption(java.net.StandardSocketOptions.SO_SNDBUF) / 4;
         this.peer = peer;
@@ -232,13 +229,13 @@ final class TcpConnection implements RemoteConnection {
             throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot open a socket: " + e.getMessage(), e);
         }
         // One guard covers connect and hello: a peer that accepts but never answers is cut off, not waited on.
-        ScheduledFuture<?> guard = TcpProvider.TIMER.schedule(() -> closeQuietly(ch),
+        ScheduledFuture<?> guard = TcpProvider.TIMER.schedule(() -> TcpSockets.closeQuietly(ch),
                 params.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
         try {
-            Wire.tune(ch);
+            TcpSockets.tune(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
             TcpCongestion.apply(ch, params.tcpCongestion());
-            ServerInfo info = hello(ch, params, clientName, peer);
+            ServerInfo info = ControlClient.greet(ch, peer, params.token(), clientName);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
             }
@@ -246,55 +243,14 @@ final class TcpConnection implements RemoteConnection {
                     params.callerDriven());
         } catch (IOException e) {
             boolean timedOut = !guard.cancel(false); // the guard already ran: it closed the socket
-            closeQuietly(ch);
+            TcpSockets.closeQuietly(ch);
             String why = timedOut ? "no answer within " + params.connectTimeout().toMillis() + " ms"
                     : e.getMessage() == null ? e.toString() : e.getMessage();
             throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot reach memserver " + peer + ": " + why, e);
         } catch (RemoteMemoryException e) {
             guard.cancel(false);
-            closeQuietly(ch);
+            TcpSockets.closeQuietly(ch);
             throw e;
-        }
-    }
-
-    private static ServerInfo hello(SocketChannel ch, ConnectParams params, String clientName, String peer)
-            throws IOException, RemoteMemoryException {
-        int bodyLength = Wire.stringLength(params.token()) + Wire.stringLength(clientName);
-        ByteBuffer req = Wire.allocate(Wire.HEADER + bodyLength);
-        Wire.header(req, Wire.HELLO, 0, 0, bodyLength);
-        Wire.putString(req, params.token());
-        Wire.putString(req, clientName);
-        writeFully(ch, req.flip());
-        ByteBuffer h = Wire.allocate(Wire.HEADER);
-        readFully(ch, h);
-        h.flip();
-        if (h.getInt() != Wire.MAGIC) {
-            throw new IOException(peer + " is not a memserver (bad magic in its reply)");
-        }
-        int version = Short.toUnsignedInt(h.getShort());
-        h.getShort();
-        h.getLong();
-        int status = h.getInt();
-        int length = h.getInt();
-        if (length < 0 || length > 64 << 10) {
-            throw new IOException(peer + " sent a hello reply of " + Integer.toUnsignedString(length) + " bytes");
-        }
-        ByteBuffer body = Wire.allocate(length);
-        readFully(ch, body);
-        body.flip();
-        try {
-            if (status != 0) {
-                throw new RemoteMemoryException(Status.of(status), "memserver " + peer + " refused the connection: "
-                        + Wire.getString(body));
-            }
-            if (version != Wire.VERSION) {
-                throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver " + peer + " speaks protocol v"
-                        + version + ", this client v" + Wire.VERSION);
-            }
-            ByteBuffer b = body;
-            return Wire.parse("HELLO reply", () -> new ServerInfo(Wire.getString(b), version, b.getLong(), b.getLong()));
-        } catch (Wire.MalformedMessageException e) {
-            throw new IOException(peer + " sent a malformed hello reply: " + e.getMessage());
         }
     }
 
@@ -307,82 +263,42 @@ final class TcpConnection implements RemoteConnection {
 
     @Override
     public CompletableFuture<RegionDescriptor> allocate(RegionTag tag, long length) {
-        return send(Wire.ALLOCATE, 8 + Wire.tagLength(tag), b -> {
-            b.putLong(length);
-            Wire.putTag(b, tag);
-        }, null, body -> Wire.parse("ALLOCATE reply", () -> Wire.getDescriptor(body)));
+        return call(ControlClient.allocate(tag, length));
     }
 
     @Override
     public CompletableFuture<RegionDescriptor> open(long regionId) {
-        return send(Wire.OPEN, 8, b -> b.putLong(regionId), null,
-                body -> Wire.parse("OPEN reply", () -> Wire.getDescriptor(body)));
+        return call(ControlClient.open(regionId));
     }
 
     @Override
     public CompletableFuture<List<RegionInfo>> list() {
-        return send(Wire.LIST, 0, b -> {
-        }, null, body -> Wire.parse("LIST reply", () -> {
-            int n = body.getInt();
-            if (n < 0 || n > body.remaining()) {
-                throw new Wire.MalformedMessageException("LIST reply claims " + n + " regions");
-            }
-            List<RegionInfo> regions = new ArrayList<>(n);
-            for (int i = 0; i < n; i++) {
-                regions.add(new RegionInfo(Wire.getDescriptor(body), Wire.getString(body)));
-            }
-            return regions;
-        }));
+        return call(ControlClient.list());
     }
 
     @Override
     public CompletableFuture<Void> release(RegionDescriptor region) {
-        return send(Wire.RELEASE, 16, b -> b.putLong(region.id()).putLong(region.key()), null, body -> null);
+        return call(ControlClient.release(region));
     }
 
     @Override
     public CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
-        return send(Wire.RETAG, 16 + Wire.tagLength(tag), b -> {
-            b.putLong(region.id()).putLong(region.key());
-            Wire.putTag(b, tag);
-        }, null, body -> Wire.parse("RETAG reply", () -> Wire.getDescriptor(body)));
+        return call(ControlClient.retag(region, tag));
     }
 
     @Override
     public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
-        long ttlMillis = leaseMillis(ttl);
-        return send(Wire.LEASE, Wire.stringLength(volume) + Wire.stringLength(owner) + 8, b -> {
-            Wire.putString(b, volume);
-            Wire.putString(b, owner);
-            b.putLong(ttlMillis);
-        }, null, body -> Wire.parse("LEASE reply", () -> new Lease(volume, owner, body.getLong(), body.get() != 0)));
-    }
-
-    /** A ttl in whole milliseconds: a positive one below a millisecond counts as one, a huge one saturates. */
-    static long leaseMillis(Duration ttl) {
-        if (ttl.isNegative() || ttl.isZero()) {
-            return ttl.isZero() ? 0 : -1;
-        }
-        try {
-            return Math.max(1, ttl.toMillis());
-        } catch (ArithmeticException e) {
-            return Long.MAX_VALUE;
-        }
+        return call(ControlClient.lease(volume, owner, ttl));
     }
 
     @Override
     public CompletableFuture<Void> unlease(String volume, String owner) {
-        return send(Wire.UNLEASE, Wire.stringLength(volume) + Wire.stringLength(owner), b -> {
-            Wire.putString(b, volume);
-            Wire.putString(b, owner);
-        }, null, body -> null);
+        return call(ControlClient.unlease(volume, owner));
     }
 
     @Override
     public CompletableFuture<ServerInfo> info() {
-        return send(Wire.INFO, 0, b -> {
-        }, null, body -> Wire.parse("INFO reply", () -> new ServerInfo(Wire.getString(body), server.protocolVersion(),
-                body.getLong(), body.getLong())));
+        return call(ControlClient.info());
     }
 
     @Override
@@ -395,9 +311,8 @@ final class TcpConnection implements RemoteConnection {
             MemorySegment part = dst.asSlice(off, len);
             stats.readOps.increment();
             stats.readBytes.add(len);
-            return send(Wire.READ, Wire.DATA_ADDRESS + 4,
-                    b -> b.putLong(region.id()).putLong(region.key()).putLong(offset + off).putInt((int) len),
-                    null, part, body -> null);
+            return send(new Message.Read(control.nextId(), region.id(), region.key(), offset + off, (int) len),
+                    null, part, ControlClient.NOTHING);
         });
     }
 
@@ -407,23 +322,21 @@ final class TcpConnection implements RemoteConnection {
             MemorySegment part = src.asSlice(off, len);
             stats.writeOps.increment();
             stats.writeBytes.add(len);
-            return send(Wire.WRITE, Wire.DATA_ADDRESS + (int) len,
-                    b -> b.putLong(region.id()).putLong(region.key()).putLong(offset + off), part, null, body -> null);
+            return send(new Message.Write(control.nextId(), region.id(), region.key(), offset + off, (int) len),
+                    part, null, ControlClient.NOTHING);
         });
     }
 
     @Override
     public CompletableFuture<Void> zero(RegionDescriptor region, long offset, long length) {
-        return send(Wire.ZERO, Wire.DATA_ADDRESS + 8,
-                b -> b.putLong(region.id()).putLong(region.key()).putLong(offset).putLong(length), null, body -> null);
+        return call(ControlClient.zero(region, offset, length));
     }
 
     @Override
     public CompletableFuture<Void> flush() {
         // The memserver executes a connection's requests in order and answers a write only once its bytes are in
         // memory, so a FLUSH answered means everything before it is done.
-        return send(Wire.FLUSH, 0, b -> {
-        }, null, body -> null);
+        return call(ControlClient.flush());
     }
 
     @Override
@@ -474,12 +387,12 @@ final class TcpConnection implements RemoteConnection {
 
     /** Operations above the wire's data limit go as several, completing together. */
     private static CompletableFuture<Void> split(long size, PartOp op) {
-        if (size <= Wire.MAX_DATA) {
+        if (size <= Protocol.MAX_DATA) {
             return op.run(0, size);
         }
         List<CompletableFuture<Void>> parts = new ArrayList<>();
-        for (long off = 0; off < size; off += Wire.MAX_DATA) {
-            parts.add(op.run(off, Math.min(Wire.MAX_DATA, size - off)));
+        for (long off = 0; off < size; off += Protocol.MAX_DATA) {
+            parts.add(op.run(off, Math.min(Protocol.MAX_DATA, size - off)));
         }
         return allOf(parts.toArray(CompletableFuture[]::new));
     }
@@ -550,41 +463,39 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
-    private <T> CompletableFuture<T> send(int opcode, int bodyLength, BodyWriter body, MemorySegment data,
-                                          ReplyParser parser) {
-        return send(opcode, bodyLength, body, data, null, parser);
+    private <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
+        return send(op.request().apply(control.nextId()), null, null, op.result());
     }
 
+    /**
+     * Issues {@code request}, with a WRITE's {@code data} or a READ's {@code dst}: registered as waiting for its reply,
+     * then written by this thread, or left to the thread that reads replies or to the flusher (see below).
+     */
     @SuppressWarnings("unchecked")
-    private <T> CompletableFuture<T> send(int opcode, int bodyLength, BodyWriter body, MemorySegment data,
-                                          MemorySegment dst, ReplyParser parser) {
+    private <T> CompletableFuture<T> send(Message request, MemorySegment data, MemorySegment dst,
+                                          ControlClient.Result result) {
         RemoteMemoryException dead = closed.get();
         if (dead != null) {
             return CompletableFuture.failedFuture(dead);
         }
-        long id = ids.getAndIncrement();
-        long weight = Wire.HEADER + (long) bodyLength + (dst == null ? 0 : dst.byteSize());
-        Pending p = new Pending(opcode, System.nanoTime() + timeoutNanos, dst, parser, weight,
-                Wire.HEADER + (long) bodyLength,
+        long bodyLength = MessageEncoder.bodyLength(request);
+        if (data == null && bodyLength > Protocol.MAX_CONTROL_BODY) {
+            return CompletableFuture.failedFuture(new RemoteMemoryException(Status.BAD_REQUEST, request.getClass()
+                    .getSimpleName().toUpperCase(java.util.Locale.ROOT) + " of " + bodyLength
+                    + " bytes is more than a memserver takes (" + Protocol.MAX_CONTROL_BODY + ")"));
+        }
+        Pending p = new Pending(request, bodyLength, System.nanoTime() + timeoutNanos, data, dst, result,
                 callerDriven ? new DrivenFuture<>() : new CompletableFuture<>());
-        busyBytes.addAndGet(weight);
-        pending.put(id, p);
-        if (closed.get() != null && pending.remove(id) != null) {
-            p.future.completeExceptionally(closed.get()); // closed between the check and the put
-            return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
+        busyBytes.addAndGet(p.weight);
+        if (!control.register(p)) {
+            busyBytes.addAndGet(-p.weight);
+            return (CompletableFuture<T>) (CompletableFuture<?>) p.future(); // closed meanwhile: failed
         }
-        int inline = data == null ? bodyLength : bodyLength - (int) data.byteSize();
-        ByteBuffer head = Wire.allocate(Wire.HEADER + inline);
-        Wire.header(head, opcode, id, 0, bodyLength);
-        body.write(head);
-        if (head.hasRemaining()) {
-            throw new IllegalStateException(Wire.opName(opcode) + " body is shorter than the declared " + inline);
-        }
-        outgoing.add(new Outgoing(head.flip(), data == null ? null : data.asByteBuffer(), p.replyWeight,
-                p.requestWeight));
-        long pendingBytes = outgoingBytes.addAndGet(Wire.HEADER + (long) bodyLength);
+        outgoing.add(p);
+        long wireBytes = Protocol.HEADER + bodyLength;
+        long pendingBytes = outgoingBytes.addAndGet(wireBytes);
         stats.sendMessages.increment();
-        stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
+        stats.sendBytes.add(wireBytes);
         if (readsReplies()) {
             if (pendingBytes >= FLUSH_AT_BYTES && !writeBesideReplies()) {
                 // Requests from completion callbacks otherwise wait until the reader has handled every reply it has
@@ -607,7 +518,7 @@ final class TcpConnection implements RemoteConnection {
             // skipping it for the last driver, whom the reader thread's timed look backs up.
             LockSupport.unpark(reader);
         }
-        return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
+        return (CompletableFuture<T>) (CompletableFuture<?>) p.future();
     }
 
     /**
@@ -681,7 +592,7 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
-    /** Writes queued requests: their headers gathered into one direct buffer, WRITE data straight from the caller. */
+    /** Writes queued requests: encoded together into one direct buffer, WRITE data straight from the caller. */
     private void writeBatch() throws IOException {
         writeBatch(Long.MAX_VALUE, Long.MAX_VALUE);
     }
@@ -699,19 +610,19 @@ final class TcpConnection implements RemoteConnection {
         long bytes = 0;
         out.clear();
         int headStart = 0;
-        Outgoing o;
-        while (n < MAX_VECTOR - 1 && (o = outgoing.peek()) != null && o.head().remaining() <= out.remaining()
-                && (replies + o.replyWeight() <= replyBudget || requests + o.requestWeight() <= requestBudget)) {
+        Pending o;
+        while (n < MAX_VECTOR - 1 && (o = outgoing.peek()) != null && o.encodedSize <= out.remaining()
+                && (replies + o.replyWeight <= replyBudget || requests + o.requestWeight <= requestBudget)) {
             outgoing.poll();
-            replies += o.replyWeight();
-            requests += o.requestWeight();
-            bytes += o.head().remaining();
-            out.put(o.head());
-            if (o.data() != null) {
+            replies += o.replyWeight;
+            requests += o.requestWeight;
+            bytes += o.encodedSize;
+            MessageEncoder.encode(o.request, out);
+            if (o.data != null) {
                 v[n++] = out.slice(headStart, out.position() - headStart);
                 headStart = out.position();
-                v[n++] = o.data();
-                bytes += o.data().remaining();
+                v[n++] = o.data;
+                bytes += o.data.remaining();
             }
         }
         if (out.position() > headStart) {
@@ -760,17 +671,17 @@ final class TcpConnection implements RemoteConnection {
                 LockSupport.unpark(flusher); // the rest: we must not block writing what could stall the replies
             }
             spinner.await();
-            Wire.readMore(channel, in, afterLarge ? n : Integer.MAX_VALUE);
+            TcpSockets.readMore(channel, in, afterLarge ? n : Integer.MAX_VALUE);
         }
     }
 
     private void readLoop() {
         try {
             while (true) {
-                ensure(Wire.HEADER);
+                ensure(Protocol.HEADER);
                 readOne();
             }
-        } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
+        } catch (MalformedMessageException | IOException | RuntimeException e) {
             readFailed(e);
         }
     }
@@ -778,7 +689,7 @@ final class TcpConnection implements RemoteConnection {
     /** The reader thread in caller-driven mode: reads while requests are pending and no waiting caller wants to. */
     private void driveLoop() {
         while (closed.get() == null) {
-            if (pending.isEmpty() || waiters.get() > 0 || !readRole.tryLock()) {
+            if (control.idle() || waiters.get() > 0 || !readRole.tryLock()) {
                 parkIdle();
                 continue;
             }
@@ -787,10 +698,10 @@ final class TcpConnection implements RemoteConnection {
             }
             idleWakes = 0;
             try {
-                while (!pending.isEmpty() && awaitHeader(true)) {
+                while (!control.idle() && awaitHeader(true)) {
                     readOne();
                 }
-            } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
+            } catch (MalformedMessageException | IOException | RuntimeException e) {
                 readFailed(e);
             } finally {
                 readRole.unlock();
@@ -811,7 +722,7 @@ final class TcpConnection implements RemoteConnection {
         if (!safetyWake) {
             return;
         }
-        if (!pending.isEmpty()) {
+        if (!control.idle()) {
             idleWakes = 0;
         } else if (++idleWakes >= IDLE_LOOKS) {
             lastDriver = null;
@@ -852,12 +763,12 @@ final class TcpConnection implements RemoteConnection {
             while (!f.isDone() && awaitHeader(false)) {
                 readOne();
             }
-        } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
+        } catch (MalformedMessageException | IOException | RuntimeException e) {
             readFailed(e);
         } finally {
             driving[0]--;
             readRole.unlock();
-            if (!pending.isEmpty()) {
+            if (!control.idle()) {
                 LockSupport.unpark(reader); // other callers' replies: the reader thread takes over
             }
         }
@@ -881,7 +792,7 @@ final class TcpConnection implements RemoteConnection {
             return false;
         } finally {
             waiters.decrementAndGet();
-            if (!taken && !pending.isEmpty() && !readRole.isLocked()) {
+            if (!taken && !control.idle() && !readRole.isLocked()) {
                 LockSupport.unpark(reader); // it may have stepped aside for us and parked
             }
         }
@@ -894,20 +805,20 @@ final class TcpConnection implements RemoteConnection {
      * when a caller asks for the role.
      */
     private boolean awaitHeader(boolean mayStepAside) throws IOException {
-        while (in.remaining() < Wire.HEADER) {
+        while (in.remaining() < Protocol.HEADER) {
             if (!outgoing.isEmpty() && !writeBesideReplies()) {
                 LockSupport.unpark(flusher); // the rest: we must not block writing what could stall the replies
             }
             if (mayStepAside && waiters.get() > 0) {
                 return false;
             }
-            int upTo = afterLarge ? Wire.HEADER : Integer.MAX_VALUE;
+            int upTo = afterLarge ? Protocol.HEADER : Integer.MAX_VALUE;
             if (spinner.await(mayStepAside ? askedFor : null)) {
-                Wire.readMore(channel, in, upTo);
+                TcpSockets.readMore(channel, in, upTo);
             } else if (!(mayStepAside && waiters.get() > 0)) {
                 readerBlocked = true;
                 try {
-                    Wire.readMore(channel, in, upTo);
+                    TcpSockets.readMore(channel, in, upTo);
                 } finally {
                     readerBlocked = false;
                 }
@@ -916,58 +827,41 @@ final class TcpConnection implements RemoteConnection {
         return true;
     }
 
-    /** Reads one reply, whose header is in {@code in}, and completes its request. Called by the role holder only. */
-    private void readOne() throws IOException, Wire.MalformedMessageException {
-        ByteBuffer h = in;
-        if (h.getInt() != Wire.MAGIC) {
-            throw new Wire.MalformedMessageException("bad magic");
+    /**
+     * Reads one reply, whose header is in {@code in}, and completes its request: READ data straight into the
+     * caller's memory. Called by the role holder only.
+     */
+    private void readOne() throws IOException, MalformedMessageException {
+        Message m;
+        while ((m = decoder.next(in)) == null) {
+            TcpSockets.readMore(channel, in); // the rest of a body: a reply is sent whole, so it is coming
         }
-        h.getShort();
-        int opcode = Short.toUnsignedInt(h.getShort());
-        long id = h.getLong();
-        int status = h.getInt();
-        int length = h.getInt();
-        if (length < 0 || length > Wire.MAX_BODY) {
-            throw new Wire.MalformedMessageException("reply body of " + Integer.toUnsignedString(length)
-                    + " bytes");
+        if (!(control.take(m.id()) instanceof Pending p)) {
+            throw new MalformedMessageException("reply to unknown request " + m.id());
         }
-        Pending p = pending.remove(id);
-        if (p == null) {
-            throw new Wire.MalformedMessageException("reply to unknown request " + id);
-        }
-        current = p;
         busyBytes.addAndGet(-p.weight);
         writtenReplyBytes.addAndGet(-p.replyWeight);
         writtenRequestBytes.addAndGet(-p.requestWeight);
         stats.recvMessages.increment();
-        stats.recvBytes.add(Wire.HEADER + (long) length);
-        if (status != 0) {
-            ByteBuffer body = readBody(length);
-            String message = length >= 2 ? Wire.parse("error", () -> Wire.getString(body)) : "";
-            if (status == Status.BAD_REQUEST.code() && message.startsWith("unexpected OP_")) {
-                message += " (the memserver predates this operation; upgrade it)";
+        stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
+        if (m instanceof Message.ReadReply r) {
+            if (p.dst == null || r.length() != p.dst.byteSize()) {
+                throw new MalformedMessageException("READ reply of " + r.length() + " bytes for "
+                        + (p.dst == null ? "a " + p.what() : p.dst.byteSize() + " requested"));
             }
-            current = null;
-            p.future.completeExceptionally(new RemoteMemoryException(Status.of(status),
-                    Wire.opName(opcode) + " on memserver " + peer + " failed: " + message));
-        } else if (p.dst != null) {
-            if (length != p.dst.byteSize()) {
-                throw new Wire.MalformedMessageException("READ reply of " + length + " bytes for "
-                        + p.dst.byteSize() + " requested");
-            }
+            current = p; // watched by the watchdog while its data comes in
             ByteBuffer dst = p.dst.asByteBuffer();
-            int buffered = Math.min(in.remaining(), length);
+            int buffered = Math.min(in.remaining(), r.length());
             dst.put(in.slice(in.position(), buffered));
             in.position(in.position() + buffered);
-            readFully(channel, dst); // the rest, if any, straight from the socket
-            afterLarge = length >= Wire.LARGE;
+            TcpSockets.readFully(channel, dst); // the rest, if any, straight from the socket
+            decoder.payloadMoved(r.length());
+            afterLarge = r.length() >= TcpSockets.LARGE;
             current = null;
-            p.future.complete(null);
+            p.future().complete(null);
         } else {
             afterLarge = false;
-            ByteBuffer body = readBody(length);
-            current = null;
-            completeWith(p, body);
+            control.answer(p, m);
         }
     }
 
@@ -976,7 +870,7 @@ final class TcpConnection implements RemoteConnection {
         Pending p = current;
         current = null;
         RemoteMemoryException cause;
-        if (e instanceof Wire.MalformedMessageException) {
+        if (e instanceof MalformedMessageException) {
             cause = new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer + " sent a malformed reply ("
                     + e.getMessage() + "); connection closed");
         } else if (e instanceof EOFException) {
@@ -991,7 +885,11 @@ final class TcpConnection implements RemoteConnection {
             log.error("tcp reader for {} failed", peer, e);
             cause = new RemoteMemoryException(Status.CONNECTION_LOST, "internal error reading from " + peer, e);
         }
-        fail(p, closeWith(cause));
+        if (p != null) {
+            p.future().completeExceptionally(closeWith(cause));
+        } else {
+            closeWith(cause);
+        }
     }
 
     /** A request's future that, waited on, lets the waiting thread read the replies (caller-driven mode). */
@@ -1019,52 +917,21 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
-    private static void fail(Pending p, RemoteMemoryException cause) {
-        if (p != null) {
-            p.future.completeExceptionally(cause);
-        }
-    }
-
-    private static void completeWith(Pending p, ByteBuffer body) {
-        try {
-            p.future.complete(p.parser.parse(body));
-        } catch (Wire.MalformedMessageException | RuntimeException e) {
-            p.future.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "malformed "
-                    + Wire.opName(p.opcode) + " reply: " + e.getMessage()));
-        }
-    }
-
-    private ByteBuffer readBody(int length) throws IOException {
-        if (length == 0) {
-            return EMPTY;
-        }
-        ByteBuffer body = Wire.allocate(length);
-        int buffered = Math.min(in.remaining(), length);
-        body.put(in.slice(in.position(), buffered));
-        in.position(in.position() + buffered);
-        readFully(channel, body);
-        return body.flip();
-    }
-
     private void checkDeadlines() {
         if (closed.get() != null) {
             return;
         }
         long now = System.nanoTime();
         Pending reading = current;
-        if (reading != null && now - reading.deadline > 0) {
+        if (reading != null && now - reading.deadline() > 0) {
             closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not finish its "
-                    + Wire.opName(reading.opcode) + " reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
+                    + reading.what() + " reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
                     + " ms (it stopped in the middle); connection declared dead"), true);
             return;
         }
-        for (Pending p : pending.values()) {
-            if (now - p.deadline > 0) {
-                closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not answer "
-                        + Wire.opName(p.opcode) + " within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
-                        + " ms; connection declared dead"), true);
-                return;
-            }
+        ControlClient.Call late = control.overdue(now);
+        if (late != null) {
+            closeWith(control.timeout(late, timeoutNanos), true);
         }
     }
 
@@ -1083,7 +950,7 @@ final class TcpConnection implements RemoteConnection {
             return closed.get();
         }
         watchdog.cancel(false);
-        closeQuietly(channel);
+        TcpSockets.closeQuietly(channel);
         LockSupport.unpark(flusher);
         LockSupport.unpark(reader);
         if (failElsewhere) {
@@ -1096,14 +963,7 @@ final class TcpConnection implements RemoteConnection {
 
     /** Fails every pending operation of this closed connection and tells the close hook. */
     private void failPending(RemoteMemoryException cause) {
-        int failed = 0;
-        for (Long id : List.copyOf(pending.keySet())) {
-            Pending p = pending.remove(id);
-            if (p != null) {
-                p.future.completeExceptionally(cause);
-                failed++;
-            }
-        }
+        int failed = control.failAll(cause);
         if (cause.status() != Status.CONNECTION_LOST || failed > 0) {
             log.warn("{} ({} pending operation(s) failed)", cause.getMessage(), failed);
         } else {
@@ -1112,28 +972,6 @@ final class TcpConnection implements RemoteConnection {
         java.util.function.Consumer<RemoteMemoryException> hook = onClosed;
         if (hook != null) {
             hook.accept(cause);
-        }
-    }
-
-    static void readFully(SocketChannel ch, ByteBuffer b) throws IOException {
-        while (b.hasRemaining()) {
-            if (ch.read(b) < 0) {
-                throw new EOFException();
-            }
-        }
-    }
-
-    static void writeFully(SocketChannel ch, ByteBuffer b) throws IOException {
-        while (b.hasRemaining()) {
-            ch.write(b);
-        }
-    }
-
-    static void closeQuietly(SocketChannel ch) {
-        try {
-            ch.close();
-        } catch (IOException e) {
-            log.debug("close failed", e);
         }
     }
 }

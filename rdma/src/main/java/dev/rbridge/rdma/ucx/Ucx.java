@@ -16,6 +16,8 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.SymbolLookup;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
+import java.net.StandardSocketOptions;
+import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -247,6 +249,12 @@ final class Ucx {
                 throw new IOException("setenv " + name + " failed");
             }
         }
+    }
+
+    /** The control connection's socket, either end: small messages, sent at once; a vanished peer found eventually. */
+    static void tuneControlSocket(SocketChannel ch) throws IOException {
+        ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+        ch.setOption(StandardSocketOptions.SO_KEEPALIVE, true);
     }
 
     /** A UCX status code as the exception of the contract: the peer is gone or the endpoint broke. */

@@ -13,9 +13,9 @@ import java.util.List;
 
 /**
  * Remote memory over UCX (JUCX 1.12.1 on the system's libucx0): one-sided GET/PUT on registered region memory, RDMA
- * READ/WRITE on InfiniBand or RoCE, emulated by UCX over its tcp transport elsewhere. The control plane is the tcp
- * provider's protocol on a TCP connection plus the UCX opcodes ({@link Control}). UCX is loaded only when this
- * provider connects or listens for the first time.
+ * READ/WRITE on InfiniBand or RoCE, emulated by UCX over its tcp transport elsewhere. The control plane is the control
+ * protocol of {@code dev.rbridge.rdma.wire} on a TCP connection, with its UCX opcodes (UCX_CONNECT, MAP, INVALIDATE).
+ * UCX is loaded only when this provider connects or listens for the first time.
  */
 public final class UcxProvider implements RemoteMemoryProvider {
     @Override

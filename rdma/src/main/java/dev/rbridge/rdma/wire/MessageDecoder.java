@@ -154,6 +154,11 @@ public final class MessageDecoder {
         state = State.SKIP;
     }
 
+    /** The body length the last header announced: what the last message took on the wire after its header. */
+    public int length() {
+        return length;
+    }
+
     /** A memserver's decoder before the greeting: only a HELLO may come. */
     public boolean awaitingHello() {
         return awaitingHello;
