@@ -26,6 +26,7 @@ import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.SecureRandom;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
@@ -109,10 +110,16 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /** Starts listening; fails with a clear message when the transport is unknown or the address is taken. */
     public static MemServer start(MemServerConfig config) throws IOException {
+        return start(config, new ListenParams().helloTimeout());
+    }
+
+    /** As {@link #start(MemServerConfig)}, with another hello timeout (tests that wait it out). */
+    static MemServer start(MemServerConfig config, Duration helloTimeout) throws IOException {
         RemoteMemoryProvider provider = Providers.byName(config.transport());
         MemServer server = new MemServer(config);
         server.listener = provider.listen(new ListenParams().address(config.listen())
-                .tcpCongestion(config.tcpCongestion()).limits(config.connections()), server);
+                .tcpCongestion(config.tcpCongestion()).limits(config.connections()).helloTimeout(helloTimeout),
+                server);
         if (config.token() == null) {
             log.warn("no token configured: any client that can reach {} may use this memory", server.address());
         }
