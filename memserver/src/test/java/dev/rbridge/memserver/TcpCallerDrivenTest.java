@@ -256,7 +256,7 @@ class TcpCallerDrivenTest {
                     }
                     Thread.sleep(300); // well past the polling budget, well within the 2 s operation timeout
                     reading = java.util.Arrays.stream(caller.getStackTrace()).anyMatch(
-                            f -> f.getMethodName().equals("awaitHeader") && f.getClassName().endsWith("TcpConnection"));
+                            f -> f.getMethodName().equals("awaitHeader") && f.getClassName().endsWith("ReplyReader"));
                     if (reading) {
                         caller.interrupt();
                     }
