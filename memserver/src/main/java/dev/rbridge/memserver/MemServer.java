@@ -26,9 +26,10 @@ import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.SecureRandom;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -46,22 +47,16 @@ import java.util.concurrent.atomic.AtomicLong;
  * anonymous mappings, so memory is touched only when written, reads of the untouched part return zeroes, and a
  * grant counts against the capacity whether touched or not (capacity is a promise, not a guess).
  *
- * <p>Volume leases: a client (a bridge) may hold an ownership lease on a volume name. The lease belongs to the
- * connection (the session) that took it, not to the owner string it presented: owner strings are names, not secrets.
- * While a lease is live (renewed within its ttl, its holder's connection open) only the holder's connection may
- * allocate, open, retag or release the regions tagged with that volume; volumes nobody leases stay usable by anyone.
- * Every grant but a renewal by the holder's own connection rotates the access key of every region of the volume, so
- * whoever held a key before (the previous holder, anyone who opened a region while the volume was unleased) fails
- * with {@code ACCESS_DENIED} from then on (fencing). Refusals say how long the lease has left, never who holds it. The
- * lease table and every control operation that reads or changes a region's key or tag run under one lock
- * ({@link #control}); the data path only reads the region's volatile descriptor.
+ * <p>Volume leases ({@link Leases}): while a connection holds a volume's lease, only it may allocate, open, retag or
+ * release the regions tagged with that volume, and every grant but its own renewal rotates the access key of every
+ * region of the volume (fencing). The lease table and every control operation that reads or changes a region's key or
+ * tag run under one lock ({@link #control}); the data path only reads the region's volatile descriptor.
  *
  * <p>Regions a client allocates without holding their volume's lease (ping's and bench's scratch memory) are its own
  * and are released when its connection ends; regions of a volume it leases are the volume's data and stay for the
  * next holder.
  *
- * <p>What a peer can make this memserver hold is bounded: regions ({@code maxRegions}), leases
- * ({@value #MAX_LEASES} in all, {@value #MAX_LEASES_PER_CLIENT} per client), lease ttls ({@link Lease#MAX_TTL}),
+ * <p>What a peer can make this memserver hold is bounded: regions ({@code maxRegions}), leases (see {@link Leases}),
  * client names ({@value #MAX_CLIENT_NAME} bytes), and the regions listed at once ({@value #CONCURRENT_LISTINGS}
  * listings in memory at a time, each held until it is sent).
  */
@@ -96,8 +91,8 @@ public final class MemServer implements RegionService, AutoCloseable {
      * step, so a key rotation never interleaves with an open that hands out a key or an allocate that adds a region.
      */
     private final Object control = new Object();
-    /** By volume name; guarded by {@link #control}. An entry outlives its holder so a takeover knows to fence. */
-    private final Map<String, VolumeLease> leases = new HashMap<>();
+    /** The volume leases; guarded by {@link #control}. */
+    private final Leases leases = new Leases();
     private final SecureRandom random = new SecureRandom();
     private volatile boolean draining;
     private final CompletableFuture<Void> drained = new CompletableFuture<>();
@@ -109,10 +104,16 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /** Starts listening; fails with a clear message when the transport is unknown or the address is taken. */
     public static MemServer start(MemServerConfig config) throws IOException {
+        return start(config, new ListenParams().helloTimeout());
+    }
+
+    /** As {@link #start(MemServerConfig)}, with another hello timeout (tests that wait it out). */
+    static MemServer start(MemServerConfig config, Duration helloTimeout) throws IOException {
         RemoteMemoryProvider provider = Providers.byName(config.transport());
         MemServer server = new MemServer(config);
         server.listener = provider.listen(new ListenParams().address(config.listen())
-                .tcpCongestion(config.tcpCongestion()).limits(config.connections()), server);
+                .tcpCongestion(config.tcpCongestion()).limits(config.connections()).helloTimeout(helloTimeout),
+                server);
         if (config.token() == null) {
             log.warn("no token configured: any client that can reach {} may use this memory", server.address());
         }
@@ -251,7 +252,7 @@ public final class MemServer implements RegionService, AutoCloseable {
                     + "memserver's whole capacity of " + config.capacityBytes() + " bytes");
         }
         synchronized (control) {
-            checkLease(c, tag.volume(), "allocate regions of it"); // early, so a refusal is not reported as NO_CAPACITY
+            leases.check(c, tag.volume(), "allocate regions of it"); // early, so a refusal is not reported as NO_CAPACITY
         }
         long rounded = rounded(length);
         long before;
@@ -287,9 +288,8 @@ public final class MemServer implements RegionService, AutoCloseable {
         Region region;
         try {
             synchronized (control) {
-                checkLease(c, tag.volume(), "allocate regions of it"); // again: a lease may have been taken meanwhile
-                VolumeLease l = leases.get(tag.volume());
-                boolean volumeData = l != null && l.holder == c && l.state == LeaseState.HELD;
+                leases.check(c, tag.volume(), "allocate regions of it"); // again: a lease may have been taken meanwhile
+                boolean volumeData = leases.holds(c, tag.volume());
                 region = new Region(d, memory, c.name, c.id, !volumeData);
                 regions.put(d.id(), region);
             }
@@ -317,7 +317,7 @@ public final class MemServer implements RegionService, AutoCloseable {
                 throw new RemoteMemoryException(Status.NO_SUCH_REGION, "no region " + id);
             }
             RegionDescriptor d = r.descriptor;
-            checkLease(c, d.tag().volume(), "open its regions");
+            leases.check(c, d.tag().volume(), "open its regions");
             return d;
         }
     }
@@ -407,7 +407,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         Region r;
         synchronized (control) {
             r = checked(id, key);
-            checkLease(c, r.descriptor.tag().volume(), "release its regions");
+            leases.check(c, r.descriptor.tag().volume(), "release its regions");
             if (!regions.remove(id, r)) {
                 return;
             }
@@ -427,7 +427,7 @@ public final class MemServer implements RegionService, AutoCloseable {
                 throw new RemoteMemoryException(Status.BAD_REQUEST, "region " + id + " belongs to volume '"
                         + d.tag().volume() + "'; a retag cannot move it to volume '" + tag.volume() + "'");
             }
-            checkLease(c, d.tag().volume(), "retag its regions");
+            leases.check(c, d.tag().volume(), "retag its regions");
             RegionDescriptor retagged = new RegionDescriptor(d.id(), d.length(), d.key(), tag);
             r.descriptor = retagged;
             log.debug("client {}: retagged region {} from {} to {}", c.id, id, d.tag(), tag);
@@ -437,129 +437,25 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     // ------------------------------------------------------------------------------------------------ leases
 
-    private static final int MAX_OWNER = 1024;
-    /**
-     * Entries in the lease table, held or not. Entries that bind nobody are kept (a takeover after them must fence)
-     * only while their volume has regions, and swept when the table is full; this bounds what the rest can take.
-     */
-    static final int MAX_LEASES = 65536;
-    /** Leases one connection holds at once: a bridge holds one per volume it serves. */
-    static final int MAX_LEASES_PER_CLIENT = 256;
-
-    /**
-     * Where a lease stands: {@code HELD} by its holder's connection (live while renewed within its ttl), {@code
-     * RELEASED} because that connection ended, {@code GIVEN_BACK} with UNLEASE. Only a held, unexpired lease binds
-     * anyone; the others are kept so that the next grant knows whether it takes over from someone.
-     */
-    private enum LeaseState { HELD, RELEASED, GIVEN_BACK }
-
-    private record VolumeLease(String owner, Client holder, long ttlMillis, long expiresAtNanos, LeaseState state) {
-        boolean live(long now) {
-            return state == LeaseState.HELD && !holder.ended && expiresAtNanos - now > 0;
-        }
-
-        long remainingMillis(long now) {
-            return live(now) ? Math.max(0, TimeUnit.NANOSECONDS.toMillis(expiresAtNanos - now)) : 0;
-        }
-
-        VolumeLease in(LeaseState s) {
-            return new VolumeLease(owner, holder, ttlMillis, expiresAtNanos, s);
-        }
-    }
-
-    /**
-     * Refuses {@code c} when another connection holds a live lease on {@code volume}, saying how long it has left but
-     * not who holds it. Call under {@link #control}.
-     */
-    private void checkLease(Client c, String volume, String what) throws RemoteMemoryException {
-        VolumeLease l = leases.get(volume);
-        if (l != null && l.holder != c) {
-            long now = System.nanoTime();
-            if (l.live(now)) {
-                throw new RemoteMemoryException(Status.ACCESS_DENIED, "volume '" + volume + "' is leased by another "
-                        + "client (" + l.remainingMillis(now) + " ms left); only its holder may " + what);
-            }
-        }
-    }
-
     private Lease lease(Client c, String volume, String owner, long ttlMillis) throws RemoteMemoryException {
-        if (ttlMillis <= 0 || ttlMillis > Lease.MAX_TTL.toMillis()) {
-            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's ttl must be from 1 to "
-                    + Lease.MAX_TTL.toMillis() + " ms (5 min), not " + ttlMillis + " ms: renew a lease instead");
-        }
-        if (owner == null || owner.isEmpty() || owner.getBytes(StandardCharsets.UTF_8).length > MAX_OWNER) {
-            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's owner must be 1 to " + MAX_OWNER
-                    + " bytes long");
-        }
-        if (volume == null || volume.getBytes(StandardCharsets.UTF_8).length > RegionTag.MAX_VOLUME_NAME) {
-            throw new RemoteMemoryException(Status.BAD_REQUEST, "a volume name is at most "
-                    + RegionTag.MAX_VOLUME_NAME + " bytes long");
-        }
         synchronized (control) {
-            long now = System.nanoTime();
-            VolumeLease previous = leases.get(volume);
-            if (previous != null && previous.holder != c && previous.live(now)) {
-                throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "' is leased by another "
-                        + "client (" + previous.remainingMillis(now) + " ms left)");
-            }
-            // The lease is the connection's: the same connection renews (even an expired lease nobody took since),
-            // any other connection takes it over, whatever owner string it presents.
-            boolean renewal = previous != null && previous.holder == c;
-            boolean tookOver = previous != null && !renewal && previous.state != LeaseState.GIVEN_BACK;
-            boolean heldBefore = renewal && previous.state == LeaseState.HELD;
-            if (!heldBefore) {
-                makeRoomForLease(c, previous == null);
-            }
-            leases.put(volume, new VolumeLease(owner, c, ttlMillis, now + TimeUnit.MILLISECONDS.toNanos(ttlMillis),
-                    LeaseState.HELD));
-            if (!heldBefore) {
-                c.leases++;
-            }
-            if (previous != null && previous.holder != c && previous.state == LeaseState.HELD) {
-                previous.holder.leases--;
-            }
-            if (renewal) {
-                return new Lease(volume, owner, ttlMillis, false);
-            }
-            int rotated = rotateKeys(volume);
-            String v = printable(volume, RegionTag.MAX_VOLUME_NAME);
-            if (tookOver) {
-                log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); {} "
-                                + "region key(s) rotated", v, printable(owner, MAX_OWNER), c.id, c.peer,
-                        printable(previous.owner, MAX_OWNER), previous.holder.id, previous.holder.peer,
-                        previous.state == LeaseState.RELEASED || previous.holder.ended ? "connection ended"
-                                : "lease expired " + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos)
-                                + " ms ago", rotated);
-            } else {
-                log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms{}", v, printable(owner, MAX_OWNER),
-                        c.id, c.peer, ttlMillis, rotated == 0 ? "" : "; " + rotated + " region key(s) rotated");
-            }
-            return new Lease(volume, owner, ttlMillis, tookOver);
+            return leases.grant(c, volume, owner, ttlMillis, this::rotateKeys, this::volumesWithRegions);
         }
     }
 
-    /**
-     * Refuses a new lease for {@code c} when it holds its limit, or when the table is full even after dropping the
-     * entries that bind nobody and guard no regions. Call under {@link #control}.
-     */
-    private void makeRoomForLease(Client c, boolean newEntry) throws RemoteMemoryException {
-        if (c.leases >= MAX_LEASES_PER_CLIENT) {
-            throw new RemoteMemoryException(Status.NO_CAPACITY, "this connection holds its limit of "
-                    + MAX_LEASES_PER_CLIENT + " leases; give some back first");
+    private void unlease(Client c, String volume, String owner) {
+        synchronized (control) {
+            leases.giveBack(c, volume, owner);
         }
-        if (newEntry && leases.size() >= MAX_LEASES) {
-            Set<String> guarded = new java.util.HashSet<>();
-            for (Region r : regions.values()) {
-                guarded.add(r.descriptor.tag().volume());
-            }
-            long now = System.nanoTime();
-            leases.entrySet().removeIf(e -> !e.getValue().live(now) && e.getValue().state != LeaseState.HELD
-                    && !guarded.contains(e.getKey()));
-            if (leases.size() >= MAX_LEASES) {
-                throw new RemoteMemoryException(Status.NO_CAPACITY, "this memserver tracks its limit of "
-                        + MAX_LEASES + " volume leases");
-            }
+    }
+
+    /** The volumes that have regions: their lease entries must be kept (a takeover after them must fence). */
+    private Set<String> volumesWithRegions() {
+        Set<String> volumes = new HashSet<>();
+        for (Region r : regions.values()) {
+            volumes.add(r.descriptor.tag().volume());
         }
+        return volumes;
     }
 
     /** New random keys for every region of a volume. Call under {@link #control}. */
@@ -577,34 +473,6 @@ public final class MemServer implements RegionService, AutoCloseable {
             }
         }
         return n;
-    }
-
-    /** Only the holder's own connection gives a lease back; anyone else presenting the owner string changes nothing. */
-    private void unlease(Client c, String volume, String owner) {
-        synchronized (control) {
-            VolumeLease l = leases.get(volume);
-            if (l != null && l.holder == c && l.state == LeaseState.HELD && l.owner.equals(owner)) {
-                leases.put(volume, l.in(LeaseState.GIVEN_BACK));
-                c.leases--;
-                log.info("volume '{}': lease of '{}' given back by client {} at {}",
-                        printable(volume, RegionTag.MAX_VOLUME_NAME), printable(owner, MAX_OWNER), c.id, c.peer);
-            }
-        }
-    }
-
-    /** A connection ended: the leases it held bind nobody from now on (another owner may take them at once). */
-    private void leasesEnded(Client c) {
-        synchronized (control) {
-            for (Map.Entry<String, VolumeLease> e : leases.entrySet()) {
-                VolumeLease l = e.getValue();
-                if (l.holder == c && l.state == LeaseState.HELD) {
-                    e.setValue(l.in(LeaseState.RELEASED));
-                    log.info("volume '{}': lease of '{}' released: client {} at {} disconnected",
-                            printable(e.getKey(), RegionTag.MAX_VOLUME_NAME), printable(l.owner, MAX_OWNER), c.id,
-                            c.peer);
-                }
-            }
-        }
     }
 
     /**
@@ -671,12 +539,16 @@ public final class MemServer implements RegionService, AutoCloseable {
         return r;
     }
 
-    /** A pinned range of one region; closing it (once) drops the pin. */
+    /**
+     * A pinned range of one region; closing it (once) drops the pin, and a device's hold on the region. Used by one
+     * thread at a time (a transfer's, or a registration handed on with a happens-before).
+     */
     private static final class RegionPin implements Pin {
         final Region region;
         private final long offset;
         private final MemorySegment slice;
         private boolean closed;
+        private boolean deviceHolds;
 
         RegionPin(Region region, long offset, MemorySegment slice) {
             this.region = region;
@@ -695,14 +567,9 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         @Override
         public void runs(RegionService.RunVisitor visitor) {
-            runs(0, slice.byteSize(), visitor);
-        }
-
-        /** As {@link #runs(RegionService.RunVisitor)} over {@code [from, from + length)} of the pin only. */
-        void runs(long from, long length, RegionService.RunVisitor visitor) {
             WrittenPages written = region.memory.writtenPages();
-            long end = offset + from + length;
-            for (long at = offset + from; at < end; ) {
+            long end = offset + slice.byteSize();
+            for (long at = offset; at < end; ) {
                 long runEnd = written.runEnd(at, end);
                 visitor.run(at - offset, runEnd - at, written.isWritten(at));
                 at = runEnd;
@@ -711,12 +578,23 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         @Override
         public void exposed() {
-            region.memory.writtenPages().markEverything();
+            region.exposed();
+        }
+
+        @Override
+        public void heldByDevice() {
+            if (!deviceHolds && !closed) {
+                deviceHolds = true;
+                region.heldByDevice();
+            }
         }
 
         public void close() {
             if (!closed) {
                 closed = true;
+                if (deviceHolds) {
+                    region.releasedByDevice();
+                }
                 region.unpin();
             }
         }
@@ -736,26 +614,8 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     private void zero(long id, long key, long offset, long length) throws RemoteMemoryException {
         try (RegionPin p = pin(id, key, offset, length)) {
-            long page = p.region.memory.pageSize();
-            long pageStart = (offset + page - 1) & -page;
-            long pageEnd = (offset + length) & -page;
-            if (pageStart < pageEnd) {
-                p.region.memory.release(pageStart, pageEnd - pageStart); // whole pages go back to the system
-                zeroWritten(p, 0, pageStart - offset);
-                zeroWritten(p, pageEnd - offset, offset + length - pageEnd);
-            } else {
-                zeroWritten(p, 0, length);
-            }
+            p.region.zero(offset, length);
         }
-    }
-
-    /** Zeroes the written parts of a pinned range; the rest reads as zeroes already and is left untouched. */
-    private static void zeroWritten(RegionPin p, long from, long length) {
-        p.runs(from, length, (at, n, written) -> {
-            if (written) {
-                p.memory().asSlice(at, n).fill((byte) 0);
-            }
-        });
     }
 
     // ------------------------------------------------------------------------------------------------- admin
@@ -798,16 +658,9 @@ public final class MemServer implements RegionService, AutoCloseable {
     }
 
     public List<LeaseView> leases() {
-        List<LeaseView> out = new ArrayList<>();
         synchronized (control) {
-            long now = System.nanoTime();
-            leases.forEach((volume, l) -> out.add(new LeaseView(volume, l.owner, l.holder.id, l.holder.name,
-                    l.holder.peer, l.live(now) ? "held" : l.state == LeaseState.GIVEN_BACK ? "given back"
-                    : l.state == LeaseState.RELEASED || l.holder.ended ? "released" : "expired",
-                    l.ttlMillis, l.remainingMillis(now))));
+            return leases.views();
         }
-        out.sort(Comparator.comparing(LeaseView::volume));
-        return out;
     }
 
     /** Operator action: cuts a client's connection. Its regions stay (it may reconnect and reattach). */
@@ -871,7 +724,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     }
 
     /** A connected client. Its regions outlive it: a restarted bridge reattaches to them. */
-    private final class Client implements Session {
+    private final class Client implements Session, Leases.Holder {
         final long id;
         final String name;
         final String peer;
@@ -879,13 +732,27 @@ public final class MemServer implements RegionService, AutoCloseable {
         volatile Runnable disconnect;
         /** Its connection ended: its leases bind nobody. */
         volatile boolean ended;
-        /** Leases it holds (or held until they expired, nobody having taken them); guarded by {@link #control}. */
-        int leases;
 
         Client(long id, String name, String peer) {
             this.id = id;
             this.name = name;
             this.peer = peer;
+        }
+
+        public long id() {
+            return id;
+        }
+
+        public String name() {
+            return name;
+        }
+
+        public String peer() {
+            return peer;
+        }
+
+        public boolean ended() {
+            return ended;
         }
 
         public ServerInfo serverInfo() {
@@ -939,7 +806,9 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         public void closed() {
             ended = true;
-            leasesEnded(this);
+            synchronized (control) {
+                leases.ended(this);
+            }
             scratchEnded(this);
             synchronized (transportTotals) {
                 ConnectionStats st = stats;

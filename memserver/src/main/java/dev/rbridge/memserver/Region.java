@@ -1,6 +1,7 @@
 package dev.rbridge.memserver;
 
 import dev.rbridge.memory.AnonymousMemory;
+import dev.rbridge.memory.WrittenPages;
 import dev.rbridge.rdma.RegionDescriptor;
 
 import java.util.concurrent.atomic.AtomicInteger;
@@ -26,7 +27,10 @@ final class Region {
     final boolean scratch;
     /** One reference for being alive plus one per pin; zero means unmapped. */
     private final AtomicInteger references = new AtomicInteger(1);
+    /** Guarded by this. */
     private boolean released;
+    /** Open pins that hand the memory to a device holding its pages (see {@link #zero}); guarded by this. */
+    private int deviceHolds;
 
     Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner, long ownerId, boolean scratch) {
         this.descriptor = descriptor;
@@ -51,6 +55,60 @@ final class Region {
     void unpin() {
         if (references.decrementAndGet() == 0) {
             memory.close();
+        }
+    }
+
+    /** From now on something writes this memory without reporting which pages: it all counts as written. */
+    void exposed() {
+        memory.writtenPages().markEverything(); // for good: giving pages back does not undo it
+    }
+
+    /** A device holds this region's pages until {@link #releasedByDevice}. */
+    synchronized void heldByDevice() {
+        exposed();
+        deviceHolds++;
+    }
+
+    synchronized void releasedByDevice() {
+        deviceHolds--;
+    }
+
+    /**
+     * Zeroes {@code [offset, offset + length)} (within the region), for every transport alike. The whole pages of the
+     * range go back to the system (madvise), so a zeroed range costs no RAM, and what is left at its edges is
+     * zeroed in place where it was written. Not while a device holds the region's pages, though: an RDMA NIC that
+     * registered the memory pinned the physical pages and keeps reading and writing them, so giving them back would
+     * hand the process fresh zero pages behind the NIC's back, and the NIC would go on serving the old data. The
+     * range is then filled with zeroes instead. Which registrations hold pages is the transport's to say (a UCX
+     * registration over RDMA does; over UCX's tcp or shared-memory transports nothing is pinned: the memserver's own
+     * thread makes those copies through the page tables), see {@code RegionService.Pin#heldByDevice}. The check and
+     * the madvise hold this region's lock, which a registration takes before it starts, so none can start in between.
+     */
+    void zero(long offset, long length) {
+        long page = memory.pageSize();
+        long pageStart = (offset + page - 1) & -page;
+        long pageEnd = (offset + length) & -page;
+        synchronized (this) {
+            if (deviceHolds == 0 && pageStart < pageEnd) {
+                memory.release(pageStart, pageEnd - pageStart); // whole pages go back to the system
+                zeroWritten(offset, pageStart - offset);
+                zeroWritten(pageEnd, offset + length - pageEnd);
+                return;
+            }
+        }
+        zeroWritten(offset, length);
+    }
+
+    /** Zeroes the written parts of a range; the rest reads as zeroes already and is left untouched. */
+    private void zeroWritten(long from, long length) {
+        WrittenPages written = memory.writtenPages();
+        long end = from + length;
+        for (long at = from; at < end; ) {
+            long runEnd = written.runEnd(at, end);
+            if (written.isWritten(at)) {
+                memory.segment().asSlice(at, runEnd - at).fill((byte) 0);
+            }
+            at = runEnd;
         }
     }
 

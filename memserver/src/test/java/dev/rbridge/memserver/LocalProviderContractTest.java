@@ -4,6 +4,8 @@ import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.local.LocalProvider;
 
 import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.Map;
 
 /**
  * The provider contract over the in-process provider. "Killing" the memserver stops it inside this JVM, which is
@@ -16,9 +18,9 @@ class LocalProviderContractTest extends ProviderContractTest {
     }
 
     @Override
-    Target start(long capacity) throws Exception {
-        MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, TOKEN,
-                "local"));
+    Target start(long capacity, Duration helloTimeout) throws Exception {
+        MemServerConfig config = new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, TOKEN, "local");
+        MemServer m = helloTimeout == null ? MemServer.start(config) : MemServer.start(config, helloTimeout);
         return new Target() {
             public InetSocketAddress address() {
                 return m.address();
@@ -44,6 +46,14 @@ class LocalProviderContractTest extends ProviderContractTest {
 
             public void thaw() {
                 throw new UnsupportedOperationException();
+            }
+
+            public long residentBytes() {
+                return m.stats().residentBytes();
+            }
+
+            public Map<String, Long> refused() {
+                return m.stats().refused();
             }
 
             public void close() {

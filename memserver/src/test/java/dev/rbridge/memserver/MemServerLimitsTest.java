@@ -319,7 +319,7 @@ class MemServerLimitsTest {
     void aClientHoldsALimitedNumberOfLeases() throws Exception {
         try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT);
              RemoteConnection c = connect(m, "hoarder"); RemoteConnection other = connect(m, "other")) {
-            for (int i = 0; i < MemServer.MAX_LEASES_PER_CLIENT; i++) {
+            for (int i = 0; i < Leases.MAX_LEASES_PER_CLIENT; i++) {
                 c.lease("vol-" + i, "hoarder", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
             }
             c.lease("vol-0", "hoarder", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS); // renewals still work

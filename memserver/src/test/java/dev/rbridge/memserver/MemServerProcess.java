@@ -4,7 +4,10 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 
 /** A memserver JVM started by a test, with the signals a test needs: SIGKILL, SIGSTOP, SIGCONT. */
@@ -12,14 +15,17 @@ final class MemServerProcess implements AutoCloseable {
     final Process process;
     final InetSocketAddress address;
     final InetSocketAddress admin;
+    /** Where the memserver's own counters are read (see {@link StandaloneMemServer}). */
+    final InetSocketAddress stats;
     final String token;
     final Path log;
 
-    private MemServerProcess(Process process, InetSocketAddress address, InetSocketAddress admin, String token,
-                             Path log) {
+    private MemServerProcess(Process process, InetSocketAddress address, InetSocketAddress admin,
+                             InetSocketAddress stats, String token, Path log) {
         this.process = process;
         this.address = address;
         this.admin = admin;
+        this.stats = stats;
         this.token = token;
         this.log = log;
     }
@@ -41,6 +47,12 @@ final class MemServerProcess implements AutoCloseable {
     /** As {@link #start(long, String, String)}, with more JVM options (a small -XX:MaxDirectMemorySize, say). */
     static MemServerProcess start(long capacity, String token, String transport, List<String> jvmArgs)
             throws IOException, InterruptedException {
+        return start(capacity, token, transport, jvmArgs, null);
+    }
+
+    /** As {@link #start(long, String, String, List)}, with another hello timeout than the memserver's, or null. */
+    static MemServerProcess start(long capacity, String token, String transport, List<String> jvmArgs,
+                                  Duration helloTimeout) throws IOException, InterruptedException {
         Path dir = Files.createTempDirectory("memserver");
         Path portFile = dir.resolve("port");
         Path log = dir.resolve("memserver.log");
@@ -50,6 +62,9 @@ final class MemServerProcess implements AutoCloseable {
         cmd.addAll(jvmArgs);
         cmd.addAll(List.of("-cp", System.getProperty("java.class.path"),
                 StandaloneMemServer.class.getName(), portFile.toString(), String.valueOf(capacity), token, transport));
+        if (helloTimeout != null) {
+            cmd.add(String.valueOf(helloTimeout.toMillis()));
+        }
         ProcessBuilder pb = new ProcessBuilder(cmd);
         ucxEnvironment(pb.environment());
         Process p = pb.redirectErrorStream(true).redirectOutput(log.toFile()).start();
@@ -63,7 +78,40 @@ final class MemServerProcess implements AutoCloseable {
         }
         String[] ports = Files.readString(portFile).trim().split(" ");
         return new MemServerProcess(p, new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[0])),
-                new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[1])), token, log);
+                new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[1])),
+                new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[2])), token, log);
+    }
+
+    /** The memserver's own counters (see {@link StandaloneMemServer}), by name. */
+    Map<String, Long> counters() throws IOException, InterruptedException {
+        var http = java.net.http.HttpClient.newHttpClient();
+        var response = http.send(java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1:"
+                + stats.getPort() + "/")).timeout(Duration.ofSeconds(10)).build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString());
+        Map<String, Long> out = new TreeMap<>();
+        for (String line : response.body().split("\n")) {
+            String[] f = line.split(" ");
+            if (f.length == 2) {
+                out.put(f[0], Long.parseLong(f[1]));
+            }
+        }
+        return out;
+    }
+
+    /** Peers the memserver turned away, by reason. */
+    Map<String, Long> refused() throws IOException, InterruptedException {
+        Map<String, Long> out = new TreeMap<>();
+        counters().forEach((k, v) -> {
+            if (k.startsWith("refused.")) {
+                out.put(k.substring("refused.".length()), v);
+            }
+        });
+        return out;
+    }
+
+    /** RAM backing the memserver's regions now. */
+    long residentBytes() throws IOException, InterruptedException {
+        return counters().get("resident_bytes");
     }
 
     /** An operator's revoke, through the memserver's admin interface. */

@@ -16,6 +16,8 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 
 import java.io.DataInputStream;
 import java.io.OutputStream;
@@ -24,9 +26,13 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.net.InetSocketAddress;
 import java.net.Socket;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -72,6 +78,53 @@ abstract class ProviderContractTest {
         void freeze() throws Exception;
 
         void thaw() throws Exception;
+
+        /** RAM backing the memserver's regions now (its own count). */
+        long residentBytes() throws Exception;
+
+        /** Peers the memserver turned away, by reason (its own count). */
+        Map<String, Long> refused() throws Exception;
+    }
+
+    /** A memserver in its own JVM, as {@link Target}. */
+    static Target target(MemServerProcess p) {
+        return new Target() {
+            public InetSocketAddress address() {
+                return p.address;
+            }
+
+            public void kill() throws Exception {
+                p.kill();
+            }
+
+            public void revoke(long regionId) throws Exception {
+                p.revoke(regionId);
+            }
+
+            public boolean hasWire() {
+                return true;
+            }
+
+            public void freeze() throws Exception {
+                p.signal("STOP");
+            }
+
+            public void thaw() throws Exception {
+                p.signal("CONT");
+            }
+
+            public long residentBytes() throws Exception {
+                return p.residentBytes();
+            }
+
+            public Map<String, Long> refused() throws Exception {
+                return p.refused();
+            }
+
+            public void close() throws Exception {
+                p.close();
+            }
+        };
     }
 
     abstract RemoteMemoryProvider provider();
@@ -86,7 +139,21 @@ abstract class ProviderContractTest {
         return false;
     }
 
-    abstract Target start(long capacity) throws Exception;
+    /** A memserver with the default hello timeout. */
+    Target start(long capacity) throws Exception {
+        return start(capacity, null);
+    }
+
+    /** A memserver that cuts off peers that have not greeted within {@code helloTimeout} (null: its default). */
+    abstract Target start(long capacity, Duration helloTimeout) throws Exception;
+
+    /**
+     * Whether a device (an RDMA NIC) holds the memory this provider's memserver hands to its clients, so that ZERO
+     * fills it rather than give its pages back.
+     */
+    boolean deviceHoldsRegisteredMemory() {
+        return false;
+    }
 
     @BeforeAll
     void startMemServer() throws Exception {
@@ -847,6 +914,117 @@ abstract class ProviderContractTest {
             assertTrue(waited < TIMEOUT.toNanos() * 3, "detected too late: " + waited / 1_000_000 + " ms");
             assertFalse(c.isOpen());
             victim.thaw();
+        }
+    }
+
+    // ------------------------------------------------------------------------ the same rules on every transport
+
+    @Test
+    void zeroGivesTheMemoryBackWhereNoDeviceHoldsIt() throws Exception {
+        Assumptions.assumeFalse(deviceHoldsRegisteredMemory(), "an RDMA NIC holds this memserver's registered "
+                + "memory: ZERO fills it instead of giving its pages back");
+        long mib = 1 << 20;
+        try (RemoteConnection c = connect(memserver, TOKEN); Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = get(c.allocate(RegionTag.scratch("zero-gives-back"), 4 * mib));
+            get(c.write(r, mib, arena.allocate(mib).fill((byte) 0x6B)));
+            get(c.flush());
+            long written = memserver.residentBytes();
+            assertTrue(written >= mib, "1 MiB written backs " + written + " bytes");
+            get(c.zero(r, mib, mib));
+            long zeroed = memserver.residentBytes();
+            assertTrue(written - zeroed >= mib, "ZERO of 1 MiB that was written gave back " + (written - zeroed)
+                    + " bytes (the memserver's regions held " + written + " bytes before, " + zeroed + " after)");
+            MemorySegment back = arena.allocate(mib).fill((byte) 1);
+            get(c.read(r, mib, back));
+            assertArrayEquals(new byte[(int) mib], bytes(back), "a zeroed range reads as zeroes");
+            get(c.release(r));
+        }
+    }
+
+    /** Ways to be turned away before admission, and the reason the memserver counts for each. */
+    enum Refusal {
+        WRONG_TOKEN("token"),
+        GARBAGE("malformed"),
+        MALFORMED_GREETING("malformed"),
+        REQUEST_BEFORE_GREETING("malformed"),
+        OTHER_VERSION("version"),
+        HELLO_TIMEOUT("hello_timeout");
+
+        final String reason;
+
+        Refusal(String reason) {
+            this.reason = reason;
+        }
+    }
+
+    @ParameterizedTest
+    @EnumSource(Refusal.class)
+    void aPeerTurnedAwayIsCountedOnceForItsReason(Refusal refusal) throws Exception {
+        Assumptions.assumeTrue(memserver.hasWire(), "an in-process provider has no listener to turn peers away");
+        if (refusal == Refusal.HELLO_TIMEOUT) {
+            try (Target m = start(64L << 20, Duration.ofSeconds(1))) {
+                assertCountedOnce(m, refusal);
+            }
+        } else {
+            assertCountedOnce(memserver, refusal);
+        }
+    }
+
+    private void assertCountedOnce(Target m, Refusal refusal) throws Exception {
+        Map<String, Long> before = m.refused();
+        byte[] token = TOKEN.getBytes(StandardCharsets.UTF_8);
+        switch (refusal) {
+            case WRONG_TOKEN -> assertEquals(Status.AUTH_FAILED,
+                    assertThrows(RemoteMemoryException.class, () -> connect(m, "not-the-token")).status());
+            case GARBAGE -> sendAndAwaitClose(m, "GET / HTTP/1.1\r\nHost: memserver\r\n\r\n"
+                    .getBytes(StandardCharsets.US_ASCII));
+            case MALFORMED_GREETING -> sendAndAwaitClose(m, littleEndian(24 + 4)
+                    .putInt(0x4D524252).putShort((short) 1).putShort((short) 1).putLong(1).putInt(0).putInt(4)
+                    .putShort((short) 200).putShort((short) 0).array()); // a token longer than the HELLO
+            case REQUEST_BEFORE_GREETING -> sendAndAwaitClose(m, littleEndian(24)
+                    .putInt(0x4D524252).putShort((short) 1).putShort((short) 9).putLong(1).putInt(0).putInt(0)
+                    .array()); // INFO
+            case OTHER_VERSION -> sendAndAwaitClose(m, littleEndian(24 + 2 + token.length + 2)
+                    .putInt(0x4D524252).putShort((short) 2).putShort((short) 1).putLong(1).putInt(0)
+                    .putInt(2 + token.length + 2).putShort((short) token.length).put(token).putShort((short) 0)
+                    .array());
+            case HELLO_TIMEOUT -> sendAndAwaitClose(m, new byte[0]); // says nothing at all
+        }
+        // Counted before the memserver closed the connection; a second count would follow shortly if at all.
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (m.refused().equals(before) && System.nanoTime() < deadline) {
+            Thread.sleep(20);
+        }
+        Thread.sleep(500);
+        Map<String, Long> after = m.refused();
+        Map<String, Long> moved = new java.util.TreeMap<>();
+        after.forEach((reason, n) -> {
+            long d = n - before.getOrDefault(reason, 0L);
+            if (d != 0) {
+                moved.put(reason, d);
+            }
+        });
+        assertEquals(Map.of(refusal.reason, 1L), moved, refusal + ": the refused counters moved by " + moved
+                + " (before " + before + ", after " + after + ")");
+    }
+
+    static ByteBuffer littleEndian(int size) {
+        return ByteBuffer.allocate(size).order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    /** Sends {@code bytes} on a new connection and waits, up to 30 s, for the memserver to close it. */
+    static void sendAndAwaitClose(Target m, byte[] bytes) throws Exception {
+        try (Socket s = new Socket(m.address().getAddress(), m.address().getPort())) {
+            s.setSoTimeout(30_000);
+            s.getOutputStream().write(bytes);
+            s.getOutputStream().flush();
+            try {
+                while (s.getInputStream().read() >= 0) {
+                    // whatever it answers before closing
+                }
+            } catch (java.net.SocketException reset) {
+                // closed with a reset: closed all the same
+            }
         }
     }
 

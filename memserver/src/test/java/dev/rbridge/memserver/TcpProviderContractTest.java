@@ -3,7 +3,8 @@ package dev.rbridge.memserver;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.tcp.TcpProvider;
 
-import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.List;
 
 /** The provider contract over the pure-Java tcp provider, the memserver in its own JVM (killed and frozen for real). */
 class TcpProviderContractTest extends ProviderContractTest {
@@ -13,36 +14,7 @@ class TcpProviderContractTest extends ProviderContractTest {
     }
 
     @Override
-    Target start(long capacity) throws Exception {
-        MemServerProcess p = MemServerProcess.start(capacity, TOKEN);
-        return new Target() {
-            public InetSocketAddress address() {
-                return p.address;
-            }
-
-            public void kill() throws Exception {
-                p.kill();
-            }
-
-            public void revoke(long regionId) throws Exception {
-                p.revoke(regionId);
-            }
-
-            public boolean hasWire() {
-                return true;
-            }
-
-            public void freeze() throws Exception {
-                p.signal("STOP");
-            }
-
-            public void thaw() throws Exception {
-                p.signal("CONT");
-            }
-
-            public void close() throws Exception {
-                p.close();
-            }
-        };
+    Target start(long capacity, Duration helloTimeout) throws Exception {
+        return target(MemServerProcess.start(capacity, TOKEN, "tcp", List.of(), helloTimeout));
     }
 }

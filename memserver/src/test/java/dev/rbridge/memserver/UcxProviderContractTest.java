@@ -3,7 +3,8 @@ package dev.rbridge.memserver;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.ucx.UcxProvider;
 
-import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.List;
 
 /**
  * The provider contract over the ucx provider (JUCX), the memserver in its own JVM (killed and frozen for real), with
@@ -16,36 +17,12 @@ class UcxProviderContractTest extends ProviderContractTest {
     }
 
     @Override
-    Target start(long capacity) throws Exception {
-        MemServerProcess p = MemServerProcess.start(capacity, TOKEN, "ucx");
-        return new Target() {
-            public InetSocketAddress address() {
-                return p.address;
-            }
+    Target start(long capacity, Duration helloTimeout) throws Exception {
+        return target(MemServerProcess.start(capacity, TOKEN, "ucx", List.of(), helloTimeout));
+    }
 
-            public void kill() throws Exception {
-                p.kill();
-            }
-
-            public void revoke(long regionId) throws Exception {
-                p.revoke(regionId);
-            }
-
-            public boolean hasWire() {
-                return true;
-            }
-
-            public void freeze() throws Exception {
-                p.signal("STOP");
-            }
-
-            public void thaw() throws Exception {
-                p.signal("CONT");
-            }
-
-            public void close() throws Exception {
-                p.close();
-            }
-        };
+    @Override
+    boolean deviceHoldsRegisteredMemory() {
+        return UcxProvider.registrationsPinPages(); // the memserver runs on this host, in this environment
     }
 }

@@ -1,6 +1,9 @@
 package dev.rbridge.rdma;
 
 import dev.rbridge.common.RateLimitedLog;
+import dev.rbridge.rdma.wire.Message;
+import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.Opcode;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -39,8 +42,14 @@ public final class GatedAcceptor implements AutoCloseable {
          */
         void start(SocketChannel channel, InetSocketAddress remote, ConnectionGate.Slot slot) throws IOException;
 
-        /** This transport's reply to a greeting, failed with NO_CAPACITY and {@code message}: what a refused peer reads. */
-        ByteBuffer refusal(String message);
+        /**
+         * What a refused peer reads: the reply to its greeting, failed with NO_CAPACITY and {@code message}, in the
+         * control protocol every transport here speaks.
+         */
+        default ByteBuffer refusal(String message) {
+            return MessageEncoder.encode(new Message.Error(0, Opcode.HELLO.code(),
+                    RemoteMemoryException.Status.NO_CAPACITY.code(), message));
+        }
     }
 
     private final String name;

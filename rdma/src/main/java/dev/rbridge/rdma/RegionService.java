@@ -68,7 +68,10 @@ public interface RegionService {
          */
         Pin pin(long regionId, long key, long offset, long length) throws RemoteMemoryException;
 
-        /** Zeroes a range, giving whole pages back to the system. */
+        /**
+         * Zeroes a range: whole pages go back to the system, unless a device holds the region's memory ({@link
+         * Pin#heldByDevice}), where it is filled with zeroes instead. The memserver decides, for every transport.
+         */
         void zero(long regionId, long key, long offset, long length) throws RemoteMemoryException;
 
         /**
@@ -115,6 +118,18 @@ public interface RegionService {
          * from now on the whole region counts as written.
          */
         default void exposed() {
+        }
+
+        /**
+         * As {@link #exposed}, and the memory is registered with a device that holds its pages for as long as this
+         * pin is open (an RDMA NIC: a registration pins the physical pages and the NIC reads and writes them on its
+         * own). While it does, the memserver must not give the region's pages back to the system: the device would
+         * go on using the old pages while the process got fresh ones. A registration that pins nothing (UCX's
+         * emulated transports, tcp or shared memory, whose copies the memserver's own thread makes through the page
+         * tables) is only {@link #exposed}.
+         */
+        default void heldByDevice() {
+            exposed();
         }
 
         @Override

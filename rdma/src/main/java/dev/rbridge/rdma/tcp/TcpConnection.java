@@ -10,61 +10,41 @@ import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.wire.ControlClient;
+import dev.rbridge.rdma.wire.MalformedMessageException;
+import dev.rbridge.rdma.wire.Message;
+import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.Opcode;
+import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.io.EOFException;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
-import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ConcurrentLinkedQueue;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.LockSupport;
-import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Consumer;
 
 /**
- * The client end of a tcp-provider connection. Requests are written under a lock by the calling thread (header and
- * data in one gathering write); one reader thread matches replies to requests by id, reading READ data straight into
- * the caller's buffer. A watchdog declares the peer dead when any request waits longer than the operation timeout,
- * failing everything pending at once.
- *
- * <p>Caller-driven mode ({@link ConnectParams#callerDriven}) makes reading a role rather than a thread: whoever holds
- * {@link #readRole} reads and completes replies. A thread waiting on one of its futures takes the role when it is
- * free, or when the reader thread, polling between replies, sees it asked for ({@link #waiters}) and steps aside; it
- * gives the role back once its own reply is in. The reader thread reads only while requests are pending and nobody
- * else reads, so a synchronous caller goes request, poll, reply on its own thread, like a blocking socket client.
+ * The client end of a tcp-provider connection, made of its roles: requests are issued here and written by the
+ * {@link RequestWriter} (by the calling thread, header and data in one gathering write, or by its flusher); the
+ * {@link ReplyReader} matches replies to requests by id, reading READ data straight into the caller's buffer, on the
+ * reader thread or, in caller-driven mode, on whichever waiting caller holds the read role ({@link
+ * CallerDrivenReading}); the {@link Watchdog} declares the peer dead when any request waits longer than the operation
+ * timeout, and everything pending then fails at once.
  */
 final class TcpConnection implements RemoteConnection {
     private static final Logger log = LoggerFactory.getLogger(TcpConnection.class);
+    /** Queued bytes beyond which the thread reading replies writes what it issued from callbacks at once. */
     private static final long FLUSH_AT_BYTES = 1 << 20;
-    /** The body of every empty reply (WRITE, ZERO, FLUSH, ...): parsers only read, so one instance serves all. */
-    private static final ByteBuffer EMPTY = ByteBuffer.allocate(0).asReadOnlyBuffer();
-    /** Most buffers in one gathering write (Linux IOV_MAX is 1024). */
-    private static final int MAX_VECTOR = 1024;
-    /**
-     * Caller-driven mode: how often the reader thread looks for an operation that its issuer, trusted to wait on it,
-     * did not wait on: about the most such an operation is late (plus any reply being read when the look comes); the
-     * issuer is not trusted again until it waits.
-     */
-    static final long SAFETY_NANOS = 10_000_000;
-    /** Empty timed looks after which the reader thread stops looking (the caller went quiet) and sleeps until woken. */
-    private static final int IDLE_LOOKS = 16;
 
     private final SocketChannel channel;
     private final String peer;
@@ -75,146 +55,37 @@ final class TcpConnection implements RemoteConnection {
     /** Bytes of requests and replies not yet answered: how busy this connection is, for choosing a lane. */
     private final AtomicLong busyBytes = new AtomicLong();
     /** Told once when this connection closes, with the cause (a lane's failure closes its siblings). */
-    private volatile java.util.function.Consumer<RemoteMemoryException> onClosed;
-    private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
-    private final AtomicLong ids = new AtomicLong(1);
-    private final ReentrantLock writeLock = new ReentrantLock();
-    /** Encoded requests not yet written, in issue order (FIFO keeps FLUSH behind what was issued before it). */
-    private final ConcurrentLinkedQueue<Outgoing> outgoing = new ConcurrentLinkedQueue<>();
-    private final AtomicLong outgoingBytes = new AtomicLong();
-    /** Reply bytes of requests written and not yet answered: what the memserver may send before reading more. */
-    private final AtomicLong writtenReplyBytes = new AtomicLong();
-    /**
-     * Request bytes, weighed as the kernel charges them, of requests written and not yet answered: an upper bound on
-     * what sits in our socket's send buffer (the reply to a request acknowledges its bytes).
-     */
-    private final AtomicLong writtenRequestBytes = new AtomicLong();
-    /**
-     * Most reply bytes that may be outstanding when the thread reading replies writes a request itself: a quarter of
-     * the socket's receive buffer as the kernel reports it (twice the {@link Wire#SOCKET_BUFFER} asked for, of which
-     * part goes to bookkeeping), so that the memserver can always write every reply it owes without blocking, and so
-     * always goes on reading what we write. The size is fixed (set explicitly, so the kernel does not autotune it).
-     */
-    private final long safeReplyBytes;
-    /**
-     * Most request bytes that may be outstanding when the thread reading replies writes a request itself: a quarter of
-     * the socket's send buffer as reported, so that the write fits in it whatever the memserver does.
-     */
-    private final long safeRequestBytes;
-    /** Where a batch's headers are gathered; used only under writeLock. */
-    private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
-    /** The gathering write's buffers; used only under writeLock. */
-    private final ByteBuffer[] vector = new ByteBuffer[MAX_VECTOR];
-    private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
+    private volatile Consumer<RemoteMemoryException> onClosed;
+    /** Request ids, the calls waiting for replies, and what a reply means. */
+    private final ControlClient control;
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
-    private final ScheduledFuture<?> watchdog;
-    private final Thread reader;
-    /**
-     * Writes what the reader's completion callbacks issue beyond what the reader may write itself (see
-     * {@link #writeBesideReplies}): a reader blocked in a write the memserver's replies are stuck behind deadlocks.
-     */
-    private final Thread flusher;
-    /** Caller-driven completion (see the class comment). */
-    private final boolean callerDriven;
-    /** The right to read replies, in caller-driven mode: held by the reader thread or by one waiting caller. */
-    private final ReentrantLock readRole = new ReentrantLock();
-    /** Callers asking for {@link #readRole}: the reader thread steps aside at its next wait for input. */
-    private final AtomicInteger waiters = new AtomicInteger();
-    /** The role holder is blocked in a read and cannot step aside: callers wait for it instead. */
-    private volatile boolean readerBlocked;
-    /** For the reader thread's polls: a caller wants the read role. */
-    private final java.util.function.BooleanSupplier askedFor = () -> waiters.get() > 0;
-    /**
-     * The request whose reply is being read: no longer in the map, so failed by the role holder if need be, and
-     * watched by {@link #checkDeadlines} (a memserver that stops in the middle of a reply leaves its reader blocked).
-     */
-    private volatile Pending current;
-    /**
-     * The thread that last waited on an operation. Trusted to wait on its next one too, so issuing one wakes nobody;
-     * the reader thread then looks for operations nobody waits on every {@link #SAFETY_NANOS} instead.
-     */
-    private volatile Thread lastDriver;
-    /** The reader thread woke from a timed look rather than being woken. Reader thread only. */
-    private boolean safetyWake;
-    /** Timed looks in a row that found nothing pending. Reader thread only. */
-    private int idleWakes;
-
-    /** A request waiting for its reply. */
-    private static final class Pending {
-        final int opcode;
-        final long deadline;
-        final CompletableFuture<Object> future;
-        final MemorySegment dst;
-        final ReplyParser parser;
-        /** What it adds to {@link #busyBytes} until answered. */
-        final long weight;
-        /** What it may take of our socket's send buffer until answered (see {@link #sendWeight}). */
-        final long requestWeight;
-        /**
-         * What its reply may take of our socket's receive buffer: header and READ data, but at least a page, since a
-         * small reply that arrives alone occupies a whole socket buffer (~1 KiB of kernel memory for 24 bytes).
-         */
-        final long replyWeight;
-
-        Pending(int opcode, long deadline, MemorySegment dst, ReplyParser parser, long weight, long requestBytes,
-                CompletableFuture<Object> future) {
-            this.future = future;
-            this.weight = weight;
-            this.requestWeight = sendWeight(requestBytes);
-            this.replyWeight = opcode == Wire.LIST ? Wire.MAX_BODY // a long list of regions
-                    : Math.max(4096, Wire.HEADER + (dst == null ? 0 : dst.byteSize()));
-            this.opcode = opcode;
-            this.deadline = deadline;
-            this.dst = dst;
-            this.parser = parser;
-        }
-    }
-
-    /**
-     * What {@code bytes} written in one request may take of a socket's send buffer: the kernel charges buffer
-     * overhead too (about a KiB per packet buffer), so at least a page, and a sixteenth more for large writes.
-     */
-    static long sendWeight(long bytes) {
-        return Math.max(4096, bytes + bytes / 16);
-    }
-
-    /** One encoded request: header and inline body, then the caller's data (WRITE) if any. */
-    private record Outgoing(ByteBuffer head, ByteBuffer data, long replyWeight, long requestWeight) {
-    }
-
-    private interface ReplyParser {
-        Object parse(ByteBuffer body) throws Wire.MalformedMessageException;
-    }
-
-    private interface BodyWriter {
-        void write(ByteBuffer dst);
-    }
-
-    /** The last reply carried large READ data: read only the next header, so that its data skips {@code in}. */
-    private boolean afterLarge;
-    /** Polls briefly before the reader blocks; used by the reader only. */
-    private final Spinner spinner;
+    private final RequestWriter writer;
+    private final ReplyReader reader;
+    /** Caller-driven completion, or null: the reader thread reads every reply. */
+    private final CallerDrivenReading role;
+    private final Watchdog watchdog;
+    private final Thread readerThread;
 
     private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server,
                           ConnectionStats stats, boolean callerDriven) throws IOException {
         this.channel = channel;
-        this.stats = stats;
-        this.callerDriven = callerDriven;
-        this.spinner = new Spinner(channel.socket().getInputStream(), ids::get);
-        this.safeReplyBytes = channel.getOption(java.net.StandardSocketOptions.SO_RCVBUF) / 4;
-        this.safeRequestBytes = channel.getOption(java.net.StandardSocketOptions.SO_SNDBUF) / 4;
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
         this.server = server;
-        long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
-        this.watchdog = TcpProvider.TIMER.scheduleWithFixedDelay(this::checkDeadlines, period, period,
-                TimeUnit.MILLISECONDS);
-        this.reader = new ReaderThread(callerDriven ? this::driveLoop : this::readLoop, "rdma-tcp-reader-" + peer);
-        reader.setDaemon(true);
-        this.flusher = new Thread(this::flushLoop, "rdma-tcp-flusher-" + peer);
-        flusher.setDaemon(true);
-        flusher.start();
-        reader.start();
+        this.stats = stats;
+        this.control = new ControlClient(peer);
+        this.writer = new RequestWriter(channel, peer, this::isOpen, e -> closeWith(new RemoteMemoryException(
+                Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: " + e.getMessage(), e)));
+        this.reader = new ReplyReader(channel, peer, control, writer, stats, busyBytes);
+        this.role = callerDriven ? new CallerDrivenReading(reader, control, timeoutNanos, this::isOpen,
+                this::readFailed, this::readerThread) : null;
+        this.readerThread = new ReaderThread(callerDriven ? role::readerLoop : this::readLoop,
+                "rdma-tcp-reader-" + peer);
+        readerThread.setDaemon(true);
+        this.watchdog = new Watchdog(control, reader, timeoutNanos, peer, this::isOpen,
+                cause -> closeWith(cause, true));
+        writer.start();
+        readerThread.start();
     }
 
     static TcpConnection connect(ConnectParams params) throws RemoteMemoryException {
@@ -232,13 +103,13 @@ final class TcpConnection implements RemoteConnection {
             throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot open a socket: " + e.getMessage(), e);
         }
         // One guard covers connect and hello: a peer that accepts but never answers is cut off, not waited on.
-        ScheduledFuture<?> guard = TcpProvider.TIMER.schedule(() -> closeQuietly(ch),
+        ScheduledFuture<?> guard = TcpProvider.TIMER.schedule(() -> TcpSockets.closeQuietly(ch),
                 params.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
         try {
-            Wire.tune(ch);
+            TcpSockets.tune(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
             TcpCongestion.apply(ch, params.tcpCongestion());
-            ServerInfo info = hello(ch, params, clientName, peer);
+            ServerInfo info = ControlClient.greet(ch, peer, params.token(), clientName);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
             }
@@ -246,55 +117,14 @@ final class TcpConnection implements RemoteConnection {
                     params.callerDriven());
         } catch (IOException e) {
             boolean timedOut = !guard.cancel(false); // the guard already ran: it closed the socket
-            closeQuietly(ch);
+            TcpSockets.closeQuietly(ch);
             String why = timedOut ? "no answer within " + params.connectTimeout().toMillis() + " ms"
                     : e.getMessage() == null ? e.toString() : e.getMessage();
             throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot reach memserver " + peer + ": " + why, e);
         } catch (RemoteMemoryException e) {
             guard.cancel(false);
-            closeQuietly(ch);
+            TcpSockets.closeQuietly(ch);
             throw e;
-        }
-    }
-
-    private static ServerInfo hello(SocketChannel ch, ConnectParams params, String clientName, String peer)
-            throws IOException, RemoteMemoryException {
-        int bodyLength = Wire.stringLength(params.token()) + Wire.stringLength(clientName);
-        ByteBuffer req = Wire.allocate(Wire.HEADER + bodyLength);
-        Wire.header(req, Wire.HELLO, 0, 0, bodyLength);
-        Wire.putString(req, params.token());
-        Wire.putString(req, clientName);
-        writeFully(ch, req.flip());
-        ByteBuffer h = Wire.allocate(Wire.HEADER);
-        readFully(ch, h);
-        h.flip();
-        if (h.getInt() != Wire.MAGIC) {
-            throw new IOException(peer + " is not a memserver (bad magic in its reply)");
-        }
-        int version = Short.toUnsignedInt(h.getShort());
-        h.getShort();
-        h.getLong();
-        int status = h.getInt();
-        int length = h.getInt();
-        if (length < 0 || length > 64 << 10) {
-            throw new IOException(peer + " sent a hello reply of " + Integer.toUnsignedString(length) + " bytes");
-        }
-        ByteBuffer body = Wire.allocate(length);
-        readFully(ch, body);
-        body.flip();
-        try {
-            if (status != 0) {
-                throw new RemoteMemoryException(Status.of(status), "memserver " + peer + " refused the connection: "
-                        + Wire.getString(body));
-            }
-            if (version != Wire.VERSION) {
-                throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver " + peer + " speaks protocol v"
-                        + version + ", this client v" + Wire.VERSION);
-            }
-            ByteBuffer b = body;
-            return Wire.parse("HELLO reply", () -> new ServerInfo(Wire.getString(b), version, b.getLong(), b.getLong()));
-        } catch (Wire.MalformedMessageException e) {
-            throw new IOException(peer + " sent a malformed hello reply: " + e.getMessage());
         }
     }
 
@@ -307,87 +137,47 @@ final class TcpConnection implements RemoteConnection {
 
     @Override
     public CompletableFuture<RegionDescriptor> allocate(RegionTag tag, long length) {
-        return send(Wire.ALLOCATE, 8 + Wire.tagLength(tag), b -> {
-            b.putLong(length);
-            Wire.putTag(b, tag);
-        }, null, body -> Wire.parse("ALLOCATE reply", () -> Wire.getDescriptor(body)));
+        return call(ControlClient.allocate(tag, length));
     }
 
     @Override
     public CompletableFuture<RegionDescriptor> open(long regionId) {
-        return send(Wire.OPEN, 8, b -> b.putLong(regionId), null,
-                body -> Wire.parse("OPEN reply", () -> Wire.getDescriptor(body)));
+        return call(ControlClient.open(regionId));
     }
 
     @Override
     public CompletableFuture<List<RegionInfo>> list() {
-        return send(Wire.LIST, 0, b -> {
-        }, null, body -> Wire.parse("LIST reply", () -> {
-            int n = body.getInt();
-            if (n < 0 || n > body.remaining()) {
-                throw new Wire.MalformedMessageException("LIST reply claims " + n + " regions");
-            }
-            List<RegionInfo> regions = new ArrayList<>(n);
-            for (int i = 0; i < n; i++) {
-                regions.add(new RegionInfo(Wire.getDescriptor(body), Wire.getString(body)));
-            }
-            return regions;
-        }));
+        return call(ControlClient.list());
     }
 
     @Override
     public CompletableFuture<Void> release(RegionDescriptor region) {
-        return send(Wire.RELEASE, 16, b -> b.putLong(region.id()).putLong(region.key()), null, body -> null);
+        return call(ControlClient.release(region));
     }
 
     @Override
     public CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
-        return send(Wire.RETAG, 16 + Wire.tagLength(tag), b -> {
-            b.putLong(region.id()).putLong(region.key());
-            Wire.putTag(b, tag);
-        }, null, body -> Wire.parse("RETAG reply", () -> Wire.getDescriptor(body)));
+        return call(ControlClient.retag(region, tag));
     }
 
     @Override
     public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
-        long ttlMillis = leaseMillis(ttl);
-        return send(Wire.LEASE, Wire.stringLength(volume) + Wire.stringLength(owner) + 8, b -> {
-            Wire.putString(b, volume);
-            Wire.putString(b, owner);
-            b.putLong(ttlMillis);
-        }, null, body -> Wire.parse("LEASE reply", () -> new Lease(volume, owner, body.getLong(), body.get() != 0)));
-    }
-
-    /** A ttl in whole milliseconds: a positive one below a millisecond counts as one, a huge one saturates. */
-    static long leaseMillis(Duration ttl) {
-        if (ttl.isNegative() || ttl.isZero()) {
-            return ttl.isZero() ? 0 : -1;
-        }
-        try {
-            return Math.max(1, ttl.toMillis());
-        } catch (ArithmeticException e) {
-            return Long.MAX_VALUE;
-        }
+        return call(ControlClient.lease(volume, owner, ttl));
     }
 
     @Override
     public CompletableFuture<Void> unlease(String volume, String owner) {
-        return send(Wire.UNLEASE, Wire.stringLength(volume) + Wire.stringLength(owner), b -> {
-            Wire.putString(b, volume);
-            Wire.putString(b, owner);
-        }, null, body -> null);
+        return call(ControlClient.unlease(volume, owner));
     }
 
     @Override
     public CompletableFuture<ServerInfo> info() {
-        return send(Wire.INFO, 0, b -> {
-        }, null, body -> Wire.parse("INFO reply", () -> new ServerInfo(Wire.getString(body), server.protocolVersion(),
-                body.getLong(), body.getLong())));
+        return call(ControlClient.info());
     }
 
     @Override
     public CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst) {
-        if (!dst.isAccessibleBy(reader)) {
+        if (!dst.isAccessibleBy(readerThread)) {
             return CompletableFuture.failedFuture(new IllegalArgumentException("a read buffer must be shared memory "
                     + "(Arena.ofShared, ofAuto or global): the provider's I/O thread fills it"));
         }
@@ -395,9 +185,8 @@ final class TcpConnection implements RemoteConnection {
             MemorySegment part = dst.asSlice(off, len);
             stats.readOps.increment();
             stats.readBytes.add(len);
-            return send(Wire.READ, Wire.DATA_ADDRESS + 4,
-                    b -> b.putLong(region.id()).putLong(region.key()).putLong(offset + off).putInt((int) len),
-                    null, part, body -> null);
+            return send(new Message.Read(control.nextId(), region.id(), region.key(), offset + off, (int) len),
+                    null, part, ControlClient.NOTHING);
         });
     }
 
@@ -407,23 +196,21 @@ final class TcpConnection implements RemoteConnection {
             MemorySegment part = src.asSlice(off, len);
             stats.writeOps.increment();
             stats.writeBytes.add(len);
-            return send(Wire.WRITE, Wire.DATA_ADDRESS + (int) len,
-                    b -> b.putLong(region.id()).putLong(region.key()).putLong(offset + off), part, null, body -> null);
+            return send(new Message.Write(control.nextId(), region.id(), region.key(), offset + off, (int) len),
+                    part, null, ControlClient.NOTHING);
         });
     }
 
     @Override
     public CompletableFuture<Void> zero(RegionDescriptor region, long offset, long length) {
-        return send(Wire.ZERO, Wire.DATA_ADDRESS + 8,
-                b -> b.putLong(region.id()).putLong(region.key()).putLong(offset).putLong(length), null, body -> null);
+        return call(ControlClient.zero(region, offset, length));
     }
 
     @Override
     public CompletableFuture<Void> flush() {
         // The memserver executes a connection's requests in order and answers a write only once its bytes are in
         // memory, so a FLUSH answered means everything before it is done.
-        return send(Wire.FLUSH, 0, b -> {
-        }, null, body -> null);
+        return call(ControlClient.flush());
     }
 
     @Override
@@ -437,7 +224,7 @@ final class TcpConnection implements RemoteConnection {
     }
 
     /** Runs {@code hook} with the cause once this connection has closed (at once if it already has). */
-    void onClosed(java.util.function.Consumer<RemoteMemoryException> hook) {
+    void onClosed(Consumer<RemoteMemoryException> hook) {
         onClosed = hook;
         RemoteMemoryException cause = closed.get();
         if (cause != null) {
@@ -474,273 +261,82 @@ final class TcpConnection implements RemoteConnection {
 
     /** Operations above the wire's data limit go as several, completing together. */
     private static CompletableFuture<Void> split(long size, PartOp op) {
-        if (size <= Wire.MAX_DATA) {
+        if (size <= Protocol.MAX_DATA) {
             return op.run(0, size);
         }
         List<CompletableFuture<Void>> parts = new ArrayList<>();
-        for (long off = 0; off < size; off += Wire.MAX_DATA) {
-            parts.add(op.run(off, Math.min(Wire.MAX_DATA, size - off)));
+        for (long off = 0; off < size; off += Protocol.MAX_DATA) {
+            parts.add(op.run(off, Math.min(Protocol.MAX_DATA, size - off)));
         }
-        return allOf(parts.toArray(CompletableFuture[]::new));
+        return CallerDrivenReading.allOf(parts.toArray(CompletableFuture[]::new));
+    }
+
+    private <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
+        return send(op.request().apply(control.nextId()), null, null, op.result());
     }
 
     /**
-     * {@link CompletableFuture#allOf}, except that in caller-driven mode a thread waiting on the result reads the
-     * parts' replies, as it would waiting on one part; otherwise nobody it trusts to wait would read them, and they
-     * would wait for the reader thread's next timed look.
+     * Issues {@code request}, with a WRITE's {@code data} or a READ's {@code dst}: registered as waiting for its reply,
+     * then written by this thread, or left to the thread that reads replies or to the flusher (see below).
      */
-    static CompletableFuture<Void> allOf(CompletableFuture<?>[] parts) {
-        CompletableFuture<Void> all = CompletableFuture.allOf(parts);
-        for (CompletableFuture<?> part : parts) {
-            if (part instanceof TcpConnection.DrivenFuture<?>) {
-                AllOf joined = new AllOf(parts);
-                all.whenComplete((v, t) -> {
-                    if (t == null) {
-                        joined.complete(null);
-                    } else {
-                        joined.completeExceptionally(t);
-                    }
-                });
-                return joined;
-            }
-        }
-        return all;
-    }
-
-    /** See {@link #allOf}. */
-    private static final class AllOf extends CompletableFuture<Void> {
-        private final CompletableFuture<?>[] parts;
-
-        AllOf(CompletableFuture<?>[] parts) {
-            this.parts = parts;
-        }
-
-        /**
-         * Reads each connection's replies until all its parts are done, holding the read role throughout: driving the
-         * parts one by one would hand the role to the reader thread between them (a caller that lets go of it with
-         * operations pending wakes that thread), which then completes the rest.
-         */
-        private void driveParts(long waitNanos) {
-            java.util.Map<TcpConnection, List<CompletableFuture<?>>> byConnection = new java.util.IdentityHashMap<>();
-            for (CompletableFuture<?> part : parts) {
-                if (part instanceof TcpConnection.DrivenFuture<?> d) {
-                    byConnection.computeIfAbsent(d.connection(), k -> new ArrayList<>()).add(d);
-                }
-            }
-            byConnection.forEach((connection, own) -> connection.driveFor(own.size() == 1 ? own.getFirst()
-                    : CompletableFuture.allOf(own.toArray(CompletableFuture[]::new)), waitNanos));
-        }
-
-        @Override
-        public Void get() throws InterruptedException, ExecutionException {
-            driveParts(Long.MAX_VALUE);
-            return super.get();
-        }
-
-        @Override
-        public Void get(long timeout, TimeUnit unit) throws InterruptedException, ExecutionException, TimeoutException {
-            driveParts(unit.toNanos(timeout));
-            return super.get(timeout, unit);
-        }
-
-        @Override
-        public Void join() {
-            driveParts(Long.MAX_VALUE);
-            return super.join();
-        }
-    }
-
-    private <T> CompletableFuture<T> send(int opcode, int bodyLength, BodyWriter body, MemorySegment data,
-                                          ReplyParser parser) {
-        return send(opcode, bodyLength, body, data, null, parser);
-    }
-
     @SuppressWarnings("unchecked")
-    private <T> CompletableFuture<T> send(int opcode, int bodyLength, BodyWriter body, MemorySegment data,
-                                          MemorySegment dst, ReplyParser parser) {
+    private <T> CompletableFuture<T> send(Message request, MemorySegment data, MemorySegment dst,
+                                          ControlClient.Result result) {
         RemoteMemoryException dead = closed.get();
         if (dead != null) {
             return CompletableFuture.failedFuture(dead);
         }
-        long id = ids.getAndIncrement();
-        long weight = Wire.HEADER + (long) bodyLength + (dst == null ? 0 : dst.byteSize());
-        Pending p = new Pending(opcode, System.nanoTime() + timeoutNanos, dst, parser, weight,
-                Wire.HEADER + (long) bodyLength,
-                callerDriven ? new DrivenFuture<>() : new CompletableFuture<>());
-        busyBytes.addAndGet(weight);
-        pending.put(id, p);
-        if (closed.get() != null && pending.remove(id) != null) {
-            p.future.completeExceptionally(closed.get()); // closed between the check and the put
-            return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
+        long bodyLength = MessageEncoder.bodyLength(request);
+        if (data == null && bodyLength > Protocol.MAX_CONTROL_BODY) {
+            return CompletableFuture.failedFuture(new RemoteMemoryException(Status.BAD_REQUEST,
+                    Opcode.name(request.code()) + " of " + bodyLength + " bytes is more than a memserver takes ("
+                    + Protocol.MAX_CONTROL_BODY + ")"));
         }
-        int inline = data == null ? bodyLength : bodyLength - (int) data.byteSize();
-        ByteBuffer head = Wire.allocate(Wire.HEADER + inline);
-        Wire.header(head, opcode, id, 0, bodyLength);
-        body.write(head);
-        if (head.hasRemaining()) {
-            throw new IllegalStateException(Wire.opName(opcode) + " body is shorter than the declared " + inline);
+        TcpCall p = new TcpCall(request, bodyLength, System.nanoTime() + timeoutNanos, data, dst, result,
+                role != null ? role.future() : new CompletableFuture<>());
+        busyBytes.addAndGet(p.weight);
+        if (!control.register(p)) {
+            busyBytes.addAndGet(-p.weight);
+            return (CompletableFuture<T>) (CompletableFuture<?>) p.future(); // closed meanwhile: failed
         }
-        outgoing.add(new Outgoing(head.flip(), data == null ? null : data.asByteBuffer(), p.replyWeight,
-                p.requestWeight));
-        long pendingBytes = outgoingBytes.addAndGet(Wire.HEADER + (long) bodyLength);
+        long wireBytes = Protocol.HEADER + bodyLength;
+        long pendingBytes = writer.enqueue(p, wireBytes);
         stats.sendMessages.increment();
-        stats.sendBytes.add(Wire.HEADER + (long) bodyLength);
+        stats.sendBytes.add(wireBytes);
         if (readsReplies()) {
-            if (pendingBytes >= FLUSH_AT_BYTES && !writeBesideReplies()) {
+            if (pendingBytes >= FLUSH_AT_BYTES && !writer.writeBesideReplies()) {
                 // Requests from completion callbacks otherwise wait until the reader has handled every reply it has
-                // buffered, then go out together (see ensure).
-                LockSupport.unpark(flusher);
+                // buffered, then go out together (see ReplyReader#awaitHeader).
+                writer.wakeFlusher();
             }
         } else if (readsAnyReplies()) {
             // Another connection's reader (a lane's sibling, a bridge copying between memservers): blocked here
             // behind this connection's replies, it would stop reading its own, and two such readers deadlock each
             // other. It writes only what cannot block for long; the flusher takes the rest.
-            if (!writeBesideReplies()) {
-                LockSupport.unpark(flusher);
+            if (!writer.writeBesideReplies()) {
+                writer.wakeFlusher();
             }
         } else {
-            drainOutgoing();
+            writer.drain();
         }
-        if (callerDriven && !readRole.isLocked() && lastDriver != Thread.currentThread()) {
-            // Somebody must read the reply: the reader thread, unless a waiting caller takes the role first. A holder
-            // that lets go re-checks pending after unlocking, so skipping the wake here while it holds is safe; so is
-            // skipping it for the last driver, whom the reader thread's timed look backs up.
-            LockSupport.unpark(reader);
+        if (role != null) {
+            role.issued(); // somebody must read the reply
         }
-        return (CompletableFuture<T>) (CompletableFuture<?>) p.future;
-    }
-
-    /**
-     * Writes what is queued, combining: whoever gets the lock writes everyone's requests; a thread that finds the
-     * lock taken leaves its request to the holder, who looks again after unlocking. Never called by the reader: a
-     * reader blocked in a write, while the memserver blocks writing replies it does not read, is the classic
-     * deadlock of a full-duplex stream.
-     */
-    private void drainOutgoing() {
-        while (!outgoing.isEmpty() && writeLock.tryLock()) {
-            try {
-                writeBatch();
-            } catch (IOException e) {
-                closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
-                        + " while sending: " + e.getMessage(), e));
-            } finally {
-                writeLock.unlock();
-            }
-        }
-        if (closed.get() != null) {
-            outgoing.clear();
-        }
-    }
-
-    /**
-     * The thread that reads replies writing queued requests itself (saving a hand-off to the flusher per request), as
-     * far as that is safe, which is either of:
-     * <ul>
-     * <li>the replies owed, this batch's included, fit in {@link #safeReplyBytes}: the memserver answers in order, so
-     * while this thread is blocked in the write it can only owe replies that fit in our receive buffer; it never
-     * blocks writing them and so never stops reading what we write (large WRITEs: small replies);
-     * <li>the requests not yet answered, this batch included, fit in {@link #safeRequestBytes}: every byte not yet
-     * acknowledged fits in our send buffer, so the write returns whatever the memserver does (READs: small requests).
-     * </ul>
-     * True when nothing is left for the flusher.
-     */
-    private boolean writeBesideReplies() {
-        if (!writeLock.tryLock()) {
-            return false;
-        }
-        try {
-            writeBatch(safeReplyBytes - writtenReplyBytes.get(), safeRequestBytes - writtenRequestBytes.get());
-        } catch (IOException e) {
-            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
-                    + " while sending: " + e.getMessage(), e));
-            return true;
-        } finally {
-            writeLock.unlock();
-        }
-        return outgoing.isEmpty();
-    }
-
-    private void flushLoop() {
-        while (closed.get() == null) {
-            if (outgoing.isEmpty()) {
-                LockSupport.park(this);
-                continue;
-            }
-            writeLock.lock(); // the flusher may wait: it is not the thread that reads replies
-            try {
-                while (!outgoing.isEmpty()) {
-                    writeBatch();
-                }
-            } catch (IOException e) {
-                closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
-                        + " while sending: " + e.getMessage(), e));
-            } finally {
-                writeLock.unlock();
-            }
-            drainOutgoing(); // anything queued while we were unlocking
-        }
-    }
-
-    /** Writes queued requests: their headers gathered into one direct buffer, WRITE data straight from the caller. */
-    private void writeBatch() throws IOException {
-        writeBatch(Long.MAX_VALUE, Long.MAX_VALUE);
-    }
-
-    /**
-     * As {@link #writeBatch()}, taking requests only while the reply bytes they will bring stay within
-     * {@code replyBudget} or the request bytes written stay within {@code requestBudget} (see
-     * {@link #writeBesideReplies}): checked for each prefix of the batch, so the whole batch meets one of the two.
-     */
-    private void writeBatch(long replyBudget, long requestBudget) throws IOException {
-        ByteBuffer[] v = vector;
-        long replies = 0;
-        long requests = 0;
-        int n = 0;
-        long bytes = 0;
-        out.clear();
-        int headStart = 0;
-        Outgoing o;
-        while (n < MAX_VECTOR - 1 && (o = outgoing.peek()) != null && o.head().remaining() <= out.remaining()
-                && (replies + o.replyWeight() <= replyBudget || requests + o.requestWeight() <= requestBudget)) {
-            outgoing.poll();
-            replies += o.replyWeight();
-            requests += o.requestWeight();
-            bytes += o.head().remaining();
-            out.put(o.head());
-            if (o.data() != null) {
-                v[n++] = out.slice(headStart, out.position() - headStart);
-                headStart = out.position();
-                v[n++] = o.data();
-                bytes += o.data().remaining();
-            }
-        }
-        if (out.position() > headStart) {
-            v[n++] = out.slice(headStart, out.position() - headStart);
-        }
-        outgoingBytes.addAndGet(-bytes);
-        writtenReplyBytes.addAndGet(replies); // before the bytes go: a reply can come back before write returns
-        writtenRequestBytes.addAndGet(requests);
-        int first = 0;
-        try {
-            while (first < n) {
-                channel.write(v, first, n - first);
-                while (first < n && !v[first].hasRemaining()) {
-                    first++;
-                }
-            }
-        } finally {
-            Arrays.fill(v, 0, n, null); // keep no caller's buffer reachable
-        }
+        return (CompletableFuture<T>) (CompletableFuture<?>) p.future();
     }
 
     /** Whether the calling thread reads this connection's replies now, and so must never block writing. */
     private boolean readsReplies() {
-        return Thread.currentThread() == reader || (callerDriven && readRole.isHeldByCurrentThread());
+        return Thread.currentThread() == readerThread || (role != null && role.heldByCurrentThread());
     }
 
     /** Whether the calling thread reads replies of any tcp connection now. */
     private static boolean readsAnyReplies() {
-        return Thread.currentThread() instanceof ReaderThread || DRIVING.get()[0] > 0;
+        return Thread.currentThread() instanceof ReaderThread || CallerDrivenReading.driving();
+    }
+
+    private Thread readerThread() {
+        return readerThread;
     }
 
     /** A connection's reader thread: recognisable when its callbacks issue requests on other connections. */
@@ -750,321 +346,24 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
-    /** How many connections the calling thread is reading for as a caller (caller-driven mode). */
-    private static final ThreadLocal<int[]> DRIVING = ThreadLocal.withInitial(() -> new int[1]);
-
-    /** Makes {@code n} bytes readable in {@code in}, sending queued requests before blocking. */
-    private void ensure(int n) throws IOException {
-        while (in.remaining() < n) {
-            if (!outgoing.isEmpty() && !writeBesideReplies()) {
-                LockSupport.unpark(flusher); // the rest: we must not block writing what could stall the replies
-            }
-            spinner.await();
-            Wire.readMore(channel, in, afterLarge ? n : Integer.MAX_VALUE);
-        }
-    }
-
+    /** The reader thread without caller-driven mode: reads every reply until the connection fails. */
     private void readLoop() {
         try {
             while (true) {
-                ensure(Wire.HEADER);
-                readOne();
+                reader.awaitHeader(null);
+                reader.readOne();
             }
-        } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
+        } catch (MalformedMessageException | IOException | RuntimeException e) {
             readFailed(e);
         }
     }
 
-    /** The reader thread in caller-driven mode: reads while requests are pending and no waiting caller wants to. */
-    private void driveLoop() {
-        while (closed.get() == null) {
-            if (pending.isEmpty() || waiters.get() > 0 || !readRole.tryLock()) {
-                parkIdle();
-                continue;
-            }
-            if (safetyWake) {
-                lastDriver = null; // it issued an operation and did not wait on it: wake for its next ones
-            }
-            idleWakes = 0;
-            try {
-                while (!pending.isEmpty() && awaitHeader(true)) {
-                    readOne();
-                }
-            } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
-                readFailed(e);
-            } finally {
-                readRole.unlock();
-            }
-        }
-    }
-
-    /** The reader thread, caller-driven, with nothing to do: sleeps until woken, or looks again shortly. */
-    private void parkIdle() {
-        if (lastDriver == null) {
-            safetyWake = false;
-            LockSupport.park(this); // send, a caller giving the role back, or close wakes it
-            return;
-        }
-        long start = System.nanoTime();
-        LockSupport.parkNanos(this, SAFETY_NANOS);
-        safetyWake = System.nanoTime() - start >= SAFETY_NANOS;
-        if (!safetyWake) {
-            return;
-        }
-        if (!pending.isEmpty()) {
-            idleWakes = 0;
-        } else if (++idleWakes >= IDLE_LOOKS) {
-            lastDriver = null;
-            idleWakes = 0;
-        }
-    }
-
-    /**
-     * Reads replies until {@code f} (this connection's operations only) completes, for a caller about to wait up to
-     * {@code waitNanos} on it; a shorter wait than the operation timeout could not be kept while blocked in a read.
-     */
-    private void driveFor(CompletableFuture<?> f, long waitNanos) {
-        if (waitNanos >= timeoutNanos) {
-            drive(f); // the watchdog bounds this one
-        }
-    }
-
-    /**
-     * A caller waiting on {@code f} reads replies itself until {@code f} completes, if it can take the read role
-     * within the polling budget; otherwise it returns and the caller waits as usual.
-     */
-    private void drive(CompletableFuture<?> f) {
-        if (readsReplies() || Thread.currentThread().isInterrupted()) {
-            return; // an interrupted thread must not touch the socket: its read would close it
-        }
-        if (lastDriver != Thread.currentThread()) {
-            // It waits on what it issues (even when the reply was in before it came to wait, or another reader
-            // completes it): trusted from now on. The reader thread moves from its untimed sleep to timed looks.
-            lastDriver = Thread.currentThread();
-            LockSupport.unpark(reader);
-        }
-        if (f.isDone() || !takeReadRole(f)) {
-            return;
-        }
-        int[] driving = DRIVING.get();
-        driving[0]++;
-        try {
-            while (!f.isDone() && awaitHeader(false)) {
-                readOne();
-            }
-        } catch (Wire.MalformedMessageException | IOException | RuntimeException e) {
-            readFailed(e);
-        } finally {
-            driving[0]--;
-            readRole.unlock();
-            if (!pending.isEmpty()) {
-                LockSupport.unpark(reader); // other callers' replies: the reader thread takes over
-            }
-        }
-    }
-
-    private boolean takeReadRole(CompletableFuture<?> f) {
-        waiters.incrementAndGet();
-        boolean taken = false;
-        try {
-            long start = System.nanoTime();
-            while (!f.isDone() && closed.get() == null) {
-                if (readRole.tryLock()) {
-                    taken = true;
-                    return true;
-                }
-                if (readerBlocked || System.nanoTime() - start > Spinner.BUDGET_NANOS) {
-                    return false; // the holder cannot step aside now: it completes f
-                }
-                Thread.yield();
-            }
-            return false;
-        } finally {
-            waiters.decrementAndGet();
-            if (!taken && !pending.isEmpty() && !readRole.isLocked()) {
-                LockSupport.unpark(reader); // it may have stepped aside for us and parked
-            }
-        }
-    }
-
-    /**
-     * Caller-driven mode: makes a header readable in {@code in}, polling the socket first as {@link Spinner} does
-     * (so a run of polls that find nothing turns into blocking at once, as on a CPU shared with the memserver, where
-     * yielding does not reliably let it run). With {@code mayStepAside} (the reader thread) it returns false instead
-     * when a caller asks for the role.
-     */
-    private boolean awaitHeader(boolean mayStepAside) throws IOException {
-        while (in.remaining() < Wire.HEADER) {
-            if (!outgoing.isEmpty() && !writeBesideReplies()) {
-                LockSupport.unpark(flusher); // the rest: we must not block writing what could stall the replies
-            }
-            if (mayStepAside && waiters.get() > 0) {
-                return false;
-            }
-            int upTo = afterLarge ? Wire.HEADER : Integer.MAX_VALUE;
-            if (spinner.await(mayStepAside ? askedFor : null)) {
-                Wire.readMore(channel, in, upTo);
-            } else if (!(mayStepAside && waiters.get() > 0)) {
-                readerBlocked = true;
-                try {
-                    Wire.readMore(channel, in, upTo);
-                } finally {
-                    readerBlocked = false;
-                }
-            }
-        }
-        return true;
-    }
-
-    /** Reads one reply, whose header is in {@code in}, and completes its request. Called by the role holder only. */
-    private void readOne() throws IOException, Wire.MalformedMessageException {
-        ByteBuffer h = in;
-        if (h.getInt() != Wire.MAGIC) {
-            throw new Wire.MalformedMessageException("bad magic");
-        }
-        h.getShort();
-        int opcode = Short.toUnsignedInt(h.getShort());
-        long id = h.getLong();
-        int status = h.getInt();
-        int length = h.getInt();
-        if (length < 0 || length > Wire.MAX_BODY) {
-            throw new Wire.MalformedMessageException("reply body of " + Integer.toUnsignedString(length)
-                    + " bytes");
-        }
-        Pending p = pending.remove(id);
-        if (p == null) {
-            throw new Wire.MalformedMessageException("reply to unknown request " + id);
-        }
-        current = p;
-        busyBytes.addAndGet(-p.weight);
-        writtenReplyBytes.addAndGet(-p.replyWeight);
-        writtenRequestBytes.addAndGet(-p.requestWeight);
-        stats.recvMessages.increment();
-        stats.recvBytes.add(Wire.HEADER + (long) length);
-        if (status != 0) {
-            ByteBuffer body = readBody(length);
-            String message = length >= 2 ? Wire.parse("error", () -> Wire.getString(body)) : "";
-            if (status == Status.BAD_REQUEST.code() && message.startsWith("unexpected OP_")) {
-                message += " (the memserver predates this operation; upgrade it)";
-            }
-            current = null;
-            p.future.completeExceptionally(new RemoteMemoryException(Status.of(status),
-                    Wire.opName(opcode) + " on memserver " + peer + " failed: " + message));
-        } else if (p.dst != null) {
-            if (length != p.dst.byteSize()) {
-                throw new Wire.MalformedMessageException("READ reply of " + length + " bytes for "
-                        + p.dst.byteSize() + " requested");
-            }
-            ByteBuffer dst = p.dst.asByteBuffer();
-            int buffered = Math.min(in.remaining(), length);
-            dst.put(in.slice(in.position(), buffered));
-            in.position(in.position() + buffered);
-            readFully(channel, dst); // the rest, if any, straight from the socket
-            afterLarge = length >= Wire.LARGE;
-            current = null;
-            p.future.complete(null);
-        } else {
-            afterLarge = false;
-            ByteBuffer body = readBody(length);
-            current = null;
-            completeWith(p, body);
-        }
-    }
-
-    /** The role holder's read failed: the connection closes, and the request being read fails with it. */
+    /** The reply reader failed: the connection closes, and the request being read fails with it. */
     private void readFailed(Exception e) {
-        Pending p = current;
-        current = null;
-        RemoteMemoryException cause;
-        if (e instanceof Wire.MalformedMessageException) {
-            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer + " sent a malformed reply ("
-                    + e.getMessage() + "); connection closed");
-        } else if (e instanceof EOFException) {
-            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer + " closed the connection");
-        } else if (e instanceof ClosedByInterruptException) {
-            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "connection to memserver " + peer
-                    + " closed: a caller reading its replies (caller-driven completion) was interrupted", e);
-        } else if (e instanceof IOException) {
-            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + ": "
-                    + e.getMessage(), e);
-        } else {
-            log.error("tcp reader for {} failed", peer, e);
-            cause = new RemoteMemoryException(Status.CONNECTION_LOST, "internal error reading from " + peer, e);
-        }
-        fail(p, closeWith(cause));
-    }
-
-    /** A request's future that, waited on, lets the waiting thread read the replies (caller-driven mode). */
-    final class DrivenFuture<T> extends CompletableFuture<T> {
-        TcpConnection connection() {
-            return TcpConnection.this;
-        }
-
-        @Override
-        public T get() throws InterruptedException, ExecutionException {
-            drive(this);
-            return super.get();
-        }
-
-        @Override
-        public T get(long timeout, TimeUnit unit) throws InterruptedException, ExecutionException, TimeoutException {
-            driveFor(this, unit.toNanos(timeout));
-            return super.get(timeout, unit);
-        }
-
-        @Override
-        public T join() {
-            drive(this);
-            return super.join();
-        }
-    }
-
-    private static void fail(Pending p, RemoteMemoryException cause) {
-        if (p != null) {
-            p.future.completeExceptionally(cause);
-        }
-    }
-
-    private static void completeWith(Pending p, ByteBuffer body) {
-        try {
-            p.future.complete(p.parser.parse(body));
-        } catch (Wire.MalformedMessageException | RuntimeException e) {
-            p.future.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "malformed "
-                    + Wire.opName(p.opcode) + " reply: " + e.getMessage()));
-        }
-    }
-
-    private ByteBuffer readBody(int length) throws IOException {
-        if (length == 0) {
-            return EMPTY;
-        }
-        ByteBuffer body = Wire.allocate(length);
-        int buffered = Math.min(in.remaining(), length);
-        body.put(in.slice(in.position(), buffered));
-        in.position(in.position() + buffered);
-        readFully(channel, body);
-        return body.flip();
-    }
-
-    private void checkDeadlines() {
-        if (closed.get() != null) {
-            return;
-        }
-        long now = System.nanoTime();
-        Pending reading = current;
-        if (reading != null && now - reading.deadline > 0) {
-            closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not finish its "
-                    + Wire.opName(reading.opcode) + " reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
-                    + " ms (it stopped in the middle); connection declared dead"), true);
-            return;
-        }
-        for (Pending p : pending.values()) {
-            if (now - p.deadline > 0) {
-                closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not answer "
-                        + Wire.opName(p.opcode) + " within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
-                        + " ms; connection declared dead"), true);
-                return;
-            }
+        TcpCall c = reader.takeCurrent();
+        RemoteMemoryException inForce = closeWith(reader.failure(e));
+        if (c != null) {
+            c.future().completeExceptionally(inForce);
         }
     }
 
@@ -1082,10 +381,10 @@ final class TcpConnection implements RemoteConnection {
         if (!closed.compareAndSet(null, cause)) {
             return closed.get();
         }
-        watchdog.cancel(false);
-        closeQuietly(channel);
-        LockSupport.unpark(flusher);
-        LockSupport.unpark(reader);
+        watchdog.cancel();
+        TcpSockets.closeQuietly(channel);
+        writer.wakeFlusher();
+        LockSupport.unpark(readerThread);
         if (failElsewhere) {
             Thread.ofPlatform().daemon().name("rdma-tcp-fail-" + peer).start(() -> failPending(cause));
         } else {
@@ -1096,44 +395,15 @@ final class TcpConnection implements RemoteConnection {
 
     /** Fails every pending operation of this closed connection and tells the close hook. */
     private void failPending(RemoteMemoryException cause) {
-        int failed = 0;
-        for (Long id : List.copyOf(pending.keySet())) {
-            Pending p = pending.remove(id);
-            if (p != null) {
-                p.future.completeExceptionally(cause);
-                failed++;
-            }
-        }
+        int failed = control.failAll(cause);
         if (cause.status() != Status.CONNECTION_LOST || failed > 0) {
             log.warn("{} ({} pending operation(s) failed)", cause.getMessage(), failed);
         } else {
             log.debug("{}", cause.getMessage());
         }
-        java.util.function.Consumer<RemoteMemoryException> hook = onClosed;
+        Consumer<RemoteMemoryException> hook = onClosed;
         if (hook != null) {
             hook.accept(cause);
-        }
-    }
-
-    static void readFully(SocketChannel ch, ByteBuffer b) throws IOException {
-        while (b.hasRemaining()) {
-            if (ch.read(b) < 0) {
-                throw new EOFException();
-            }
-        }
-    }
-
-    static void writeFully(SocketChannel ch, ByteBuffer b) throws IOException {
-        while (b.hasRemaining()) {
-            ch.write(b);
-        }
-    }
-
-    static void closeQuietly(SocketChannel ch) {
-        try {
-            ch.close();
-        } catch (IOException e) {
-            log.debug("close failed", e);
         }
     }
 }

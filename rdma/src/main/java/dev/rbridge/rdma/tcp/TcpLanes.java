@@ -159,7 +159,7 @@ final class TcpLanes implements RemoteConnection {
         for (int i = 0; i < lanes.length; i++) {
             all[i] = lanes[i].flush();
         }
-        return TcpConnection.allOf(all);
+        return CallerDrivenReading.allOf(all);
     }
 
     @Override

@@ -5,16 +5,14 @@ import dev.rbridge.rdma.GatedAcceptor;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteListener;
-import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.wire.Admission;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
-import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.TimeUnit;
 
 /**
  * Accepts tcp-provider clients: one platform thread per connection, as measured fastest for few busy clients. The
@@ -38,31 +36,17 @@ final class TcpListener implements RemoteListener {
     static TcpListener start(ListenParams params, RegionService service) throws IOException {
         ServerSocketChannel ch = GatedAcceptor.bind(params.address());
         TcpListener l = new TcpListener(params, service);
-        l.acceptor = GatedAcceptor.start("tcp", ch, params.limits(), service, new GatedAcceptor.Transport() {
-            @Override
-            public void start(SocketChannel channel, InetSocketAddress remote, ConnectionGate.Slot slot) {
-                l.serve(channel, remote, slot);
-            }
-
-            @Override
-            public ByteBuffer refusal(String message) {
-                ByteBuffer b = Wire.allocate(Wire.HEADER + Wire.stringLength(message));
-                Wire.header(b, Wire.HELLO, 0, Status.NO_CAPACITY.code(), Wire.stringLength(message));
-                Wire.putString(b, message);
-                return b.flip();
-            }
-        });
+        l.acceptor = GatedAcceptor.start("tcp", ch, params.limits(), service, l::serve);
         return l;
     }
 
     /** Starts an admitted connection's thread, its hello guard running. */
     private void serve(SocketChannel ch, InetSocketAddress remote, ConnectionGate.Slot slot) {
-        TcpServerConnection c = new TcpServerConnection(ch, remote, service, slot, buffers, params.tcpCongestion(),
-                this::ended);
+        TcpServerConnection c = new TcpServerConnection(ch, new Admission(service, remote, slot), buffers,
+                params.tcpCongestion(), params.helloTimeout().toMillis(), this::ended);
         connections.add(c);
         try {
-            c.guard(TcpProvider.TIMER.schedule(c::helloDeadline, params.helloTimeout().toMillis(),
-                    TimeUnit.MILLISECONDS), params.helloTimeout().toMillis());
+            c.guard();
             Thread t = new Thread(c, "rdma-tcp-conn-" + c.peer());
             t.setDaemon(true);
             t.start();

@@ -1,23 +1,24 @@
 package dev.rbridge.rdma.tcp;
 
-import dev.rbridge.rdma.ConnectionGate;
-import dev.rbridge.rdma.ConnectionStats;
-import dev.rbridge.rdma.Lease;
 import dev.rbridge.common.RateLimitedLog;
-import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
-import dev.rbridge.rdma.RemoteMemoryException.Status;
-import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.wire.Admission;
+import dev.rbridge.rdma.wire.ControlDispatcher;
+import dev.rbridge.rdma.wire.MalformedMessageException;
+import dev.rbridge.rdma.wire.Message;
+import dev.rbridge.rdma.wire.MessageDecoder;
+import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.Opcode;
+import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.channels.ClosedChannelException;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
@@ -28,7 +29,8 @@ import java.util.function.Consumer;
 /**
  * The memserver end of one tcp-provider connection, on its own thread. Requests are executed in arrival order; data
  * moves between the socket and region memory without an intermediate copy. Replies are queued and written together
- * when the input runs dry (or the queue grows large), so a pipelined burst costs one system call each way.
+ * when the input runs dry (or the queue grows large), so a pipelined burst costs one system call each way. The
+ * control protocol itself (the greeting and its refusals, what each request means) is the {@code wire} package's.
  *
  * <p>Until the client has authenticated, the connection holds {@value #HELLO_INPUT} bytes of input buffer and
  * {@value #HELLO_REPLIES} of reply buffer, on the heap, made by its own thread: a peer without the token costs a
@@ -42,32 +44,28 @@ import java.util.function.Consumer;
  */
 final class TcpServerConnection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(TcpServerConnection.class);
-    /** What peers can make this class log (malformed greetings, timeouts) is logged at most once per reason often. */
+    /** What peers can make this class log (listings not read) is logged at most once per reason often. */
     private static final RateLimitedLog limited = new RateLimitedLog(log);
-    private static final int MAX_CONTROL_BODY = 64 << 10;
-    /** A HELLO carries a token and a client name: a few hundred bytes; this leaves room for long tokens. */
-    static final int MAX_HELLO_BODY = 4 << 10;
     /** Input buffer before authentication: a whole HELLO, and what an eager client pipelines behind it. */
     static final int HELLO_INPUT = 8 << 10;
-    /** Reply buffer before authentication: the HELLO reply, or an error of at most {@value #MAX_ERROR_CHARS} chars. */
+    /** Reply buffer before authentication: the HELLO reply, or an error of at most a few KiB. */
     static final int HELLO_REPLIES = 4 << 10;
     /** Input and reply buffers once authenticated: room for pipelined bursts of small requests and their replies. */
     static final int BUFFER = 256 << 10;
-    /** Error messages are cut to this: they quote names and numbers, never anything long. */
-    static final int MAX_ERROR_CHARS = 1000;
     private static final int FLUSH_AT_BYTES = 4 << 20;
 
     private final SocketChannel channel;
-    private final java.net.InetSocketAddress remote;
-    private final RegionService service;
-    private final ConnectionGate.Slot slot;
+    /** The greeting, the hello guard, and the counting of refusals. */
+    private final Admission admission;
     /** Where the buffers of an authenticated client come from and go back to. */
     private final BufferPool buffers;
     /** TCP congestion control, set once the client has authenticated. */
     private final String congestion;
     private final Consumer<TcpServerConnection> onEnd;
     private final String peer;
+    private final long helloTimeoutMillis;
     private final ConnectionStats stats = new ConnectionStats();
+    private final MessageDecoder decoder = MessageDecoder.forMemserver();
     /** Made by this connection's thread (see the class comment), larger once the client has authenticated. */
     private ByteBuffer in;
     private ByteBuffer replyArea;
@@ -80,59 +78,35 @@ final class TcpServerConnection implements Runnable {
     /** Polls briefly before this thread blocks for input; made on first use. */
     private Spinner spinner;
     private long queuedBytes;
-    private volatile RegionService.Session session;
-    /** The token was accepted: the hello guard no longer applies. */
-    private volatile boolean admitted;
-    private volatile Future<?> helloGuard;
-    private long helloTimeoutMillis;
 
-    TcpServerConnection(SocketChannel channel, java.net.InetSocketAddress remote, RegionService service,
-                        ConnectionGate.Slot slot, BufferPool buffers, String congestion,
-                        Consumer<TcpServerConnection> onEnd) {
+    TcpServerConnection(SocketChannel channel, Admission admission, BufferPool buffers, String congestion,
+                        long helloTimeoutMillis, Consumer<TcpServerConnection> onEnd) {
         this.channel = channel;
+        this.admission = admission;
         this.buffers = buffers;
         this.congestion = congestion;
-        this.remote = remote;
-        this.service = service;
-        this.slot = slot;
+        this.helloTimeoutMillis = helloTimeoutMillis;
         this.onEnd = onEnd;
-        this.peer = remote.getAddress().getHostAddress() + ":" + remote.getPort();
+        this.peer = admission.peer();
     }
 
     String peer() {
         return peer;
     }
 
-    /** The hello guard scheduled for this connection: cancelled when it ends, so the timer lets go of it. */
-    void guard(Future<?> guard, long timeoutMillis) {
-        this.helloTimeoutMillis = timeoutMillis;
-        this.helloGuard = guard;
-        if (!channel.isOpen()) {
-            guard.cancel(false);
-        }
-    }
-
-    void helloDeadline() {
-        if (!admitted && channel.isOpen()) {
-            limited.info("hello_timeout", "client {} did not say hello within {} ms; disconnected", peer,
-                    helloTimeoutMillis);
-            service.refused("hello_timeout", remote);
-            close();
-        }
+    /** Starts the hello guard: a client that has not been admitted within the hello timeout is cut off. */
+    void guard() {
+        admission.guard(TcpProvider.TIMER, helloTimeoutMillis, this::close);
     }
 
     void close() {
-        TcpConnection.closeQuietly(channel);
+        TcpSockets.closeQuietly(channel);
     }
 
     /** The listener could not start this connection's thread: undo what it did. */
     void abandon() {
-        Future<?> g = helloGuard;
-        if (g != null) {
-            g.cancel(false);
-        }
         close();
-        slot.close();
+        admission.closed();
         onEnd.accept(this);
     }
 
@@ -144,36 +118,18 @@ final class TcpServerConnection implements Runnable {
             ByteBuffer hello = ByteBuffer.allocate(HELLO_INPUT + HELLO_REPLIES);
             in = hello.slice(0, HELLO_INPUT).order(ByteOrder.LITTLE_ENDIAN).flip();
             replyArea = hello.slice(HELLO_INPUT, HELLO_REPLIES).order(ByteOrder.LITTLE_ENDIAN);
-            if (hello()) {
-                serve();
+            RegionService.Session s = greet();
+            if (s != null) {
+                serve(s);
             }
-        } catch (EOFException | ClosedChannelException e) {
-            log.debug("client {} disconnected", peer);
-        } catch (Wire.MalformedMessageException e) {
-            limited.warn("malformed", "client {} sent a malformed message ({}); closing its connection", peer,
-                    e.getMessage());
-            if (session == null) {
-                service.refused("malformed", remote);
+        } catch (IOException | MalformedMessageException | RuntimeException | OutOfMemoryError e) {
+            Message.Error bye = admission.failed(e);
+            if (bye != null && replyArea != null) {
+                tryReply(bye);
             }
-            tryError(0, 0, Status.BAD_REQUEST, "malformed message: " + e.getMessage());
-        } catch (IOException e) {
-            log.debug("client {}: {}", peer, e.getMessage());
-        } catch (OutOfMemoryError e) {
-            // Only this connection's own buffers are made here; the memserver goes on without it.
-            limited.error("no_memory", "client {}: no memory for its buffers ({}); disconnected", peer, e.toString());
-            if (session == null) {
-                service.refused("no_memory", remote);
-            }
-        } catch (RuntimeException e) {
-            limited.error("internal", "client {}: internal error", peer, e);
         } finally {
-            Future<?> g = helloGuard;
-            if (g != null) {
-                g.cancel(false);
-            }
             releasePins();
             close();
-            slot.close();
             replies.clear();
             if (in != null && in.isDirect()) {
                 buffers.give(in);
@@ -181,68 +137,37 @@ final class TcpServerConnection implements Runnable {
             }
             in = null;
             replyArea = null;
-            RegionService.Session s = session;
-            if (s != null) {
-                s.closed();
-            }
+            admission.closed();
             onEnd.accept(this);
         }
     }
 
-    // ----------------------------------------------------------------------------------------------- hello
+    // ----------------------------------------------------------------------------------------------- greeting
 
-    private boolean hello() throws IOException, Wire.MalformedMessageException {
-        Header h = header();
-        if (h.opcode != Wire.HELLO) {
-            throw new Wire.MalformedMessageException("expected HELLO first, got " + Wire.opName(h.opcode));
+    /** The admitted client's session, or null when the greeting ended the connection. */
+    private RegionService.Session greet() throws IOException, MalformedMessageException {
+        switch (admission.greet(next())) {
+            case Admission.Refused r -> {
+                if (r.reply() != null) {
+                    tryReply(r.reply());
+                }
+                return null;
+            }
+            case Admission.Admitted a -> {
+                try {
+                    grow();
+                } catch (OutOfMemoryError e) {
+                    tryReply(admission.noMemory(a.helloId(), e));
+                    return null;
+                }
+                TcpSockets.tune(channel);
+                TcpCongestion.apply(channel, congestion);
+                a.session().attach(stats, this::close);
+                queue(ControlDispatcher.welcome(a.helloId(), a.session().serverInfo()));
+                flushReplies();
+                return a.session();
+            }
         }
-        if (h.length > MAX_HELLO_BODY) {
-            throw new Wire.MalformedMessageException("HELLO of " + h.length + " bytes (at most " + MAX_HELLO_BODY
-                    + ")");
-        }
-        ensure(h.length);
-        ByteBuffer body = take(h.length);
-        if (h.version != Wire.VERSION) {
-            limited.warn("version", "client {} speaks protocol v{}, this memserver v{}; refused", peer, h.version,
-                    Wire.VERSION);
-            service.refused("version", remote);
-            tryError(h.id, h.opcode, Status.VERSION_MISMATCH, "this memserver speaks protocol v" + Wire.VERSION
-                    + ", the client v" + h.version + "; upgrade the older side");
-            return false;
-        }
-        String token = Wire.parse("HELLO", () -> Wire.getString(body));
-        String name = Wire.parse("HELLO", () -> Wire.getString(body));
-        RegionService.Session s;
-        try {
-            s = service.open(token, name, remote);
-        } catch (RemoteMemoryException e) {
-            tryError(h.id, h.opcode, e.status(), e.getMessage());
-            return false;
-        }
-        admitted = true;
-        session = s; // from here on, however this ends, the session hears of it
-        if (!slot.authenticated()) {
-            return false; // cut off to make room for another peer while its greeting was checked
-        }
-        try {
-            grow();
-        } catch (OutOfMemoryError e) {
-            limited.error("no_memory", "client {}: no memory for its buffers ({}); disconnected", peer,
-                    e.toString());
-            service.refused("no_memory", remote);
-            tryError(h.id, h.opcode, Status.NO_CAPACITY, "the memserver has no memory for another connection now; "
-                    + "try again later");
-            return false;
-        }
-        Wire.tune(channel);
-        TcpCongestion.apply(channel, congestion);
-        s.attach(stats, this::close);
-        ServerInfo info = s.serverInfo();
-        ByteBuffer reply = queueReply(Wire.HELLO, h.id, Wire.stringLength(info.serverId()) + 16);
-        Wire.putString(reply, info.serverId());
-        reply.putLong(info.capacityBytes()).putLong(info.freeBytes());
-        flushReplies();
-        return true;
     }
 
     /** The buffers of an authenticated client; what it pipelined behind its HELLO moves along. */
@@ -262,42 +187,24 @@ final class TcpServerConnection implements Runnable {
 
     // ------------------------------------------------------------------------------------------------ serve
 
-    private void serve() throws IOException, Wire.MalformedMessageException {
-        RegionService.Session s = session;
+    private void serve(RegionService.Session s) throws IOException, MalformedMessageException {
         while (true) {
-            Header h = header();
-            if (h.version != Wire.VERSION) {
-                throw new Wire.MalformedMessageException("protocol version changed to " + h.version + " mid-stream");
-            }
+            Message m = next();
             stats.recvMessages.increment();
-            if (h.opcode != Wire.WRITE) {
-                afterLarge = false;
-            }
-            stats.recvBytes.add(Wire.HEADER + (long) h.length);
-            switch (h.opcode) {
-                case Wire.WRITE -> write(s, h);
-                case Wire.READ -> read(s, h);
-                case Wire.ZERO -> {
-                    ByteBuffer b = fixedBody(h, Wire.DATA_ADDRESS + 8);
-                    if (b != null) {
-                        try {
-                            s.zero(b.getLong(), b.getLong(), b.getLong(), b.getLong());
-                            queueReply(h.opcode, h.id, 0);
-                        } catch (RemoteMemoryException e) {
-                            queueError(h, e.status(), e.getMessage());
-                        }
-                    }
+            stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
+            switch (m) {
+                case Message.Write w -> write(s, w);
+                case Message.Read r -> {
+                    afterLarge = false;
+                    read(s, r);
                 }
-                case Wire.FLUSH -> {
-                    if (fixedBody(h, 0) != null) {
-                        queueReply(h.opcode, h.id, 0);
-                    }
+                case Message.ListRegions l -> {
+                    afterLarge = false;
+                    list(s, l);
                 }
-                case Wire.ALLOCATE, Wire.OPEN, Wire.LIST, Wire.RELEASE, Wire.RETAG, Wire.LEASE, Wire.UNLEASE,
-                     Wire.INFO -> control(s, h);
                 default -> {
-                    skip(h.length);
-                    queueError(h, Status.BAD_REQUEST, "unexpected " + Wire.opName(h.opcode));
+                    afterLarge = false;
+                    queue(ControlDispatcher.answer(s, m));
                 }
             }
             if (queuedBytes >= FLUSH_AT_BYTES) {
@@ -306,21 +213,14 @@ final class TcpServerConnection implements Runnable {
         }
     }
 
-    private void write(RegionService.Session s, Header h) throws IOException, Wire.MalformedMessageException {
-        if (h.length < Wire.DATA_ADDRESS) {
-            throw new Wire.MalformedMessageException("WRITE of " + h.length + " bytes has no room for its address");
-        }
-        ensure(Wire.DATA_ADDRESS);
-        long region = in.getLong();
-        long key = in.getLong();
-        long offset = in.getLong();
-        int length = h.length - Wire.DATA_ADDRESS;
+    private void write(RegionService.Session s, Message.Write w) throws IOException {
+        int length = w.length();
         RegionService.Pin pin;
         try {
-            pin = s.pin(region, key, offset, length);
+            pin = s.pin(w.regionId(), w.key(), w.offset(), length);
         } catch (RemoteMemoryException e) {
-            skip(length);
-            queueError(h, e.status(), e.getMessage());
+            decoder.skipPayload(); // dropped as it comes in
+            queue(ControlDispatcher.error(w, e.status(), e.getMessage()));
             return;
         }
         try (pin) {
@@ -328,42 +228,27 @@ final class TcpServerConnection implements Runnable {
             int buffered = Math.min(in.remaining(), length);
             dst.put(in.slice(in.position(), buffered));
             in.position(in.position() + buffered);
-            while (dst.hasRemaining()) {
-                if (channel.read(dst) < 0) {
-                    throw new EOFException();
-                }
-            }
+            TcpSockets.readFully(channel, dst); // the rest straight from the socket into region memory
             pin.wrote();
         }
-        afterLarge = length >= Wire.LARGE;
+        decoder.payloadMoved(length);
+        afterLarge = length >= TcpSockets.LARGE;
         stats.writeOps.increment();
         stats.writeBytes.add(length);
-        queueReply(h.opcode, h.id, 0);
+        queue(new Message.WriteReply(w.id()));
     }
 
-    private void read(RegionService.Session s, Header h) throws IOException, Wire.MalformedMessageException {
-        ByteBuffer b = fixedBody(h, Wire.DATA_ADDRESS + 4);
-        if (b == null) {
-            return;
-        }
-        long region = b.getLong();
-        long key = b.getLong();
-        long offset = b.getLong();
-        int length = b.getInt();
-        if (length < 0 || length > Wire.MAX_DATA) {
-            queueError(h, Status.BAD_REQUEST, "READ of " + Integer.toUnsignedString(length) + " bytes exceeds "
-                    + Wire.MAX_DATA);
-            return;
-        }
+    private void read(RegionService.Session s, Message.Read r) throws IOException {
+        int length = r.length();
         RegionService.Pin pin;
         try {
-            pin = s.pin(region, key, offset, length);
+            pin = s.pin(r.regionId(), r.key(), r.offset(), length);
         } catch (RemoteMemoryException e) {
-            queueError(h, e.status(), e.getMessage());
+            queue(ControlDispatcher.error(r, e.status(), e.getMessage()));
             return;
         }
         pins.add(pin); // held until the reply data is on the wire
-        queueReply(h.opcode, h.id, 0, length);
+        queue(new Message.ReadReply(r.id(), length));
         pin.runs((at, n, written) -> {
             if (written) {
                 replies.add(pin.memory().asSlice(at, n).asByteBuffer());
@@ -380,87 +265,29 @@ final class TcpServerConnection implements Runnable {
         stats.readBytes.add(length);
     }
 
-    private void control(RegionService.Session s, Header h) throws IOException, Wire.MalformedMessageException {
-        if (h.length > MAX_CONTROL_BODY) {
-            throw new Wire.MalformedMessageException(Wire.opName(h.opcode) + " of " + h.length + " bytes");
-        }
-        ensure(h.length);
-        ByteBuffer body = take(h.length);
-        try {
-            switch (h.opcode) {
-                case Wire.ALLOCATE -> {
-                    long length = body.getLong();
-                    RegionDescriptor d = s.allocate(Wire.getTag(body), length);
-                    Wire.putDescriptor(queueReply(h.opcode, h.id, Wire.descriptorLength(d)), d);
-                }
-                case Wire.OPEN -> {
-                    RegionDescriptor d = s.open(body.getLong());
-                    Wire.putDescriptor(queueReply(h.opcode, h.id, Wire.descriptorLength(d)), d);
-                }
-                case Wire.LIST -> list(s, h);
-                case Wire.RELEASE -> {
-                    s.release(body.getLong(), body.getLong());
-                    queueReply(h.opcode, h.id, 0);
-                }
-                case Wire.RETAG -> {
-                    long region = body.getLong();
-                    long key = body.getLong();
-                    RegionDescriptor d = s.retag(region, key, Wire.getTag(body));
-                    Wire.putDescriptor(queueReply(h.opcode, h.id, Wire.descriptorLength(d)), d);
-                }
-                case Wire.LEASE -> {
-                    String volume = Wire.getString(body);
-                    String owner = Wire.getString(body);
-                    Lease lease = s.lease(volume, owner, body.getLong());
-                    queueReply(h.opcode, h.id, 9).putLong(lease.ttlMillis()).put((byte) (lease.tookOver() ? 1 : 0));
-                }
-                case Wire.UNLEASE -> {
-                    String volume = Wire.getString(body);
-                    s.unlease(volume, Wire.getString(body));
-                    queueReply(h.opcode, h.id, 0);
-                }
-                case Wire.INFO -> {
-                    ServerInfo info = s.serverInfo();
-                    ByteBuffer reply = queueReply(h.opcode, h.id, Wire.stringLength(info.serverId()) + 16);
-                    Wire.putString(reply, info.serverId());
-                    reply.putLong(info.capacityBytes()).putLong(info.freeBytes());
-                }
-                default -> throw new IllegalStateException();
-            }
-        } catch (RemoteMemoryException e) {
-            queueError(h, e.status(), e.getMessage());
-        } catch (java.nio.BufferUnderflowException | Wire.MalformedMessageException e) {
-            queueError(h, Status.BAD_REQUEST, Wire.opName(h.opcode) + " body is malformed");
-        }
-    }
-
     /**
      * Entry by entry through the reply buffer, flushed as it fills: however many regions there are, listing them
      * allocates nothing for the reply. The listing keeps one of the memserver's few listing places until its last
      * entry is in the reply buffer; a client that does not read for the hello timeout meanwhile is cut off, which
      * gives the place back (otherwise a few clients that never read would keep every other client from listing).
      */
-    private void list(RegionService.Session s, Header h) throws IOException, RemoteMemoryException {
-        try (RegionService.Listing listing = s.listing()) {
+    private void list(RegionService.Session s, Message.ListRegions l) throws IOException {
+        ControlDispatcher.Listed listed = ControlDispatcher.list(s, l);
+        if (listed.error() != null) {
+            queue(listed.error());
+            return;
+        }
+        try (RegionService.Listing listing = listed.listing()) {
             List<RegionInfo> regions = listing.regions();
-            long length = 4;
-            for (RegionInfo r : regions) {
-                length += Wire.descriptorLength(r.descriptor()) + Wire.stringLength(r.owner());
-            }
-            if (length > Wire.MAX_BODY) {
-                queueError(h, Status.NO_CAPACITY, regions.size() + " regions take " + length
-                        + " bytes to list, more than one message holds (" + Wire.MAX_BODY + ")");
-                return;
-            }
             Future<?> deadline = TcpProvider.TIMER.schedule(this::listingDeadline, helloTimeoutMillis,
                     TimeUnit.MILLISECONDS);
             try {
-                queueReply(h.opcode, h.id, 4, (int) length).putInt(regions.size());
+                MessageEncoder.listReplyStart(queueSlot(Protocol.HEADER + 4), l.id(), regions.size(),
+                        listed.bodyLength());
+                stats.sendMessages.increment();
+                stats.sendBytes.add(Protocol.HEADER + (long) listed.bodyLength());
                 for (RegionInfo r : regions) {
-                    ByteBuffer entry = queueSlot(Wire.descriptorLength(r.descriptor())
-                            + Wire.stringLength(r.owner()));
-                    Wire.putDescriptor(entry, r.descriptor());
-                    Wire.putString(entry, r.owner());
+                    MessageEncoder.listEntry(queueSlot(MessageEncoder.listEntrySize(r)), r);
                 }
             } finally {
                 deadline.cancel(false);
@@ -474,96 +301,55 @@ final class TcpServerConnection implements Runnable {
         close();
     }
 
-    /** The body of a fixed-size request, or null (after answering BAD_REQUEST) when its length is wrong. */
-    private ByteBuffer fixedBody(Header h, int expected) throws IOException {
-        if (h.length != expected) {
-            skip(h.length);
-            queueError(h, Status.BAD_REQUEST, Wire.opName(h.opcode) + " body must be " + expected + " bytes, was "
-                    + h.length);
-            return null;
+    // ------------------------------------------------------------------------------------------ input
+
+    /**
+     * The next request. A message that fits the input buffer is read in whole first (a WRITE up to its data), so the
+     * decoder reads it where it lies and allocates nothing for it.
+     */
+    private Message next() throws IOException, MalformedMessageException {
+        if (decoder.atBoundary()) {
+            ensure(Protocol.HEADER);
+            int length = in.getInt(in.position() + 20);
+            boolean write = Short.toUnsignedInt(in.getShort(in.position() + 6)) == Opcode.WRITE.code();
+            int whole = write ? Math.min(length, Protocol.DATA_ADDRESS) : length;
+            if (whole >= 0 && whole <= (decoder.awaitingHello() ? Protocol.MAX_HELLO_BODY
+                    : Protocol.MAX_CONTROL_BODY)) {
+                ensure(Protocol.HEADER + whole);
+            }
         }
-        ensure(expected);
-        return take(expected);
+        Message m;
+        while ((m = decoder.next(in)) == null) {
+            readMore(Protocol.HEADER); // what is skipped, or a body larger than the buffer
+        }
+        return m;
     }
 
-    // ------------------------------------------------------------------------------------------ input helpers
-
-    private record Header(int version, int opcode, long id, int length) {
-    }
-
-    private Header header() throws IOException, Wire.MalformedMessageException {
-        ensure(Wire.HEADER);
-        int magic = in.getInt();
-        if (magic != Wire.MAGIC) {
-            throw new Wire.MalformedMessageException("bad magic 0x" + Integer.toHexString(magic));
-        }
-        int version = Short.toUnsignedInt(in.getShort());
-        int opcode = Short.toUnsignedInt(in.getShort());
-        long id = in.getLong();
-        in.getInt(); // status: unused in requests
-        int length = in.getInt();
-        if (length < 0 || length > Wire.MAX_BODY) {
-            throw new Wire.MalformedMessageException("body length " + Integer.toUnsignedString(length)
-                    + " exceeds " + Wire.MAX_BODY);
-        }
-        return new Header(version, opcode, id, length);
-    }
-
-    /** Makes at least {@code n} bytes readable in {@code in}; before blocking for input, sends queued replies. */
+    /** Makes at least {@code n} bytes readable in {@code in}. */
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
-            flushReplies();
-            if (spinner == null) {
-                spinner = new Spinner(channel.socket().getInputStream(), null);
-            }
-            spinner.await();
-            Wire.readMore(channel, in, afterLarge ? Math.max(n, Wire.HEADER + Wire.DATA_ADDRESS) : Integer.MAX_VALUE);
+            readMore(n);
         }
     }
 
-    private ByteBuffer take(int n) {
-        ByteBuffer b = in.slice(in.position(), n).order(ByteOrder.LITTLE_ENDIAN);
-        in.position(in.position() + n);
-        return b;
-    }
-
-    /** Reads past {@code n} bytes of input (a refused WRITE's data), through the input buffer. */
-    private void skip(long n) throws IOException {
-        int buffered = (int) Math.min(in.remaining(), n);
-        in.position(in.position() + buffered);
-        long left = n - buffered;
-        if (left == 0) {
-            return;
+    /** Reads more input; before blocking for it, sends queued replies. */
+    private void readMore(int n) throws IOException {
+        flushReplies();
+        if (spinner == null) {
+            spinner = new Spinner(channel.socket().getInputStream(), null);
         }
-        // Everything buffered is consumed: the input buffer is free to read the rest into and drop it.
-        while (left > 0) {
-            in.clear().limit((int) Math.min(in.capacity(), left));
-            int r = channel.read(in);
-            if (r < 0) {
-                throw new EOFException();
-            }
-            left -= r;
-        }
-        in.position(0).limit(0);
+        spinner.await();
+        TcpSockets.readMore(channel, in, afterLarge ? Math.max(n, Protocol.HEADER + Protocol.DATA_ADDRESS)
+                : Integer.MAX_VALUE);
     }
 
     // ------------------------------------------------------------------------------------------------ replies
 
-    /** Queues a reply whose whole body the caller puts into the returned buffer. */
-    private ByteBuffer queueReply(int opcode, long id, int bodyLength) throws IOException {
-        return queueReply(opcode, id, bodyLength, bodyLength);
-    }
-
-    /**
-     * Queues a reply header announcing {@code length} body bytes, of which the first {@code inline} the caller puts
-     * into the returned buffer (the rest, READ data or LIST entries, is queued after it).
-     */
-    private ByteBuffer queueReply(int opcode, long id, int inline, int length) throws IOException {
-        ByteBuffer slot = queueSlot(Wire.HEADER + inline);
-        Wire.header(slot, opcode, id, 0, length);
+    /** Queues a reply: its header and body in the reply buffer (READ data is queued after it by the caller). */
+    private void queue(Message reply) throws IOException {
+        MessageEncoder.encode(reply, queueSlot(MessageEncoder.size(reply)));
         stats.sendMessages.increment();
-        stats.sendBytes.add(Wire.HEADER + (long) length);
-        return slot;
+        stats.sendBytes.add(Protocol.HEADER + MessageEncoder.bodyLength(reply));
     }
 
     /**
@@ -586,21 +372,13 @@ final class TcpServerConnection implements Runnable {
         return slot;
     }
 
-    private void queueError(Header h, Status status, String message) throws IOException {
-        String m = message.length() > MAX_ERROR_CHARS ? message.substring(0, MAX_ERROR_CHARS) + "..." : message;
-        int bodyLength = Wire.stringLength(m);
-        ByteBuffer slot = queueSlot(Wire.HEADER + bodyLength);
-        Wire.header(slot, h.opcode, h.id, status.code(), bodyLength);
-        Wire.putString(slot, m);
-    }
-
     /** Best effort: tell a client why it is being disconnected. */
-    private void tryError(long id, int opcode, Status status, String message) {
+    private void tryReply(Message.Error reply) {
         try {
-            queueError(new Header(Wire.VERSION, opcode, id, 0), status, message);
+            queue(reply);
             flushReplies();
-        } catch (IOException e) {
-            log.debug("could not tell {} why: {}", peer, e.getMessage());
+        } catch (IOException | RuntimeException e) {
+            log.debug("could not tell {} why: {}", peer, e.toString());
         }
     }
 

@@ -16,6 +16,8 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.SymbolLookup;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
+import java.net.StandardSocketOptions;
+import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -145,6 +147,32 @@ final class Ucx {
     }
 
     /**
+     * Whether a UCX registration of memory in this process pins its pages to an RDMA NIC, as {@code ibv_reg_mr} does:
+     * the host has an RDMA device and UCX may use it, going by UCX_TLS (unset, "all", an exclusion list, or a list
+     * naming an RDMA transport) and UCX_NET_DEVICES (unset, "all", or naming an RDMA port). Otherwise UCX moves data
+     * with its tcp or shared-memory transports, which emulate GET and PUT with copies through the page tables and pin
+     * nothing. When unsure it says yes: filling a range with zeroes where its pages could have gone back costs RAM,
+     * giving pages back under a NIC would lose data.
+     */
+    static boolean registrationPinsPages(Map<String, String> env, List<String> devices) {
+        if (devices.isEmpty()) {
+            return false;
+        }
+        String tls = env.getOrDefault("UCX_TLS", "").trim().toLowerCase(Locale.ROOT);
+        boolean rdmaTls = tls.isEmpty() || tls.startsWith("^");
+        for (String t : tls.split(",")) {
+            String name = t.trim().startsWith("\\") ? t.trim().substring(1) : t.trim();
+            rdmaTls |= name.equals("all") || RDMA_TLS.contains(name);
+        }
+        String nets = env.getOrDefault("UCX_NET_DEVICES", "").trim();
+        boolean rdmaDevice = nets.isEmpty() || nets.equals("all");
+        for (String d : nets.split(",")) {
+            rdmaDevice |= d.trim().matches("[A-Za-z0-9_]+:\\d+"); // mlx5_0:1, rxe0:1: an RDMA port
+        }
+        return rdmaTls && rdmaDevice;
+    }
+
+    /**
      * Makes UCX log the transports it picks for each endpoint ("lanes") to a file that {@link #lanes} reads, unless
      * the user already chose a log level or file. Only works before UCX is loaded (UCX reads its log settings then);
      * returns false when it is too late.
@@ -221,6 +249,12 @@ final class Ucx {
                 throw new IOException("setenv " + name + " failed");
             }
         }
+    }
+
+    /** The control connection's socket, either end: small messages, sent at once; a vanished peer found eventually. */
+    static void tuneControlSocket(SocketChannel ch) throws IOException {
+        ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+        ch.setOption(StandardSocketOptions.SO_KEEPALIVE, true);
     }
 
     /** A UCX status code as the exception of the contract: the peer is gone or the endpoint broke. */

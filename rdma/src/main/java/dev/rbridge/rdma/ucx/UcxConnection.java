@@ -10,6 +10,13 @@ import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.wire.ControlClient;
+import dev.rbridge.rdma.wire.MalformedMessageException;
+import dev.rbridge.rdma.wire.Message;
+import dev.rbridge.rdma.wire.MessageDecoder;
+import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.Opcode;
+import dev.rbridge.rdma.wire.Protocol;
 import org.openucx.jucx.UcxCallback;
 import org.openucx.jucx.ucp.UcpContext;
 import org.openucx.jucx.ucp.UcpEndpoint;
@@ -23,11 +30,12 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -37,7 +45,6 @@ import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
 
@@ -48,15 +55,16 @@ import java.util.function.Consumer;
  * queued, then one endpoint flush for the PUTs of that batch: a write completes when that flush does (remote
  * completion: the bytes are in the memserver's memory), so a burst of writes costs one flush, not one each.
  *
- * <p>Remote keys come from {@link Control#MAP} (the memserver checks the access key) and are cached per region; an
- * {@link Control#INVALIDATE} from the memserver (a release, a lease takeover) drops them, flushes what was issued
+ * <p>Remote keys come from MAP (the memserver checks the access key) and are cached per region; an INVALIDATE
+ * from the memserver (a release, a lease takeover) drops them, flushes what was issued
  * with them, and only then answers. A watchdog fails everything when any operation is older than the operation
  * timeout; a lost control connection or a UCX endpoint error fails everything at once.
  */
 final class UcxConnection implements RemoteConnection {
     private static final Logger log = LoggerFactory.getLogger(UcxConnection.class);
 
-    private final SocketChannel control;
+    /** The control connection. */
+    private final SocketChannel channel;
     private final String peer;
     private final long timeoutNanos;
     private final ServerInfo server;
@@ -64,10 +72,11 @@ final class UcxConnection implements RemoteConnection {
     private final UcxLoop loop;
     /** Held for the life of the connection: JUCX keeps only a weak reference for its error handler. */
     private UcpEndpoint endpoint;
-    private final AtomicLong ids = new AtomicLong(1);
     private final Object writeLock = new Object();
     /** Control requests and data operations not yet completed, by id: what the watchdog and a close fail. */
-    private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
+    private final ControlClient control;
+    /** Reads the control connection; the reader thread's only. */
+    private final MessageDecoder decoder = MessageDecoder.forClient();
     private final Map<MapKey, CompletableFuture<Mapping>> mappings = new ConcurrentHashMap<>();
     /** Operations issued but not yet on the queue (waiting for a remote key, zeroes): a flush waits for them. */
     private final Set<CompletableFuture<?>> offQueue = ConcurrentHashMap.newKeySet();
@@ -78,9 +87,6 @@ final class UcxConnection implements RemoteConnection {
     private final Thread reader;
 
     private record MapKey(long region, long key, long length) {
-    }
-
-    private record MapReply(long address, long length, ByteBuffer rkey) {
     }
 
     /** A region's remote address and unpacked key on this endpoint. Ops are queued under its monitor. */
@@ -97,31 +103,10 @@ final class UcxConnection implements RemoteConnection {
         }
     }
 
-    private static class Pending {
-        final long id;
-        final String what;
-        final long deadline;
-        final CompletableFuture<Object> future = new CompletableFuture<>();
-
-        Pending(long id, String what, long deadline) {
-            this.id = id;
-            this.what = what;
-            this.deadline = deadline;
-        }
-    }
-
-    private static final class Call extends Pending {
-        final Parser parser;
-
-        Call(long id, String what, long deadline, Parser parser) {
-            super(id, what, deadline);
-            this.parser = parser;
-        }
-    }
-
     private enum Kind { GET, PUT, FLUSH }
 
-    private static final class Op extends Pending {
+    /** A data operation: completed by UCX, not by a reply, but watched and failed with the control calls. */
+    private static final class Op extends ControlClient.Call {
         final Kind kind;
         final long remote;
         final UcpRemoteKey rkey;
@@ -132,7 +117,8 @@ final class UcxConnection implements RemoteConnection {
         final Runnable after;
 
         Op(long id, Kind kind, long deadline, long remote, UcpRemoteKey rkey, MemorySegment buffer, Runnable after) {
-            super(id, kind.name(), deadline);
+            super(id, (kind == Kind.GET ? Opcode.READ : kind == Kind.PUT ? Opcode.WRITE : Opcode.FLUSH).code(),
+                    deadline, new CompletableFuture<>(), ControlClient.NOTHING);
             this.kind = kind;
             this.remote = remote;
             this.rkey = rkey;
@@ -141,16 +127,18 @@ final class UcxConnection implements RemoteConnection {
             this.buffer = buffer;
             this.after = after;
         }
+
+        @Override
+        public String what() {
+            return kind.name();
+        }
     }
 
-    private interface Parser {
-        Object parse(ByteBuffer body);
-    }
-
-    private UcxConnection(SocketChannel control, String peer, ConnectParams params, ServerInfo server, UcxLoop loop) {
-        this.control = control;
+    private UcxConnection(SocketChannel channel, String peer, ConnectParams params, ServerInfo server, UcxLoop loop) {
+        this.channel = channel;
         this.peer = peer;
         this.timeoutNanos = params.operationTimeout().toNanos();
+        this.control = new ControlClient(peer);
         this.server = server;
         this.loop = loop;
         long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
@@ -173,9 +161,9 @@ final class UcxConnection implements RemoteConnection {
                 params.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
         UcxLoop loop = null;
         try {
-            Control.tune(ch);
+            Ucx.tuneControlSocket(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
-            ServerInfo info = hello(ch, params, peer);
+            ServerInfo info = ControlClient.greet(ch, peer, params.token(), params.clientName());
             ByteBuffer serverAddress = ucxConnect(ch, peer);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
@@ -219,57 +207,22 @@ final class UcxConnection implements RemoteConnection {
         }
     }
 
-    /** Sends one request and reads its reply, before the reader thread runs; a refusal becomes the exception. */
-    private static ByteBuffer exchange(SocketChannel ch, String peer, ByteBuffer request, int opcode)
-            throws IOException, RemoteMemoryException {
-        Control.writeFully(ch, request);
-        Control.Header h = Control.readHeader(ch);
-        if (h.magic() != Control.MAGIC) {
-            throw new IOException(peer + " is not a memserver (bad magic in its reply)");
-        }
-        if (h.length() < 0 || h.length() > 64 << 10) {
-            throw new IOException(peer + " sent a reply of " + Integer.toUnsignedString(h.length()) + " bytes");
-        }
-        ByteBuffer body = Control.readBody(ch, h.length());
-        if (h.status() != 0) {
-            String message = h.length() >= 2 ? Control.getString(body) : "";
-            if (opcode == Control.UCX_CONNECT && message.contains("unexpected OP_")) {
-                throw new RemoteMemoryException(Status.CONNECT_FAILED, "memserver " + peer + " does not serve the "
-                        + "ucx transport (it runs another one, tcp by default); start it with --transport ucx or "
-                        + "connect with its transport");
-            }
-            throw new RemoteMemoryException(Status.of(h.status()), "memserver " + peer + " refused the connection: "
-                    + message);
-        }
-        if (opcode == Control.HELLO && h.version() != Control.VERSION) {
-            throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver " + peer + " speaks protocol v"
-                    + h.version() + ", this client v" + Control.VERSION);
-        }
-        return body;
-    }
-
-    private static ServerInfo hello(SocketChannel ch, ConnectParams params, String peer)
-            throws IOException, RemoteMemoryException {
-        ByteBuffer req = Control.message(Control.HELLO, 0, 0, Control.stringLength(params.token())
-                + Control.stringLength(params.clientName()));
-        Control.putString(req, params.token());
-        Control.putString(req, params.clientName());
-        ByteBuffer b = exchange(ch, peer, Control.done(req), Control.HELLO);
-        try {
-            return new ServerInfo(Control.getString(b), Control.VERSION, b.getLong(), b.getLong());
-        } catch (BufferUnderflowException e) {
-            throw new IOException(peer + " sent a malformed hello reply");
-        }
-    }
-
+    /** The memserver worker's UCX address, asked right after the greeting, before the reader thread runs. */
     private static ByteBuffer ucxConnect(SocketChannel ch, String peer) throws IOException, RemoteMemoryException {
-        ByteBuffer b = exchange(ch, peer, Control.done(Control.message(Control.UCX_CONNECT, 0, 0, 0)),
-                Control.UCX_CONNECT);
-        try {
-            return Control.getBytes(b);
-        } catch (BufferUnderflowException e) {
-            throw new IOException(peer + " sent a malformed UCX_CONNECT reply");
-        }
+        return switch (ControlClient.exchange(ch, peer, new Message.UcxConnect(0))) {
+            case Message.UcxConnectReply r -> direct(r.workerAddress());
+            case Message.Error e when e.message().contains("unexpected OP_") -> throw new RemoteMemoryException(
+                    Status.CONNECT_FAILED, "memserver " + peer + " does not serve the ucx transport (it runs another "
+                    + "one, tcp by default); start it with --transport ucx or connect with its transport");
+            case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
+                    + " refused the connection: " + e.message());
+            case Message other -> throw new IOException(peer + " sent a malformed UCX_CONNECT reply (" + other + ")");
+        };
+    }
+
+    /** A copy in native memory: what JUCX wants for addresses and keys. */
+    private static ByteBuffer direct(ByteBuffer b) {
+        return ByteBuffer.allocateDirect(b.remaining()).put(b).flip();
     }
 
     // ------------------------------------------------------------------------------------------ control plane
@@ -281,19 +234,12 @@ final class UcxConnection implements RemoteConnection {
 
     @Override
     public CompletableFuture<RegionDescriptor> allocate(RegionTag tag, long length) {
-        ByteBuffer b = request(Control.ALLOCATE, 8 + Control.tagLength(tag));
-        b.putLong(length);
-        Control.putTag(b, tag);
-        CompletableFuture<RegionDescriptor> d = call(b, Control::getDescriptor);
-        return d.thenCompose(this::mapped);
+        return call(ControlClient.allocate(tag, length)).thenCompose(this::mapped);
     }
 
     @Override
     public CompletableFuture<RegionDescriptor> open(long regionId) {
-        ByteBuffer b = request(Control.OPEN, 8);
-        b.putLong(regionId);
-        CompletableFuture<RegionDescriptor> d = call(b, Control::getDescriptor);
-        return d.thenCompose(this::mapped);
+        return call(ControlClient.open(regionId)).thenCompose(this::mapped);
     }
 
     /** The descriptor once its remote key is at hand (so the first data operation needs no round trip). */
@@ -303,140 +249,101 @@ final class UcxConnection implements RemoteConnection {
 
     @Override
     public CompletableFuture<List<RegionInfo>> list() {
-        return call(request(Control.LIST, 0), body -> {
-            int n = body.getInt();
-            if (n < 0 || n > body.remaining()) {
-                throw new BufferUnderflowException();
-            }
-            List<RegionInfo> regions = new ArrayList<>(n);
-            for (int i = 0; i < n; i++) {
-                regions.add(new RegionInfo(Control.getDescriptor(body), Control.getString(body)));
-            }
-            return regions;
-        });
+        return call(ControlClient.list());
     }
 
     @Override
     public CompletableFuture<Void> release(RegionDescriptor region) {
-        ByteBuffer b = request(Control.RELEASE, 16);
-        b.putLong(region.id()).putLong(region.key());
-        return call(b, body -> null);
+        return call(ControlClient.release(region));
     }
 
     @Override
     public CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
-        ByteBuffer b = request(Control.RETAG, 16 + Control.tagLength(tag));
-        b.putLong(region.id()).putLong(region.key());
-        Control.putTag(b, tag);
-        return call(b, Control::getDescriptor);
+        return call(ControlClient.retag(region, tag));
     }
 
     @Override
     public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
-        long ttlMillis = ttl.isZero() ? 0 : ttl.isNegative() ? -1 : saturatedMillis(ttl);
-        ByteBuffer b = request(Control.LEASE, Control.stringLength(volume) + Control.stringLength(owner) + 8);
-        Control.putString(b, volume);
-        Control.putString(b, owner);
-        b.putLong(ttlMillis);
-        return call(b, body -> new Lease(volume, owner, body.getLong(), body.get() != 0));
-    }
-
-    private static long saturatedMillis(Duration ttl) {
-        try {
-            return Math.max(1, ttl.toMillis());
-        } catch (ArithmeticException e) {
-            return Long.MAX_VALUE;
-        }
+        return call(ControlClient.lease(volume, owner, ttl));
     }
 
     @Override
     public CompletableFuture<Void> unlease(String volume, String owner) {
-        ByteBuffer b = request(Control.UNLEASE, Control.stringLength(volume) + Control.stringLength(owner));
-        Control.putString(b, volume);
-        Control.putString(b, owner);
-        return call(b, body -> null);
+        return call(ControlClient.unlease(volume, owner));
     }
 
     @Override
     public CompletableFuture<ServerInfo> info() {
-        return call(request(Control.INFO, 0), body -> new ServerInfo(Control.getString(body), Control.VERSION,
-                body.getLong(), body.getLong()));
-    }
-
-    private static ByteBuffer request(int opcode, int bodyLength) {
-        return Control.message(opcode, 0, 0, bodyLength);
+        return call(ControlClient.info());
     }
 
     @SuppressWarnings("unchecked")
-    private <T> CompletableFuture<T> call(ByteBuffer request, Parser parser) {
+    private <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
         RemoteMemoryException dead = closed.get();
         if (dead != null) {
             return CompletableFuture.failedFuture(dead);
         }
-        long id = ids.getAndIncrement();
-        int opcode = Short.toUnsignedInt(request.getShort(6));
-        Call c = new Call(id, Control.opName(opcode), System.nanoTime() + timeoutNanos, parser);
-        pending.put(id, c);
-        if (closed.get() != null && pending.remove(id) != null) {
-            c.future.completeExceptionally(closed.get());
-            return (CompletableFuture<T>) (CompletableFuture<?>) c.future;
+        Message request = op.request().apply(control.nextId());
+        ControlClient.Call c = new ControlClient.Call(request.id(), request.code(), System.nanoTime() + timeoutNanos,
+                new CompletableFuture<>(), op.result());
+        if (control.register(c)) {
+            try {
+                send(request);
+            } catch (IOException e) {
+                closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
+                        + " while sending: " + e.getMessage(), e));
+            }
         }
-        request.putLong(8, id);
-        ByteBuffer b = Control.done(request);
-        try {
-            send(b);
-        } catch (IOException e) {
-            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: "
-                    + e.getMessage(), e));
-        }
-        return (CompletableFuture<T>) (CompletableFuture<?>) c.future;
+        return (CompletableFuture<T>) (CompletableFuture<?>) c.future();
     }
 
-    private void send(ByteBuffer b) throws IOException {
+    private void send(Message m) throws IOException {
+        ByteBuffer b = MessageEncoder.encode(m);
         synchronized (writeLock) {
             stats.sendMessages.increment();
             stats.sendBytes.add(b.remaining());
-            Control.writeFully(control, b);
+            while (b.hasRemaining()) {
+                channel.write(b);
+            }
         }
     }
 
+    /** The reader thread: replies complete their calls; INVALIDATE drops remote keys. */
     private void readLoop() {
+        ByteBuffer in = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
         try {
             while (true) {
-                Control.Header h = Control.readHeader(control);
-                if (h.magic() != Control.MAGIC || h.length() < 0 || h.length() > Control.MAX_BODY) {
-                    throw new IOException("malformed reply header");
-                }
-                ByteBuffer body = Control.readBody(control, h.length());
-                stats.recvMessages.increment();
-                stats.recvBytes.add(Control.HEADER + (long) h.length());
-                if (h.opcode() == Control.INVALIDATE) {
-                    invalidated(h.id(), body);
-                    continue;
-                }
-                Pending p = pending.remove(h.id());
-                if (!(p instanceof Call c)) {
-                    throw new IOException("reply to unknown request " + h.id());
-                }
-                if (h.status() != 0) {
-                    String message = h.length() >= 2 ? Control.getString(body) : "";
-                    if (h.status() == Status.BAD_REQUEST.code() && message.startsWith("unexpected OP_")) {
-                        message += " (the memserver predates this operation; upgrade it)";
+                Message m;
+                while ((m = decoder.next(in)) == null) {
+                    in.compact();
+                    int r;
+                    try {
+                        r = channel.read(in);
+                    } finally {
+                        in.flip();
                     }
-                    c.future.completeExceptionally(new RemoteMemoryException(Status.of(h.status()), c.what
-                            + " on memserver " + peer + " failed: " + message));
+                    if (r < 0) {
+                        throw new EOFException();
+                    }
+                }
+                stats.recvMessages.increment();
+                stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
+                if (m instanceof Message.Invalidate i) {
+                    invalidated(i);
                     continue;
                 }
-                try {
-                    c.future.complete(c.parser.parse(body));
-                } catch (RuntimeException e) {
-                    c.future.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "malformed " + c.what
-                            + " reply: " + e));
+                ControlClient.Call c = control.take(m.id());
+                if (c == null || c instanceof Op || decoder.payloadRemaining() > 0) {
+                    throw new IOException("reply to unknown request " + m.id());
                 }
+                control.answer(c, m);
             }
         } catch (EOFException e) {
             closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer
                     + " closed the connection"));
+        } catch (MalformedMessageException e) {
+            closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer + " sent a malformed "
+                    + "reply (" + e.getMessage() + "); connection closed"));
         } catch (IOException | RuntimeException e) {
             closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer + ": "
                     + e.getMessage(), e));
@@ -456,10 +363,8 @@ final class UcxConnection implements RemoteConnection {
         if (m != null) {
             return m;
         }
-        ByteBuffer b = request(Control.MAP, 24);
-        b.putLong(d.id()).putLong(d.key()).putLong(d.length());
-        CompletableFuture<MapReply> reply = call(b, body -> new MapReply(body.getLong(), body.getLong(),
-                Control.getBytes(body)));
+        CompletableFuture<Message.MapReply> reply = call(new ControlClient.Operation<>(
+                id -> new Message.MapRegion(id, d.id(), d.key(), d.length()), r -> r));
         reply.whenComplete((r, e) -> {
             if (e != null) {
                 mappings.remove(k, mine); // not cached: the next operation asks again
@@ -469,7 +374,8 @@ final class UcxConnection implements RemoteConnection {
             // The reader thread queues the unpack before it can queue any INVALIDATE for this key (FIFO).
             loop.execute(() -> {
                 try {
-                    mine.complete(new Mapping(r.address(), r.length(), endpoint.unpackRemoteKey(r.rkey())));
+                    mine.complete(new Mapping(r.address(), r.length(),
+                            endpoint.unpackRemoteKey(direct(r.remoteKey()))));
                 } catch (RuntimeException x) {
                     mappings.remove(k, mine);
                     mine.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "UCX could not unpack "
@@ -486,12 +392,8 @@ final class UcxConnection implements RemoteConnection {
     }
 
     /** The memserver withdraws regions: forget their keys, flush what used them, then answer. */
-    private void invalidated(long pushId, ByteBuffer body) {
-        int n = body.getInt();
-        Set<Long> regions = new java.util.HashSet<>();
-        for (int i = 0; i < n; i++) {
-            regions.add(body.getLong());
-        }
+    private void invalidated(Message.Invalidate push) {
+        Set<Long> regions = new HashSet<>(push.regionIds());
         List<CompletableFuture<Mapping>> dropped = new ArrayList<>();
         mappings.entrySet().removeIf(e -> {
             if (regions.contains(e.getKey().region())) {
@@ -511,11 +413,11 @@ final class UcxConnection implements RemoteConnection {
                     gone.add(m);
                 }
             }
-            Op barrier = new Op(ids.getAndIncrement(), Kind.FLUSH, System.nanoTime() + timeoutNanos, 0, null, null,
+            Op barrier = new Op(control.nextId(), Kind.FLUSH, System.nanoTime() + timeoutNanos, 0, null, null,
                     () -> {
                         loop.execute(() -> gone.forEach(m -> m.rkey.close()));
                         try {
-                            send(Control.done(Control.message(Control.INVALIDATE, pushId, 0, 0)));
+                            send(new Message.InvalidateDone(push.id()));
                         } catch (IOException e) {
                             log.debug("could not answer INVALIDATE: {}", e.getMessage());
                         }
@@ -555,9 +457,7 @@ final class UcxConnection implements RemoteConnection {
 
     @Override
     public CompletableFuture<Void> zero(RegionDescriptor region, long offset, long length) {
-        ByteBuffer b = request(Control.ZERO, 32);
-        b.putLong(region.id()).putLong(region.key()).putLong(offset).putLong(length);
-        CompletableFuture<Void> f = call(b, body -> null);
+        CompletableFuture<Void> f = call(ControlClient.zero(region, offset, length));
         offQueue.add(f);
         f.whenComplete((v, e) -> offQueue.remove(f));
         return f;
@@ -566,7 +466,7 @@ final class UcxConnection implements RemoteConnection {
     @Override
     public CompletableFuture<Void> flush() {
         CompletableFuture<?>[] before = offQueue.toArray(CompletableFuture[]::new);
-        CompletableFuture<Void> epFlush = submit(new Op(ids.getAndIncrement(), Kind.FLUSH,
+        CompletableFuture<Void> epFlush = submit(new Op(control.nextId(), Kind.FLUSH,
                 System.nanoTime() + timeoutNanos, 0, null, null, null));
         if (before.length == 0) {
             return epFlush;
@@ -618,21 +518,17 @@ final class UcxConnection implements RemoteConnection {
                 return CompletableFuture.failedFuture(new RemoteMemoryException(Status.OUT_OF_RANGE, "range "
                         + offset + "+" + buffer.byteSize() + " is outside region " + region.id()));
             }
-            return submit(new Op(ids.getAndIncrement(), kind, System.nanoTime() + timeoutNanos, m.address + offset,
+            return submit(new Op(control.nextId(), kind, System.nanoTime() + timeoutNanos, m.address + offset,
                     m.rkey, buffer, after));
         }
     }
 
     @SuppressWarnings("unchecked")
     private CompletableFuture<Void> submit(Op op) {
-        pending.put(op.id, op);
-        RemoteMemoryException dead = closed.get();
-        if (dead != null && pending.remove(op.id) != null) {
-            op.future.completeExceptionally(dead);
-        } else {
+        if (control.register(op)) {
             enqueue(op);
         }
-        return (CompletableFuture<Void>) (CompletableFuture<?>) op.future;
+        return (CompletableFuture<Void>) (CompletableFuture<?>) op.future();
     }
 
     private void enqueue(Op op) {
@@ -714,22 +610,22 @@ final class UcxConnection implements RemoteConnection {
     }
 
     private void complete(Op op) {
-        if (pending.remove(op.id) != null) {
+        if (control.remove(op)) {
             if (op.after != null) {
                 try {
                     op.after.run();
                 } catch (RuntimeException e) {
-                    op.future.completeExceptionally(e);
+                    op.future().completeExceptionally(e);
                     return;
                 }
             }
-            op.future.complete(null);
+            op.future().complete(null);
         }
     }
 
-    private void fail(Pending p, RemoteMemoryException e) {
-        if (pending.remove(p.id) != null) {
-            p.future.completeExceptionally(e);
+    private void fail(Op op, RemoteMemoryException e) {
+        if (control.remove(op)) {
+            op.future().completeExceptionally(e);
         }
     }
 
@@ -739,14 +635,9 @@ final class UcxConnection implements RemoteConnection {
         if (closed.get() != null) {
             return;
         }
-        long now = System.nanoTime();
-        for (Pending p : pending.values()) {
-            if (now - p.deadline > 0) {
-                closeWith(new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not answer "
-                        + p.what + " within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
-                        + " ms; connection declared dead"));
-                return;
-            }
+        ControlClient.Call late = control.overdue(System.nanoTime());
+        if (late != null) {
+            closeWith(control.timeout(late, timeoutNanos));
         }
     }
 
@@ -781,7 +672,7 @@ final class UcxConnection implements RemoteConnection {
             return closed.get();
         }
         watchdog.cancel(false);
-        closeQuietly(control);
+        closeQuietly(channel);
         loop.execute(() -> {
             UcpEndpoint ep = endpoint;
             if (ep != null) {
@@ -814,14 +705,7 @@ final class UcxConnection implements RemoteConnection {
     }
 
     private void failAll(RemoteMemoryException cause) {
-        int failed = 0;
-        for (Long id : List.copyOf(pending.keySet())) {
-            Pending p = pending.remove(id);
-            if (p != null) {
-                p.future.completeExceptionally(cause);
-                failed++;
-            }
-        }
+        int failed = control.failAll(cause);
         Op op;
         while ((op = queue.poll()) != null) {
             fail(op, cause);

@@ -6,6 +6,7 @@ import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteListener;
 import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.wire.Admission;
 import org.openucx.jucx.ucp.UcpContext;
 import org.openucx.jucx.ucp.UcpMemMapParams;
 import org.openucx.jucx.ucp.UcpMemory;
@@ -32,12 +33,12 @@ import java.util.concurrent.TimeUnit;
 /**
  * The memserver side of the ucx provider: control connections over TCP (one platform thread each) and one UCX worker
  * whose progress thread serves the data plane. Region memory is registered with UCX when a client first maps it
- * ({@link Control#MAP}) and stays registered, and pinned, while any client may hold its remote key; clients only ever
+ * (MAP) and stays registered, and pinned, while any client may hold its remote key; clients only ever
  * GET and PUT it. On RDMA the memserver's CPU takes no part in a transfer; over UCX's tcp transport UCX emulates GET
  * and PUT with active messages, which the progress thread answers.
  *
  * <p>Before memory stops being registered (a release, a lease taken over, the last mapping client gone) every client
- * holding its remote key is told to forget it ({@link Control#INVALIDATE}) and answers once nothing it issued with the
+ * holding its remote key is told to forget it (INVALIDATE) and answers once nothing it issued with the
  * key is in flight; a client that does not answer within the hello timeout is disconnected, and its registrations are
  * kept for a grace period before the memory may be unmapped.
  */
@@ -73,6 +74,8 @@ final class UcxListener implements RemoteListener {
     /** Registered region memory by (region, key, length); guarded by itself. */
     private final Map<RegKey, Registration> registrations = new HashMap<>();
     private volatile boolean closed;
+    /** Registrations pin pages to an RDMA NIC here (see {@link Ucx#registrationPinsPages}). */
+    private final boolean pinsPages = Ucx.registrationPinsPages(System.getenv(), Ucx.rdmaDevices());
 
     record RegKey(long region, long key, long length) {
     }
@@ -126,26 +129,16 @@ final class UcxListener implements RemoteListener {
             ch.close();
             throw new IOException("UCX could not start a worker: " + e.getMessage(), e);
         }
-        l.acceptor = GatedAcceptor.start("ucx", ch, params.limits(), service, new GatedAcceptor.Transport() {
-            @Override
-            public void start(SocketChannel channel, InetSocketAddress remote, ConnectionGate.Slot slot) {
-                l.serve(channel, remote, slot);
-            }
-
-            @Override
-            public ByteBuffer refusal(String message) {
-                return Control.error(Control.HELLO, 0, RemoteMemoryException.Status.NO_CAPACITY.code(), message);
-            }
-        });
+        l.acceptor = GatedAcceptor.start("ucx", ch, params.limits(), service, l::serve);
         return l;
     }
 
     /** Starts an admitted connection's thread, its hello guard running. */
     private void serve(SocketChannel ch, InetSocketAddress remote, ConnectionGate.Slot slot) {
-        UcxServerConnection c = new UcxServerConnection(this, ch, remote, slot);
+        UcxServerConnection c = new UcxServerConnection(this, ch, new Admission(service, remote, slot));
         connections.add(c);
         try {
-            c.guard(TIMER.schedule(c::helloDeadline, params.helloTimeout().toMillis(), TimeUnit.MILLISECONDS));
+            c.guard();
             Thread t = new Thread(c, "rdma-ucx-conn-" + c.peer());
             t.setDaemon(true);
             t.start();
@@ -202,8 +195,13 @@ final class UcxListener implements RemoteListener {
             }
         }
         // Clients write registered memory with one-sided RDMA the memserver never sees: the region counts as written
-        // from here on, so no transport serves a page of it as never written.
-        check.exposed();
+        // from here on, so no transport serves a page of it as never written. On an RDMA NIC the registration also
+        // pins the pages, for as long as it lasts (this pin's life): the memserver must not give them back meanwhile.
+        if (pinsPages) {
+            check.heldByDevice();
+        } else {
+            check.exposed();
+        }
         try {
             UcpMemory memory = loop.call(() -> context.memoryMap(new UcpMemMapParams()
                     .setAddress(check.memory().address()).setLength(length).nonBlocking()), REGISTER_TIMEOUT_MILLIS);

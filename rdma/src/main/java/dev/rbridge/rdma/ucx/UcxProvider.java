@@ -13,9 +13,9 @@ import java.util.List;
 
 /**
  * Remote memory over UCX (JUCX 1.12.1 on the system's libucx0): one-sided GET/PUT on registered region memory, RDMA
- * READ/WRITE on InfiniBand or RoCE, emulated by UCX over its tcp transport elsewhere. The control plane is the tcp
- * provider's protocol on a TCP connection plus the UCX opcodes ({@link Control}). UCX is loaded only when this
- * provider connects or listens for the first time.
+ * READ/WRITE on InfiniBand or RoCE, emulated by UCX over its tcp transport elsewhere. The control plane is the control
+ * protocol of {@code dev.rbridge.rdma.wire} on a TCP connection, with its UCX opcodes (UCX_CONNECT, MAP, INVALIDATE).
+ * UCX is loaded only when this provider connects or listens for the first time.
  */
 public final class UcxProvider implements RemoteMemoryProvider {
     @Override
@@ -39,6 +39,15 @@ public final class UcxProvider implements RemoteMemoryProvider {
      */
     public static boolean reportLanes() {
         return Ucx.reportLanes();
+    }
+
+    /**
+     * Whether memory a ucx memserver registers in this environment is held by an RDMA NIC (see {@link
+     * dev.rbridge.rdma.RegionService.Pin#heldByDevice}): this host has an RDMA device and UCX_TLS and UCX_NET_DEVICES
+     * let UCX use it.
+     */
+    public static boolean registrationsPinPages() {
+        return Ucx.registrationPinsPages(System.getenv(), Ucx.rdmaDevices());
     }
 
     /** What UCX reported so far: lines like {@code ep_cfg[1]: tag(tcp/lo) rma_am(tcp/lo)}. */

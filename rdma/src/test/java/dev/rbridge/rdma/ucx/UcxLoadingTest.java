@@ -9,6 +9,7 @@ import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -39,5 +40,21 @@ class UcxLoadingTest {
         assertDoesNotThrow(() -> Ucx.checkRdmaDevice(Map.of("UCX_TLS", "^rc,ud"), List.of()));
         assertDoesNotThrow(() -> Ucx.checkRdmaDevice(Map.of("UCX_TLS", "rc_verbs"), List.of("rxe0")));
         assertDoesNotThrow(() -> Ucx.checkRdmaDevice(Map.of("UCX_NET_DEVICES", "lo,eth0"), List.of()));
+    }
+
+    @Test
+    void registrationsPinPagesOnlyWhereANicMayHoldThem() {
+        assertFalse(Ucx.registrationPinsPages(Map.of(), List.of()), "no RDMA device: nothing can pin");
+        assertFalse(Ucx.registrationPinsPages(Map.of("UCX_TLS", "rc_verbs"), List.of()));
+        assertTrue(Ucx.registrationPinsPages(Map.of(), List.of("rxe0")), "a device UCX may use");
+        assertTrue(Ucx.registrationPinsPages(Map.of("UCX_TLS", "^tcp"), List.of("rxe0")));
+        assertTrue(Ucx.registrationPinsPages(Map.of("UCX_TLS", "tcp,rc_verbs"), List.of("mlx5_0")));
+        assertTrue(Ucx.registrationPinsPages(Map.of("UCX_TLS", "all"), List.of("mlx5_0")));
+        assertFalse(Ucx.registrationPinsPages(Map.of("UCX_TLS", "tcp"), List.of("rxe0")),
+                "UCX told to use tcp only emulates GET and PUT");
+        assertFalse(Ucx.registrationPinsPages(Map.of("UCX_TLS", "tcp,cma,self"), List.of("rxe0")));
+        assertFalse(Ucx.registrationPinsPages(Map.of("UCX_NET_DEVICES", "lo,eth0"), List.of("rxe0")),
+                "only non-RDMA devices named");
+        assertTrue(Ucx.registrationPinsPages(Map.of("UCX_NET_DEVICES", "rxe0:1"), List.of("rxe0")));
     }
 }

@@ -1,4 +1,4 @@
-package dev.rbridge.memserver;
+package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -6,7 +6,6 @@ import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
-import dev.rbridge.rdma.tcp.TcpProvider;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -37,20 +36,21 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Caller-driven completion of the tcp provider (ConnectParams#callerDriven) against a memserver process: who reads
- * the replies, that an operation its issuer does not wait on still completes, that waiting and non-waiting threads
- * mixed on one connection lose nothing, and what interrupting a reading caller does. The contract as a whole in this
- * mode is {@link TcpCallerDrivenProviderContractTest}.
+ * Caller-driven completion of the tcp provider (ConnectParams#callerDriven, {@link CallerDrivenReading}) against a
+ * listener in a process of its own (it is stopped for real): who reads the replies, that an operation its issuer does
+ * not wait on still completes, that waiting and non-waiting threads mixed on one connection lose nothing, and what
+ * interrupting a reading caller does. The contract as a whole in this mode, against a real memserver, is memserver's
+ * TcpCallerDrivenProviderContractTest.
  */
 @Timeout(120)
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class TcpCallerDrivenTest {
     static final String TOKEN = "driven";
-    MemServerProcess memserver;
+    TcpServerProcess memserver;
 
     @BeforeAll
     void start() throws Exception {
-        memserver = MemServerProcess.start(256L << 20, TOKEN);
+        memserver = TcpServerProcess.start(TOKEN);
     }
 
     @AfterAll
@@ -256,7 +256,7 @@ class TcpCallerDrivenTest {
                     }
                     Thread.sleep(300); // well past the polling budget, well within the 2 s operation timeout
                     reading = java.util.Arrays.stream(caller.getStackTrace()).anyMatch(
-                            f -> f.getMethodName().equals("awaitHeader") && f.getClassName().endsWith("TcpConnection"));
+                            f -> f.getMethodName().equals("awaitHeader") && f.getClassName().endsWith("ReplyReader"));
                     if (reading) {
                         caller.interrupt();
                     }

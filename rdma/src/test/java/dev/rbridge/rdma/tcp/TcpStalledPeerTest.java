@@ -1,12 +1,14 @@
-package dev.rbridge.memserver;
+package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.rdma.ArenaRegionServiceForTests;
 import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteListener;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
-import dev.rbridge.rdma.tcp.TcpProvider;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -35,8 +37,8 @@ import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * A memserver process that goes silent at a chosen byte ({@link FreezingRelay} between it and the client): in the
- * middle of a reply, and while another connection's failure callbacks write to it. Both used to hang: the watchdog
+ * A peer that goes silent at a chosen byte ({@link FreezingRelay} between a listener and the client): in the middle
+ * of a reply, and while another connection's failure callbacks write to it. Both used to hang: the watchdog
  * did not watch a reply being read, and it ran failure callbacks on the one timer thread every watchdog shares.
  */
 @Timeout(120)
@@ -44,15 +46,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class TcpStalledPeerTest {
     static final String TOKEN = "stalled";
     static final Duration OP_TIMEOUT = Duration.ofSeconds(1);
-    MemServerProcess memserver;
+    RemoteListener memserver;
 
     @BeforeAll
     void start() throws Exception {
-        memserver = MemServerProcess.start(256L << 20, TOKEN);
+        memserver = new TcpProvider().listen(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
+                new ArenaRegionServiceForTests(TOKEN));
     }
 
     @AfterAll
-    void stop() throws Exception {
+    void stop() {
         memserver.close();
     }
 
@@ -69,9 +72,9 @@ class TcpStalledPeerTest {
     @ParameterizedTest(name = "callerDriven={0}")
     @ValueSource(booleans = {false, true})
     void aReplyThatStopsHalfwayFailsWithinTheTimeoutAndOthersGoOn(boolean callerDriven) throws Exception {
-        try (FreezingRelay relay = new FreezingRelay(memserver.address);
+        try (FreezingRelay relay = new FreezingRelay(memserver.address());
              RemoteConnection c = connect(relay.address(), callerDriven);
-             RemoteConnection other = connect(memserver.address, callerDriven);
+             RemoteConnection other = connect(memserver.address(), callerDriven);
              Arena arena = Arena.ofShared()) {
             int size = 8 << 20;
             RegionDescriptor r = c.allocate(RegionTag.scratch("halfway"), size).get(10, TimeUnit.SECONDS);
@@ -96,8 +99,8 @@ class TcpStalledPeerTest {
 
     @Test
     void aFailureCallbackBlockedWritingToAnotherSilentPeerDoesNotStopItsWatchdog() throws Exception {
-        try (FreezingRelay relayA = new FreezingRelay(memserver.address);
-             FreezingRelay relayB = new FreezingRelay(memserver.address);
+        try (FreezingRelay relayA = new FreezingRelay(memserver.address());
+             FreezingRelay relayB = new FreezingRelay(memserver.address());
              RemoteConnection a = connect(relayA.address(), false);
              RemoteConnection b = connect(relayB.address(), false);
              Arena arena = Arena.ofShared()) {

@@ -1,10 +1,12 @@
-package dev.rbridge.memserver;
+package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.rdma.ArenaRegionServiceForTests;
 import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
-import dev.rbridge.rdma.tcp.TcpProvider;
+import dev.rbridge.rdma.RemoteListener;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.TestInstance;
@@ -15,6 +17,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -34,15 +37,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class TcpCompletionChainsTest {
     static final String TOKEN = "chains";
-    MemServerProcess memserver;
+    RemoteListener memserver;
 
     @BeforeAll
     void start() throws Exception {
-        memserver = MemServerProcess.start(512L << 20, TOKEN);
+        memserver = new TcpProvider().listen(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
+                new ArenaRegionServiceForTests(TOKEN));
     }
 
     @AfterAll
-    void stop() throws Exception {
+    void stop() {
         memserver.close();
     }
 
@@ -52,7 +56,7 @@ class TcpCompletionChainsTest {
         int chains = 16;
         int size = 4 << 20;
         int perChain = 24;
-        try (RemoteConnection c = new TcpProvider().connect(new ConnectParams().address(memserver.address)
+        try (RemoteConnection c = new TcpProvider().connect(new ConnectParams().address(memserver.address())
                 .token(TOKEN).clientName("chains").callerDriven(callerDriven).operationTimeout(Duration.ofSeconds(5)));
              Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("chains"), (long) chains * size).get(10, TimeUnit.SECONDS);

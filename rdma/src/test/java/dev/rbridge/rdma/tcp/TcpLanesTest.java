@@ -1,13 +1,15 @@
-package dev.rbridge.memserver;
+package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.rdma.ArenaRegionServiceForTests;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteListener;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
-import dev.rbridge.rdma.tcp.TcpProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -32,43 +34,45 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Lanes of the tcp provider seen from the memserver (in this JVM, so its per-client counters can be read): which lane
- * carries what, and that the lanes live and die as one connection. The contract itself over lanes is
- * {@link TcpLanesProviderContractTest}.
+ * {@link TcpLanes} seen from the listening side (in this JVM, so its per-session counters can be read): which lane
+ * carries what, and that the lanes live and die as one connection. The contract itself over lanes, against a real
+ * memserver, is memserver's TcpLanesProviderContractTest.
  */
 @Timeout(60)
 class TcpLanesTest {
     static final String TOKEN = "lanes";
-    MemServer memserver;
+    ArenaRegionServiceForTests service;
+    RemoteListener listener;
 
     @BeforeEach
     void start() throws Exception {
-        memserver = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 256L << 20, TOKEN,
-                "tcp"));
+        service = new ArenaRegionServiceForTests(TOKEN);
+        listener = new TcpProvider().listen(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
+                service);
     }
 
     @AfterEach
     void stop() {
-        memserver.close();
+        listener.close();
     }
 
     RemoteConnection connect(String name, int lanes) throws RemoteMemoryException {
-        return new TcpProvider().connect(new ConnectParams().address(memserver.address()).token(TOKEN)
+        return new TcpProvider().connect(new ConnectParams().address(listener.address()).token(TOKEN)
                 .clientName(name).lanes(lanes).operationTimeout(Duration.ofSeconds(5)));
     }
 
-    List<MemServer.ClientView> clientsNamed(String prefix) {
-        return memserver.clients().stream().filter(c -> c.name().startsWith(prefix)).toList();
+    List<ArenaRegionServiceForTests.SessionView> clientsNamed(String prefix) {
+        return service.sessions().stream().filter(c -> c.name().startsWith(prefix)).toList();
     }
 
     @Test
     void smallOperationsStayOnTheFirstLaneAndLargeOnesSpreadWithEveryByteIntact() throws Exception {
         try (RemoteConnection c = connect("lanes-test", 3); Arena arena = Arena.ofShared()) {
-            List<MemServer.ClientView> lanes = clientsNamed("lanes-test");
+            List<ArenaRegionServiceForTests.SessionView> lanes = clientsNamed("lanes-test");
             assertEquals(List.of("lanes-test", "lanes-test (lane 2/3)", "lanes-test (lane 3/3)"),
-                    lanes.stream().map(MemServer.ClientView::name).toList());
+                    lanes.stream().map(ArenaRegionServiceForTests.SessionView::name).toList());
             RegionDescriptor r = c.allocate(RegionTag.scratch("lanes"), 64L << 20).get(10, TimeUnit.SECONDS);
-            assertEquals(1, memserver.clients().stream().filter(v -> v.regions() == 1).count(),
+            assertEquals(1, service.sessions().stream().filter(v -> v.regions() == 1).count(),
                     "the region belongs to one session, the first lane's");
 
             // One at a time: always the first lane.
@@ -124,7 +128,7 @@ class TcpLanesTest {
             c.read(r, 199L * 4096, back).get(10, TimeUnit.SECONDS);
             assertEquals((byte) 199, back.get(ValueLayout.JAVA_BYTE, 4095));
         }
-        // The memserver learns of the close asynchronously, but promptly.
+        // The listener learns of the close asynchronously, but promptly.
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
         while (!clientsNamed("lanes-test").isEmpty() && System.nanoTime() < deadline) {
             Thread.sleep(5);
@@ -138,7 +142,7 @@ class TcpLanesTest {
             assertFalse(c.lease("vol", "owner-a", Duration.ofSeconds(30)).get(10, TimeUnit.SECONDS).tookOver());
             RegionDescriptor r = c.allocate(new RegionTag("vol", 0, 0, 1), 16L << 20).get(10, TimeUnit.SECONDS);
             long lastLane = clientsNamed("cut-test").getLast().id();
-            assertTrue(memserver.disconnect(lastLane));
+            assertTrue(service.disconnect(lastLane));
 
             // Whatever is issued from now on fails promptly, whichever lane it would have taken.
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
@@ -156,7 +160,7 @@ class TcpLanesTest {
             while (!clientsNamed("cut-test").isEmpty() && System.nanoTime() < deadline) {
                 Thread.sleep(5);
             }
-            assertTrue(clientsNamed("cut-test").isEmpty(), memserver.clients().toString());
+            assertTrue(clientsNamed("cut-test").isEmpty(), service.sessions().toString());
             try (RemoteConnection other = connect("other", 1)) {
                 assertTrue(other.lease("vol", "owner-b", Duration.ofSeconds(30)).get(10, TimeUnit.SECONDS)
                         .tookOver(), "granted at once (no LEASE_HELD), as a takeover from the departed owner");
@@ -196,6 +200,6 @@ class TcpLanesTest {
     }
 
     private List<ConnectionStats.Snapshot> stats(String name) {
-        return clientsNamed(name).stream().map(MemServer.ClientView::stats).toList();
+        return clientsNamed(name).stream().map(ArenaRegionServiceForTests.SessionView::stats).toList();
     }
 }

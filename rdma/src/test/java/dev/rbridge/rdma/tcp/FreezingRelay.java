@@ -1,4 +1,4 @@
-package dev.rbridge.memserver;
+package dev.rbridge.rdma.tcp;
 
 import java.io.IOException;
 import java.io.InputStream;
@@ -11,9 +11,9 @@ import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
- * A TCP relay between clients and a real memserver that can stop forwarding at a chosen byte: how a test makes a live
+ * A TCP relay between clients and a real listener that can stop forwarding at a chosen byte: how a test makes a live
  * peer go silent in the middle of a reply (SIGSTOP cannot be aimed at a byte). Not a mock: every byte that passes
- * comes from the memserver process; the relay only holds back what comes after the point it was told.
+ * comes from the listener; the relay only holds back what comes after the point it was told.
  */
 final class FreezingRelay implements AutoCloseable {
     private final ServerSocket listener;

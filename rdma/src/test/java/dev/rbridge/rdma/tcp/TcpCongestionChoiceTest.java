@@ -1,10 +1,12 @@
-package dev.rbridge.memserver;
+package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.rdma.ArenaRegionServiceForTests;
 import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
-import dev.rbridge.rdma.tcp.TcpProvider;
+import dev.rbridge.rdma.RemoteListener;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -26,18 +28,18 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 
 /**
  * The congestion control each end of a tcp-provider connection asks for, as the kernel reports it to iproute2's
- * {@code ss}: the memserver's choice on its accepted sockets, the client's on its own, the host default where asked
+ * {@code ss}: the listener's choice on its accepted sockets ({@link ListenParams#tcpCongestion}), the client's on its own, the host default where asked
  * for or where the choice is refused (the connection still works).
  */
 @Timeout(60)
 class TcpCongestionChoiceTest {
     static final String TOKEN = "cc";
-    MemServer memserver;
+    RemoteListener memserver;
 
     @BeforeEach
     void start() throws IOException {
-        memserver = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20, TOKEN,
-                "tcp", false, false, "reno"));
+        memserver = new TcpProvider().listen(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0))
+                .tcpCongestion("reno"), new ArenaRegionServiceForTests(TOKEN));
     }
 
     @AfterEach

@@ -1,0 +1,242 @@
+package dev.rbridge.memserver;
+
+import dev.rbridge.rdma.Lease;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+import java.util.function.LongSupplier;
+import java.util.function.Supplier;
+import java.util.function.ToIntFunction;
+
+/**
+ * A memserver's volume leases: who may use a volume's regions, by the rules of {@code rdma/README.md} ("Volume leases
+ * and fencing"). A lease belongs to the connection that took it ({@link Holder}), not to the owner string it presented:
+ * owner strings are names, not secrets. The same connection renews; any other connection takes it over once it
+ * expired or its holder's connection ended, whatever owner string it presents; only the holder's connection gives it
+ * back. Refusals say how long a lease has left, never who holds it.
+ *
+ * <p>Not thread-safe: the memserver calls it under the lock that also guards the region-table change each check is
+ * for, so a key rotation never interleaves with an open that hands out a key or an allocate that adds a region.
+ *
+ * <p>Bounded: at most {@value #MAX_LEASES} entries ({@link #MAX_LEASES_PER_CLIENT} per connection), ttls up to
+ * {@link Lease#MAX_TTL}, owners of {@value #MAX_OWNER} bytes.
+ */
+final class Leases {
+    private static final Logger log = LoggerFactory.getLogger(Leases.class);
+
+    static final int MAX_OWNER = 1024;
+    /**
+     * Entries in the table, held or not. Entries that bind nobody are kept (a takeover after them must fence) only while
+     * their volume has regions, and swept when the table is full; this bounds what the rest can take.
+     */
+    static final int MAX_LEASES = 65536;
+    /** Leases one connection holds at once: a bridge holds one per volume it serves. */
+    static final int MAX_LEASES_PER_CLIENT = 256;
+
+    /** A client connection, which may hold leases. */
+    interface Holder {
+        long id();
+
+        String name();
+
+        String peer();
+
+        /** Its connection ended: its leases bind nobody. */
+        boolean ended();
+    }
+
+    /**
+     * Where a lease stands: {@code HELD} by its holder's connection (live while renewed within its ttl), {@code
+     * RELEASED} because that connection ended, {@code GIVEN_BACK} with UNLEASE. Only a held, unexpired lease binds
+     * anyone; the others are kept so that the next grant knows whether it takes over from someone.
+     */
+    private enum State { HELD, RELEASED, GIVEN_BACK }
+
+    private record Entry(String owner, Holder holder, long ttlMillis, long expiresAtNanos, State state) {
+        boolean live(long now) {
+            return state == State.HELD && !holder.ended() && expiresAtNanos - now > 0;
+        }
+
+        long remainingMillis(long now) {
+            return live(now) ? Math.max(0, TimeUnit.NANOSECONDS.toMillis(expiresAtNanos - now)) : 0;
+        }
+
+        Entry in(State s) {
+            return new Entry(owner, holder, ttlMillis, expiresAtNanos, s);
+        }
+    }
+
+    /** By volume name. An entry outlives its holder, so a takeover knows to fence. */
+    private final Map<String, Entry> table = new HashMap<>();
+    /** Leases each connection holds, or held until they expired with nobody taking them since. */
+    private final Map<Holder, Integer> held = new IdentityHashMap<>();
+    private final LongSupplier clock;
+
+    Leases() {
+        this(System::nanoTime);
+    }
+
+    /** {@code clock}: nanoseconds, as {@link System#nanoTime()}. */
+    Leases(LongSupplier clock) {
+        this.clock = clock;
+    }
+
+    /**
+     * Refuses {@code c} ({@code ACCESS_DENIED}) when another connection holds a live lease on {@code volume}, saying
+     * how long it has left but not who holds it; {@code what} is what only the holder may do.
+     */
+    void check(Holder c, String volume, String what) throws RemoteMemoryException {
+        Entry l = table.get(volume);
+        if (l != null && l.holder() != c) {
+            long now = clock.getAsLong();
+            if (l.live(now)) {
+                throw new RemoteMemoryException(Status.ACCESS_DENIED, "volume '" + volume + "' is leased by another "
+                        + "client (" + l.remainingMillis(now) + " ms left); only its holder may " + what);
+            }
+        }
+    }
+
+    /** Whether {@code c} holds {@code volume}'s lease: the regions it allocates are then the volume's data. */
+    boolean holds(Holder c, String volume) {
+        Entry l = table.get(volume);
+        return l != null && l.holder() == c && l.state() == State.HELD;
+    }
+
+    /**
+     * Grants {@code c} the lease of {@code volume}, or refuses it: {@code LEASE_HELD} while another connection holds a
+     * live one, {@code BAD_REQUEST} for a ttl, owner or volume out of bounds, {@code NO_CAPACITY} at a limit. Every
+     * grant but a renewal by the holder's own connection rotates the keys of the volume's regions ({@code rotateKeys},
+     * which returns how many) and is a takeover when it ends a lease someone held and did not give back.
+     * {@code volumesWithRegions} is asked only when the table is full.
+     */
+    Lease grant(Holder c, String volume, String owner, long ttlMillis, ToIntFunction<String> rotateKeys,
+                Supplier<Set<String>> volumesWithRegions) throws RemoteMemoryException {
+        if (ttlMillis <= 0 || ttlMillis > Lease.MAX_TTL.toMillis()) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's ttl must be from 1 to "
+                    + Lease.MAX_TTL.toMillis() + " ms (5 min), not " + ttlMillis + " ms: renew a lease instead");
+        }
+        if (owner == null || owner.isEmpty() || owner.getBytes(StandardCharsets.UTF_8).length > MAX_OWNER) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's owner must be 1 to " + MAX_OWNER
+                    + " bytes long");
+        }
+        if (volume == null || volume.getBytes(StandardCharsets.UTF_8).length > RegionTag.MAX_VOLUME_NAME) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a volume name is at most "
+                    + RegionTag.MAX_VOLUME_NAME + " bytes long");
+        }
+        long now = clock.getAsLong();
+        Entry previous = table.get(volume);
+        if (previous != null && previous.holder() != c && previous.live(now)) {
+            throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "' is leased by another "
+                    + "client (" + previous.remainingMillis(now) + " ms left)");
+        }
+        // The lease is the connection's: the same connection renews (even an expired lease nobody took since), any
+        // other connection takes it over, whatever owner string it presents.
+        boolean renewal = previous != null && previous.holder() == c;
+        boolean tookOver = previous != null && !renewal && previous.state() != State.GIVEN_BACK;
+        boolean heldBefore = renewal && previous.state() == State.HELD;
+        if (!heldBefore) {
+            makeRoom(c, previous == null, now, volumesWithRegions);
+        }
+        table.put(volume, new Entry(owner, c, ttlMillis, now + TimeUnit.MILLISECONDS.toNanos(ttlMillis), State.HELD));
+        if (!heldBefore) {
+            held.merge(c, 1, Integer::sum);
+        }
+        if (previous != null && previous.holder() != c && previous.state() == State.HELD) {
+            held.computeIfPresent(previous.holder(), (h, n) -> n > 1 ? n - 1 : null);
+        }
+        if (renewal) {
+            return new Lease(volume, owner, ttlMillis, false);
+        }
+        int rotated = rotateKeys.applyAsInt(volume);
+        String v = MemServer.printable(volume, RegionTag.MAX_VOLUME_NAME);
+        if (tookOver) {
+            Holder from = previous.holder();
+            log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); {} region "
+                            + "key(s) rotated", v, MemServer.printable(owner, MAX_OWNER), c.id(), c.peer(),
+                    MemServer.printable(previous.owner(), MAX_OWNER), from.id(), from.peer(),
+                    previous.state() == State.RELEASED || from.ended() ? "connection ended" : "lease expired "
+                            + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos()) + " ms ago", rotated);
+        } else {
+            log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms{}", v,
+                    MemServer.printable(owner, MAX_OWNER), c.id(), c.peer(), ttlMillis,
+                    rotated == 0 ? "" : "; " + rotated + " region key(s) rotated");
+        }
+        return new Lease(volume, owner, ttlMillis, tookOver);
+    }
+
+    /**
+     * Refuses a new lease for {@code c} when it holds its limit, or when the table is full even after dropping the
+     * entries that bind nobody and guard no regions.
+     */
+    private void makeRoom(Holder c, boolean newEntry, long now, Supplier<Set<String>> volumesWithRegions)
+            throws RemoteMemoryException {
+        if (held.getOrDefault(c, 0) >= MAX_LEASES_PER_CLIENT) {
+            throw new RemoteMemoryException(Status.NO_CAPACITY, "this connection holds its limit of "
+                    + MAX_LEASES_PER_CLIENT + " leases; give some back first");
+        }
+        if (newEntry && table.size() >= MAX_LEASES) {
+            Set<String> guarded = volumesWithRegions.get();
+            table.entrySet().removeIf(e -> !e.getValue().live(now) && e.getValue().state() != State.HELD
+                    && !guarded.contains(e.getKey()));
+            if (table.size() >= MAX_LEASES) {
+                throw new RemoteMemoryException(Status.NO_CAPACITY, "this memserver tracks its limit of "
+                        + MAX_LEASES + " volume leases");
+            }
+        }
+    }
+
+    /** Only the holder's own connection gives a lease back; anyone else presenting the owner string changes nothing. */
+    void giveBack(Holder c, String volume, String owner) {
+        Entry l = table.get(volume);
+        if (l != null && l.holder() == c && l.state() == State.HELD && l.owner().equals(owner)) {
+            table.put(volume, l.in(State.GIVEN_BACK));
+            held.computeIfPresent(c, (h, n) -> n > 1 ? n - 1 : null);
+            log.info("volume '{}': lease of '{}' given back by client {} at {}",
+                    MemServer.printable(volume, RegionTag.MAX_VOLUME_NAME), MemServer.printable(owner, MAX_OWNER),
+                    c.id(), c.peer());
+        }
+    }
+
+    /** {@code c}'s connection ended: the leases it held bind nobody from now on (another may take them at once). */
+    void ended(Holder c) {
+        for (Map.Entry<String, Entry> e : table.entrySet()) {
+            Entry l = e.getValue();
+            if (l.holder() == c && l.state() == State.HELD) {
+                e.setValue(l.in(State.RELEASED));
+                log.info("volume '{}': lease of '{}' released: client {} at {} disconnected",
+                        MemServer.printable(e.getKey(), RegionTag.MAX_VOLUME_NAME),
+                        MemServer.printable(l.owner(), MAX_OWNER), c.id(), c.peer());
+            }
+        }
+        held.remove(c);
+    }
+
+    /** Every lease as an operator sees it, by volume. */
+    List<MemServer.LeaseView> views() {
+        long now = clock.getAsLong();
+        List<MemServer.LeaseView> out = new ArrayList<>();
+        table.forEach((volume, l) -> out.add(new MemServer.LeaseView(volume, l.owner(), l.holder().id(),
+                l.holder().name(), l.holder().peer(), l.live(now) ? "held" : l.state() == State.GIVEN_BACK
+                ? "given back" : l.state() == State.RELEASED || l.holder().ended() ? "released" : "expired",
+                l.ttlMillis(), l.remainingMillis(now))));
+        out.sort(Comparator.comparing(MemServer.LeaseView::volume));
+        return out;
+    }
+
+    /** Entries in the table, held or not. */
+    int size() {
+        return table.size();
+    }
+}

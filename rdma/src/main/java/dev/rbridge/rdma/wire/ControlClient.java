@@ -1,0 +1,353 @@
+package dev.rbridge.rdma.wire;
+
+import dev.rbridge.rdma.Lease;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.ServerInfo;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.SocketChannel;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.LongFunction;
+
+/**
+ * The client's side of the control protocol, for every transport that speaks it: the greeting, request ids, the calls
+ * waiting for their replies, and how a reply becomes a call's result, or its {@link RemoteMemoryException}. The
+ * transport writes requests and reads replies; this decides what they mean.
+ *
+ * <p>Each control operation of {@link dev.rbridge.rdma.RemoteConnection} is an {@link Operation}: the request it
+ * sends and how its reply becomes the result, so both transports send the same bytes and read them the same way.
+ */
+public final class ControlClient {
+    private final String peer;
+    private final AtomicLong ids = new AtomicLong(1);
+    private final Map<Long, Call> pending = new ConcurrentHashMap<>();
+    /** Set once, when the connection closes: calls registered later fail with it at once. */
+    private volatile RemoteMemoryException closed;
+
+    /** {@code peer}: the memserver as errors name it, address and port. */
+    public ControlClient(String peer) {
+        this.peer = peer;
+    }
+
+    public String peer() {
+        return peer;
+    }
+
+    /** How a reply (already checked: no error, the right opcode) becomes a call's result. */
+    @FunctionalInterface
+    public interface Result {
+        Object of(Message reply);
+    }
+
+    /** The result of operations that return nothing (WRITE, ZERO, FLUSH, RELEASE, ...). */
+    public static final Result NOTHING = reply -> null;
+
+    /**
+     * A request waiting for its reply, or, on a transport that moves data elsewhere, any operation waiting to
+     * complete (its watchdog and its close treat them alike). A transport may extend it with what its data path needs.
+     */
+    public static class Call {
+        private final long id;
+        private final int code;
+        private final long deadline;
+        private final CompletableFuture<Object> future;
+        private final Result result;
+
+        /**
+         * @param code     the request's opcode
+         * @param deadline {@link System#nanoTime()} after which the watchdog declares the memserver dead
+         */
+        public Call(long id, int code, long deadline, CompletableFuture<Object> future, Result result) {
+            this.id = id;
+            this.code = code;
+            this.deadline = deadline;
+            this.future = future;
+            this.result = result;
+        }
+
+        public final long id() {
+            return id;
+        }
+
+        public final int code() {
+            return code;
+        }
+
+        public final long deadline() {
+            return deadline;
+        }
+
+        public final CompletableFuture<Object> future() {
+            return future;
+        }
+
+        /** What errors call it: the opcode's name. */
+        public String what() {
+            return Opcode.name(code);
+        }
+    }
+
+    /** A new request id. */
+    public long nextId() {
+        return ids.getAndIncrement();
+    }
+
+    /** Request ids handed out so far: a count that moves whenever a request is issued. */
+    public long issued() {
+        return ids.get();
+    }
+
+    /**
+     * Makes {@code c} wait for its reply; false when the connection has closed (before or meanwhile): {@code c} has
+     * then failed with the cause, and must not be sent.
+     */
+    public boolean register(Call c) {
+        pending.put(c.id(), c);
+        RemoteMemoryException dead = closed;
+        if (dead != null && pending.remove(c.id()) != null) {
+            c.future().completeExceptionally(dead);
+            return false;
+        }
+        return true;
+    }
+
+    /** The call waiting for the reply with this id, no longer waiting; null when there is none. */
+    public Call take(long id) {
+        return pending.remove(id);
+    }
+
+    /** Removes {@code c} (completed some other way); true if it was still waiting. */
+    public boolean remove(Call c) {
+        return pending.remove(c.id(), c);
+    }
+
+    /** No call is waiting. */
+    public boolean idle() {
+        return pending.isEmpty();
+    }
+
+    /** The cause the connection closed with, or null while it is open. */
+    public RemoteMemoryException closedCause() {
+        return closed;
+    }
+
+    /**
+     * Completes {@code c} with its reply: an error reply fails it with the status and the memserver's reason (an
+     * opcode the memserver predates says so); a reply that cannot be read, or to another opcode, fails it with
+     * {@code INTERNAL}; otherwise the result.
+     */
+    public void answer(Call c, Message reply) {
+        switch (reply) {
+            case Message.Error e -> c.future().completeExceptionally(failure(c, e));
+            case Message.Unreadable u -> c.future().completeExceptionally(new RemoteMemoryException(Status.INTERNAL,
+                    "malformed " + c.what() + " reply from memserver " + peer + ": " + u.reason()));
+            default -> {
+                if (reply.code() != c.code()) {
+                    c.future().completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "memserver " + peer
+                            + " answered " + c.what() + " with a " + Opcode.name(reply.code()) + " reply"));
+                    return;
+                }
+                Object value;
+                try {
+                    value = c.result.of(reply);
+                } catch (RuntimeException e) {
+                    c.future().completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "malformed "
+                            + c.what() + " reply from memserver " + peer + ": " + e));
+                    return;
+                }
+                c.future().complete(value);
+            }
+        }
+    }
+
+    /** The exception an error reply to {@code c} means. */
+    public RemoteMemoryException failure(Call c, Message.Error e) {
+        String message = e.message();
+        if (e.status() == Status.BAD_REQUEST.code() && message.startsWith("unexpected OP_")) {
+            message += " (the memserver predates this operation; upgrade it)";
+        }
+        return new RemoteMemoryException(Status.of(e.status()), c.what() + " on memserver " + peer + " failed: "
+                + message);
+    }
+
+    /** A call older than its deadline at {@code now}, or null. */
+    public Call overdue(long now) {
+        for (Call c : pending.values()) {
+            if (now - c.deadline() > 0) {
+                return c;
+            }
+        }
+        return null;
+    }
+
+    /** The watchdog's verdict on an overdue call. */
+    public RemoteMemoryException timeout(Call c, long timeoutNanos) {
+        return new RemoteMemoryException(Status.TIMEOUT, "memserver " + peer + " did not answer " + c.what()
+                + " within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos) + " ms; connection declared dead");
+    }
+
+    /**
+     * The connection closed with {@code cause}: every waiting call fails with it, and so does every call registered
+     * from now on. Returns how many failed.
+     */
+    public int failAll(RemoteMemoryException cause) {
+        if (closed == null) {
+            closed = cause;
+        }
+        int failed = 0;
+        for (Long id : List.copyOf(pending.keySet())) {
+            Call c = pending.remove(id);
+            if (c != null) {
+                c.future().completeExceptionally(cause);
+                failed++;
+            }
+        }
+        return failed;
+    }
+
+    // ------------------------------------------------------------------------------------------- operations
+
+    /** A control operation: its request, given the id, and how its reply becomes the result. */
+    public record Operation<T>(LongFunction<Message> request, Result result) {
+    }
+
+    public static Operation<RegionDescriptor> allocate(RegionTag tag, long length) {
+        return new Operation<>(id -> new Message.Allocate(id, length, tag),
+                r -> ((Message.AllocateReply) r).region());
+    }
+
+    public static Operation<RegionDescriptor> open(long regionId) {
+        return new Operation<>(id -> new Message.Open(id, regionId), r -> ((Message.OpenReply) r).region());
+    }
+
+    public static Operation<List<RegionInfo>> list() {
+        return new Operation<>(Message.ListRegions::new, r -> ((Message.ListReply) r).regions());
+    }
+
+    public static Operation<Void> release(RegionDescriptor region) {
+        return new Operation<>(id -> new Message.Release(id, region.id(), region.key()), NOTHING);
+    }
+
+    public static Operation<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
+        return new Operation<>(id -> new Message.Retag(id, region.id(), region.key(), tag),
+                r -> ((Message.RetagReply) r).region());
+    }
+
+    public static Operation<Lease> lease(String volume, String owner, Duration ttl) {
+        long ttlMillis = leaseMillis(ttl);
+        return new Operation<>(id -> new Message.Lease(id, volume, owner, ttlMillis), r -> {
+            Message.LeaseReply l = (Message.LeaseReply) r;
+            return new Lease(volume, owner, l.ttlMillis(), l.tookOver());
+        });
+    }
+
+    /**
+     * A ttl in whole milliseconds as the wire carries it: a positive one below a millisecond counts as one, a huge one
+     * saturates, and zero or a negative one goes as 0 or -1 for the memserver to refuse.
+     */
+    static long leaseMillis(Duration ttl) {
+        if (ttl.isNegative() || ttl.isZero()) {
+            return ttl.isZero() ? 0 : -1;
+        }
+        try {
+            return Math.max(1, ttl.toMillis());
+        } catch (ArithmeticException e) {
+            return Long.MAX_VALUE;
+        }
+    }
+
+    public static Operation<Void> unlease(String volume, String owner) {
+        return new Operation<>(id -> new Message.Unlease(id, volume, owner), NOTHING);
+    }
+
+    public static Operation<ServerInfo> info() {
+        return new Operation<>(Message.Info::new, r -> {
+            Message.InfoReply i = (Message.InfoReply) r;
+            return new ServerInfo(i.serverId(), Protocol.VERSION, i.capacityBytes(), i.freeBytes());
+        });
+    }
+
+    public static Operation<Void> zero(RegionDescriptor region, long offset, long length) {
+        return new Operation<>(id -> new Message.Zero(id, region.id(), region.key(), offset, length), NOTHING);
+    }
+
+    public static Operation<Void> flush() {
+        return new Operation<>(Message.Flush::new, NOTHING);
+    }
+
+    // ------------------------------------------------------------------------------------------- greeting
+
+    /**
+     * The greeting on a connected, blocking channel, before anything reads it otherwise: HELLO with the token and
+     * the client's name, and what the memserver says about itself. A refusal (wrong token, no place, draining) or a
+     * memserver of another protocol version is the exception; a peer that answers with something else is no memserver
+     * ({@code IOException}).
+     */
+    public static ServerInfo greet(SocketChannel ch, String peer, String token, String clientName)
+            throws IOException, RemoteMemoryException {
+        return switch (exchange(ch, peer, new Message.Hello(0, token, clientName))) {
+            case Message.HelloReply h -> new ServerInfo(h.serverId(), Protocol.VERSION, h.capacityBytes(),
+                    h.freeBytes());
+            case Message.OtherVersion v -> throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver "
+                    + peer + " speaks protocol v" + v.version() + ", this client v" + Protocol.VERSION);
+            case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
+                    + " refused the connection: " + e.message());
+            case Message other -> throw new IOException(peer + " sent a malformed hello reply (" + other + ")");
+        };
+    }
+
+    /**
+     * Writes one request and reads its reply on a blocking channel no other thread reads yet (the greeting, and what
+     * a transport asks right after it). Reads no further than the reply, so what comes next is left for the reader.
+     */
+    public static Message exchange(SocketChannel ch, String peer, Message request) throws IOException {
+        ByteBuffer out = MessageEncoder.encode(request);
+        while (out.hasRemaining()) {
+            ch.write(out);
+        }
+        MessageDecoder decoder = MessageDecoder.forClient();
+        ByteBuffer header = ByteBuffer.allocate(Protocol.HEADER).order(ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer body = null;
+        while (true) {
+            ByteBuffer in = body == null ? header : body;
+            if (in.hasRemaining() && ch.read(in) < 0) {
+                throw new EOFException(peer + " closed the connection");
+            }
+            if (in.hasRemaining()) {
+                continue;
+            }
+            Message m;
+            try {
+                m = decoder.next(in.flip());
+            } catch (MalformedMessageException e) {
+                throw new IOException(e.getMessage().startsWith("bad magic") ? peer + " is not a memserver (bad "
+                        + "magic in its reply)" : peer + " sent a malformed reply: " + e.getMessage());
+            }
+            if (m != null) {
+                if (decoder.payloadRemaining() > 0) {
+                    throw new IOException(peer + " sent data in reply to " + request);
+                }
+                return m;
+            }
+            // The header is in: the body, whose length the decoder checked against its limits, comes next.
+            int length = header.getInt(20);
+            if (length > Protocol.MAX_CONTROL_BODY) {
+                throw new IOException(peer + " sent a reply of " + length + " bytes to " + request);
+            }
+            body = ByteBuffer.allocate(length).order(ByteOrder.LITTLE_ENDIAN);
+        }
+    }
+}

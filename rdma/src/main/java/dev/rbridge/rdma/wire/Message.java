@@ -1,0 +1,342 @@
+package dev.rbridge.rdma.wire;
+
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionTag;
+
+import java.nio.ByteBuffer;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * One message of the control protocol, as {@link MessageDecoder} reads it and {@link MessageEncoder} writes it: a
+ * record per request and per reply, carrying the request id of its header. Replies answer the request of the same id
+ * and opcode; only {@link Invalidate} goes the other way (the memserver asks, the client answers with
+ * {@link InvalidateDone}). READ reply data and WRITE request data are not part of the records: they follow the message
+ * on the wire and the transport moves them straight between the socket and memory.
+ */
+public sealed interface Message {
+    /** The request id of the header: chosen by whoever asks, echoed in the answer. */
+    long id();
+
+    /** The wire code of the header's opcode. */
+    int code();
+
+    // ------------------------------------------------------------------------- requests: client to memserver
+
+    /** The greeting, first on every connection. */
+    record Hello(long id, String token, String clientName) implements Message {
+        public Hello {
+            Objects.requireNonNull(token, "token");
+            Objects.requireNonNull(clientName, "clientName");
+        }
+
+        public int code() {
+            return Opcode.HELLO.code();
+        }
+    }
+
+    /**
+     * A HELLO, or a reply to one, whose header names another protocol version: its body may be laid out differently, so
+     * it is skipped, not read. The memserver answers with {@code VERSION_MISMATCH}; a client says so.
+     */
+    record OtherVersion(long id, int version) implements Message {
+        public int code() {
+            return Opcode.HELLO.code();
+        }
+    }
+
+    record Allocate(long id, long length, RegionTag tag) implements Message {
+        public Allocate {
+            Objects.requireNonNull(tag, "tag");
+        }
+
+        public int code() {
+            return Opcode.ALLOCATE.code();
+        }
+    }
+
+    record Open(long id, long regionId) implements Message {
+        public int code() {
+            return Opcode.OPEN.code();
+        }
+    }
+
+    record ListRegions(long id) implements Message {
+        public int code() {
+            return Opcode.LIST.code();
+        }
+    }
+
+    record Release(long id, long regionId, long key) implements Message {
+        public int code() {
+            return Opcode.RELEASE.code();
+        }
+    }
+
+    record Retag(long id, long regionId, long key, RegionTag tag) implements Message {
+        public Retag {
+            Objects.requireNonNull(tag, "tag");
+        }
+
+        public int code() {
+            return Opcode.RETAG.code();
+        }
+    }
+
+    record Lease(long id, String volume, String owner, long ttlMillis) implements Message {
+        public Lease {
+            Objects.requireNonNull(volume, "volume");
+            Objects.requireNonNull(owner, "owner");
+        }
+
+        public int code() {
+            return Opcode.LEASE.code();
+        }
+    }
+
+    record Unlease(long id, String volume, String owner) implements Message {
+        public Unlease {
+            Objects.requireNonNull(volume, "volume");
+            Objects.requireNonNull(owner, "owner");
+        }
+
+        public int code() {
+            return Opcode.UNLEASE.code();
+        }
+    }
+
+    record Info(long id) implements Message {
+        public int code() {
+            return Opcode.INFO.code();
+        }
+    }
+
+    /** {@code length} bytes at {@code offset} of a region; the reply carries them. */
+    record Read(long id, long regionId, long key, long offset, int length) implements Message {
+        public int code() {
+            return Opcode.READ.code();
+        }
+    }
+
+    /** {@code length} bytes of data for {@code offset} of a region follow this message on the wire. */
+    record Write(long id, long regionId, long key, long offset, int length) implements Message {
+        public int code() {
+            return Opcode.WRITE.code();
+        }
+    }
+
+    record Zero(long id, long regionId, long key, long offset, long length) implements Message {
+        public int code() {
+            return Opcode.ZERO.code();
+        }
+    }
+
+    record Flush(long id) implements Message {
+        public int code() {
+            return Opcode.FLUSH.code();
+        }
+    }
+
+    record UcxConnect(long id) implements Message {
+        public int code() {
+            return Opcode.UCX_CONNECT.code();
+        }
+    }
+
+    /** The remote address and UCX remote key of a region's {@code [0, length)}: key and range checked. */
+    record MapRegion(long id, long regionId, long key, long length) implements Message {
+        public int code() {
+            return Opcode.MAP.code();
+        }
+    }
+
+    /** The client's answer to {@link Invalidate}: nothing issued with those keys is in flight any more. */
+    record InvalidateDone(long id) implements Message {
+        public int code() {
+            return Opcode.INVALIDATE.code();
+        }
+    }
+
+    // ------------------------------------------------------------------------- replies: memserver to client
+
+    record HelloReply(long id, String serverId, long capacityBytes, long freeBytes) implements Message {
+        public HelloReply {
+            Objects.requireNonNull(serverId, "serverId");
+        }
+
+        public int code() {
+            return Opcode.HELLO.code();
+        }
+    }
+
+    record AllocateReply(long id, RegionDescriptor region) implements Message {
+        public AllocateReply {
+            Objects.requireNonNull(region, "region");
+        }
+
+        public int code() {
+            return Opcode.ALLOCATE.code();
+        }
+    }
+
+    record OpenReply(long id, RegionDescriptor region) implements Message {
+        public OpenReply {
+            Objects.requireNonNull(region, "region");
+        }
+
+        public int code() {
+            return Opcode.OPEN.code();
+        }
+    }
+
+    /** Every region, keys withheld (0), with the name of the client that allocated it. */
+    record ListReply(long id, List<RegionInfo> regions) implements Message {
+        public ListReply {
+            regions = List.copyOf(regions);
+        }
+
+        public int code() {
+            return Opcode.LIST.code();
+        }
+    }
+
+    record ReleaseReply(long id) implements Message {
+        public int code() {
+            return Opcode.RELEASE.code();
+        }
+    }
+
+    record RetagReply(long id, RegionDescriptor region) implements Message {
+        public RetagReply {
+            Objects.requireNonNull(region, "region");
+        }
+
+        public int code() {
+            return Opcode.RETAG.code();
+        }
+    }
+
+    record LeaseReply(long id, long ttlMillis, boolean tookOver) implements Message {
+        public int code() {
+            return Opcode.LEASE.code();
+        }
+    }
+
+    record UnleaseReply(long id) implements Message {
+        public int code() {
+            return Opcode.UNLEASE.code();
+        }
+    }
+
+    record InfoReply(long id, String serverId, long capacityBytes, long freeBytes) implements Message {
+        public InfoReply {
+            Objects.requireNonNull(serverId, "serverId");
+        }
+
+        public int code() {
+            return Opcode.INFO.code();
+        }
+    }
+
+    /** {@code length} bytes of data follow this message on the wire. */
+    record ReadReply(long id, int length) implements Message {
+        public int code() {
+            return Opcode.READ.code();
+        }
+    }
+
+    record WriteReply(long id) implements Message {
+        public int code() {
+            return Opcode.WRITE.code();
+        }
+    }
+
+    record ZeroReply(long id) implements Message {
+        public int code() {
+            return Opcode.ZERO.code();
+        }
+    }
+
+    /** Every earlier request of the connection is done. */
+    record FlushReply(long id) implements Message {
+        public int code() {
+            return Opcode.FLUSH.code();
+        }
+    }
+
+    /** The memserver worker's UCX address (read-only). */
+    record UcxConnectReply(long id, ByteBuffer workerAddress) implements Message {
+        public UcxConnectReply {
+            workerAddress = readOnlyCopy(workerAddress);
+        }
+
+        @Override
+        public ByteBuffer workerAddress() {
+            return workerAddress.duplicate();
+        }
+
+        public int code() {
+            return Opcode.UCX_CONNECT.code();
+        }
+    }
+
+    /** Where a region's memory is for UCX, and its packed remote key (read-only). */
+    record MapReply(long id, long address, long length, ByteBuffer remoteKey) implements Message {
+        public MapReply {
+            remoteKey = readOnlyCopy(remoteKey);
+        }
+
+        @Override
+        public ByteBuffer remoteKey() {
+            return remoteKey.duplicate();
+        }
+
+        public int code() {
+            return Opcode.MAP.code();
+        }
+    }
+
+    /** Memserver to client (the id is the memserver's): forget these regions' remote keys. */
+    record Invalidate(long id, List<Long> regionIds) implements Message {
+        public Invalidate {
+            regionIds = List.copyOf(regionIds);
+        }
+
+        public int code() {
+            return Opcode.INVALIDATE.code();
+        }
+    }
+
+    /**
+     * A failed request: {@code status} is a {@code RemoteMemoryException.Status} code (never 0), {@code message} says
+     * why. Any opcode, a code this build does not know included.
+     */
+    record Error(long id, int code, int status, String message) implements Message {
+        public Error {
+            Objects.requireNonNull(message, "message");
+            if (status == 0) {
+                throw new IllegalArgumentException("an error reply has a non-zero status");
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------- decoded only
+
+    /**
+     * A message that was framed but cannot be read: an opcode this build does not know, or a body of the wrong size
+     * or a layout that does not parse. Its bytes are consumed, so the connection can go on: a memserver answers it with
+     * {@code BAD_REQUEST} and {@code reason}, a client fails the request it answers.
+     */
+    record Unreadable(long id, int code, String reason) implements Message {
+        public Unreadable {
+            Objects.requireNonNull(reason, "reason");
+        }
+    }
+
+    private static ByteBuffer readOnlyCopy(ByteBuffer b) {
+        ByteBuffer copy = ByteBuffer.allocate(b.remaining());
+        copy.put(b.duplicate()).flip();
+        return copy.asReadOnlyBuffer();
+    }
+}

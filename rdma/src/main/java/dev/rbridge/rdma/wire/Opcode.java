@@ -1,0 +1,46 @@
+package dev.rbridge.rdma.wire;
+
+/**
+ * The operations of the control protocol, by wire code. Codes 1-19 are the region, lease and data operations every
+ * memserver serves (READ and WRITE travel on this connection for the tcp transport only); 32-34 are the ucx
+ * transport's additions. A code not listed here is an operation this build predates.
+ */
+public enum Opcode {
+    HELLO(1), ALLOCATE(2), OPEN(3), LIST(4), RELEASE(5), RETAG(6), LEASE(7), UNLEASE(8), INFO(9),
+    READ(16), WRITE(17), ZERO(18), FLUSH(19),
+    /** Client to memserver, after HELLO: the memserver worker's UCX address. */
+    UCX_CONNECT(32),
+    /** Client to memserver: a region's remote address and packed UCX remote key (key and range checked). */
+    MAP(33),
+    /** Memserver to client: forget these regions' remote keys; the client answers once nothing of it is in flight. */
+    INVALIDATE(34);
+
+    private static final Opcode[] BY_CODE = new Opcode[35];
+
+    static {
+        for (Opcode o : values()) {
+            BY_CODE[o.code] = o;
+        }
+    }
+
+    private final int code;
+
+    Opcode(int code) {
+        this.code = code;
+    }
+
+    public int code() {
+        return code;
+    }
+
+    /** The opcode with this wire code, or null for a code this build does not know. */
+    public static Opcode of(int code) {
+        return code >= 0 && code < BY_CODE.length ? BY_CODE[code] : null;
+    }
+
+    /** The name of a wire code for messages: the opcode's name, or {@code OP_n} for a code this build does not know. */
+    public static String name(int code) {
+        Opcode o = of(code);
+        return o == null ? "OP_" + code : o.name();
+    }
+}

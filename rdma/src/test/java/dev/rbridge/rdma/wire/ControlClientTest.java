@@ -1,0 +1,239 @@
+package dev.rbridge.rdma.wire;
+
+import dev.rbridge.rdma.Lease;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.ServerInfo;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The client side of the control protocol: what replies mean, the calls table, the greeting on a real socket. */
+@Timeout(30)
+class ControlClientTest {
+    static final RegionTag TAG = new RegionTag("vol", 1, 2, 3);
+    final ControlClient client = new ControlClient("10.0.0.9:7471");
+
+    <T> ControlClient.Call call(ControlClient.Operation<T> op) {
+        Message request = op.request().apply(client.nextId());
+        ControlClient.Call c = new ControlClient.Call(request.id(), request.code(), System.nanoTime() + 1_000_000_000L,
+                new CompletableFuture<>(), op.result());
+        assertTrue(client.register(c));
+        return c;
+    }
+
+    static RemoteMemoryException failure(ControlClient.Call c) {
+        ExecutionException e = assertThrows(ExecutionException.class, () -> c.future().get());
+        return assertInstanceOf(RemoteMemoryException.class, e.getCause());
+    }
+
+    @Test
+    void repliesBecomeTheOperationsResults() throws Exception {
+        RegionDescriptor d = new RegionDescriptor(7, 4096, 99, TAG);
+        ControlClient.Call allocate = call(ControlClient.allocate(TAG, 4096));
+        client.answer(client.take(allocate.id()), new Message.AllocateReply(allocate.id(), d));
+        assertEquals(d, allocate.future().get());
+
+        ControlClient.Call lease = call(ControlClient.lease("vol", "owner-a", Duration.ofSeconds(5)));
+        client.answer(client.take(lease.id()), new Message.LeaseReply(lease.id(), 5000, true));
+        assertEquals(new Lease("vol", "owner-a", 5000, true), lease.future().get());
+
+        ControlClient.Call info = call(ControlClient.info());
+        client.answer(client.take(info.id()), new Message.InfoReply(info.id(), "srv", 100, 40));
+        assertEquals(new ServerInfo("srv", Protocol.VERSION, 100, 40), info.future().get());
+
+        List<RegionInfo> listed = List.of(new RegionInfo(new RegionDescriptor(7, 4096, 0, TAG), "bridge"));
+        ControlClient.Call list = call(ControlClient.list());
+        client.answer(client.take(list.id()), new Message.ListReply(list.id(), listed));
+        assertEquals(listed, list.future().get());
+
+        ControlClient.Call release = call(ControlClient.release(d));
+        client.answer(client.take(release.id()), new Message.ReleaseReply(release.id()));
+        assertNull(release.future().get());
+        assertTrue(client.idle());
+    }
+
+    @Test
+    void anErrorReplyFailsTheCallWithItsStatusAndAnOpcodeTheMemserverPredatesSaysSo() {
+        ControlClient.Call open = call(ControlClient.open(7));
+        client.answer(client.take(open.id()), new Message.Error(open.id(), Opcode.OPEN.code(),
+                Status.ACCESS_DENIED.code(), "volume 'vol' is leased by another client"));
+        RemoteMemoryException e = failure(open);
+        assertEquals(Status.ACCESS_DENIED, e.status());
+        assertEquals("OPEN on memserver 10.0.0.9:7471 failed: volume 'vol' is leased by another client",
+                e.getMessage());
+
+        ControlClient.Call lease = call(ControlClient.lease("vol", "o", Duration.ofSeconds(1)));
+        client.answer(client.take(lease.id()), new Message.Error(lease.id(), Opcode.LEASE.code(),
+                Status.BAD_REQUEST.code(), "unexpected OP_7"));
+        e = failure(lease);
+        assertEquals(Status.BAD_REQUEST, e.status());
+        assertTrue(e.getMessage().endsWith("unexpected OP_7 (the memserver predates this operation; upgrade it)"),
+                e.getMessage());
+    }
+
+    @Test
+    void anUnreadableReplyOrOneToAnotherOpcodeFailsOnlyItsCall() {
+        ControlClient.Call open = call(ControlClient.open(7));
+        client.answer(client.take(open.id()), new Message.Unreadable(open.id(), Opcode.OPEN.code(), "truncated"));
+        assertEquals(Status.INTERNAL, failure(open).status());
+        ControlClient.Call info = call(ControlClient.info());
+        client.answer(client.take(info.id()), new Message.FlushReply(info.id()));
+        RemoteMemoryException e = failure(info);
+        assertEquals(Status.INTERNAL, e.status());
+        assertTrue(e.getMessage().contains("answered INFO with a FLUSH reply"), e.getMessage());
+    }
+
+    @Test
+    void aClosedClientFailsWaitingCallsAndEveryLaterOne() {
+        ControlClient.Call waiting = call(ControlClient.flush());
+        RemoteMemoryException cause = new RemoteMemoryException(Status.CONNECTION_LOST, "gone");
+        assertEquals(1, client.failAll(cause));
+        assertSame(cause, failure(waiting));
+        ControlClient.Call later = new ControlClient.Call(client.nextId(), Opcode.FLUSH.code(), 0,
+                new CompletableFuture<>(), ControlClient.NOTHING);
+        assertFalse(client.register(later), "a call registered after the close must not be sent");
+        assertSame(cause, failure(later));
+        assertSame(cause, client.closedCause());
+    }
+
+    @Test
+    void theWatchdogFindsTheOverdueCallAndNamesIt() {
+        long now = System.nanoTime();
+        ControlClient.Call late = new ControlClient.Call(client.nextId(), Opcode.READ.code(), now - 1,
+                new CompletableFuture<>(), ControlClient.NOTHING);
+        client.register(new ControlClient.Call(client.nextId(), Opcode.FLUSH.code(), now + 1_000_000_000L,
+                new CompletableFuture<>(), ControlClient.NOTHING));
+        assertNull(client.overdue(now));
+        client.register(late);
+        assertSame(late, client.overdue(now));
+        RemoteMemoryException e = client.timeout(late, 2_000_000_000L);
+        assertEquals(Status.TIMEOUT, e.status());
+        assertEquals("memserver 10.0.0.9:7471 did not answer READ within 2000 ms; connection declared dead",
+                e.getMessage());
+    }
+
+    @Test
+    void leaseTtlsGoInWholeMillisecondsSaturatingAndBadOnesGoAsTheyAre() {
+        assertEquals(1, ControlClient.leaseMillis(Duration.ofNanos(1)));
+        assertEquals(1500, ControlClient.leaseMillis(Duration.ofMillis(1500)));
+        assertEquals(0, ControlClient.leaseMillis(Duration.ZERO));
+        assertEquals(-1, ControlClient.leaseMillis(Duration.ofMillis(-5)));
+        assertEquals(Long.MAX_VALUE, ControlClient.leaseMillis(Duration.ofSeconds(Long.MAX_VALUE)));
+    }
+
+    // ------------------------------------------------------------------------------------------- greeting
+
+    /** A connected pair on loopback: {@code client} is what the greeting runs on, {@code peer} plays the memserver. */
+    record Pair(SocketChannel client, SocketChannel peer) implements AutoCloseable {
+        static Pair open() throws IOException {
+            try (ServerSocketChannel listener = ServerSocketChannel.open()
+                    .bind(new InetSocketAddress("127.0.0.1", 0))) {
+                SocketChannel c = SocketChannel.open(listener.getLocalAddress());
+                return new Pair(c, listener.accept());
+            }
+        }
+
+        /** Reads the request the client sent (whole, it is small) and answers {@code reply}. */
+        void answer(byte[] reply) throws Exception {
+            ByteBuffer in = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN);
+            MessageDecoder d = MessageDecoder.forMemserver();
+            Message m;
+            do {
+                peer.read(in);
+                in.flip();
+                m = d.next(in);
+                in.compact();
+            } while (m == null);
+            assertInstanceOf(Message.Hello.class, m);
+            peer.write(ByteBuffer.wrap(reply));
+        }
+
+        public void close() throws IOException {
+            client.close();
+            peer.close();
+        }
+    }
+
+    static byte[] bytes(Message... messages) {
+        ByteBuffer b = ByteBuffer.allocate(1 << 16);
+        for (Message m : messages) {
+            b.put(MessageEncoder.encode(m));
+        }
+        return java.util.Arrays.copyOf(b.array(), b.position());
+    }
+
+    @Test
+    void theGreetingReturnsWhatTheMemserverSaysAndReadsNoFurther() throws Exception {
+        try (Pair p = Pair.open()) {
+            Thread peer = Thread.ofPlatform().start(() -> {
+                try {
+                    p.answer(bytes(new Message.HelloReply(0, "srv-1", 1 << 30, 1 << 29), new Message.FlushReply(5)));
+                } catch (Exception e) {
+                    throw new AssertionError(e);
+                }
+            });
+            assertEquals(new ServerInfo("srv-1", 1, 1 << 30, 1 << 29), ControlClient.greet(p.client(), "peer",
+                    "token", "name"));
+            peer.join();
+            // What came after the reply is still in the socket, for the reader that takes over.
+            ByteBuffer next = ByteBuffer.allocate(Protocol.HEADER).order(ByteOrder.LITTLE_ENDIAN);
+            while (next.hasRemaining()) {
+                p.client().read(next);
+            }
+            assertEquals(new Message.FlushReply(5), MessageDecoder.forClient().next(next.flip()));
+        }
+    }
+
+    @Test
+    void aRefusalAnotherVersionOrAPeerThatIsNoMemserverFailTheGreetingSayingWhy() throws Exception {
+        record Case(byte[] reply, Status status, String says) {
+        }
+        for (Case c : List.of(
+                new Case(bytes(new Message.Error(0, 1, Status.AUTH_FAILED.code(), "wrong token")), Status.AUTH_FAILED,
+                        "memserver peer refused the connection: wrong token"),
+                new Case(bytes(new Message.OtherVersion(0, 3)), Status.VERSION_MISMATCH,
+                        "memserver peer speaks protocol v3, this client v1"),
+                new Case("HTTP/1.1 400 Bad Request\r\n\r\n".getBytes(), null, "peer is not a memserver"),
+                new Case(bytes(new Message.InfoReply(0, "x", 1, 1)), null, "malformed hello reply"))) {
+            try (Pair p = Pair.open()) {
+                Thread peer = Thread.ofPlatform().start(() -> {
+                    try {
+                        p.answer(c.reply());
+                    } catch (Exception e) {
+                        throw new AssertionError(e);
+                    }
+                });
+                Exception e = assertThrows(Exception.class, () -> ControlClient.greet(p.client(), "peer", "t", "n"));
+                peer.join();
+                if (c.status() != null) {
+                    assertEquals(c.status(), assertInstanceOf(RemoteMemoryException.class, e).status());
+                } else {
+                    assertInstanceOf(IOException.class, e);
+                }
+                assertTrue(e.getMessage().contains(c.says()), "'" + e.getMessage() + "' should say " + c.says());
+            }
+        }
+    }
+}
