@@ -1,6 +1,6 @@
 package dev.rbridge.bridge.cli;
 
-import dev.rbridge.bridge.attach.Attacher;
+import dev.rbridge.kmod.attach.Attacher;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Parameters;

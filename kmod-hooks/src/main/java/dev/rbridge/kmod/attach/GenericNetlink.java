@@ -1,4 +1,4 @@
-package dev.rbridge.bridge.attach;
+package dev.rbridge.kmod.attach;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;

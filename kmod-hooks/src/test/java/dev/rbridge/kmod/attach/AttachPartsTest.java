@@ -1,4 +1,4 @@
-package dev.rbridge.bridge.attach;
+package dev.rbridge.kmod.attach;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -19,6 +19,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -114,7 +115,7 @@ class AttachPartsTest {
         assertEquals(2, socks.size());
         assertEquals(43, NetlinkAttributes.find(socks.get(1).nested(), 1).u32());
         // a truncated attribute ends the list instead of reading past it
-        byte[] cut = java.util.Arrays.copyOf(bytes, bytes.length - 3);
+        byte[] cut = Arrays.copyOf(bytes, bytes.length - 3);
         assertTrue(NetlinkAttributes.parse(ByteBuffer.wrap(cut).order(ByteOrder.nativeOrder())).size() < 4);
     }
 

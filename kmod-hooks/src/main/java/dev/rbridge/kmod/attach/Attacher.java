@@ -1,4 +1,4 @@
-package dev.rbridge.bridge.attach;
+package dev.rbridge.kmod.attach;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -9,7 +9,9 @@ import java.net.URI;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 
@@ -164,7 +166,7 @@ public final class Attacher {
         return new Attached(o.index(), size, o.connections(), "1".equals(read(sys.resolve("ro"))));
     }
 
-    private static final List<NbdNetlink> KEEP_OPEN = new java.util.concurrent.CopyOnWriteArrayList<>();
+    private static final List<NbdNetlink> KEEP_OPEN = new CopyOnWriteArrayList<>();
 
     /**
      * Watches the device until {@code running} turns false or the device is disconnected by someone (then returns):
@@ -268,7 +270,7 @@ public final class Attacher {
                 out.add(new DeviceStatus(d.index(), d.connected(), sectors * 512, backend));
             }
         }
-        out.sort(java.util.Comparator.comparingInt(DeviceStatus::index));
+        out.sort(Comparator.comparingInt(DeviceStatus::index));
         return out;
     }
 
