@@ -1,0 +1,155 @@
+package dev.rbridge.cli;
+
+import dev.rbridge.bridge.Bridge;
+import dev.rbridge.bridge.BridgeConfig;
+import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.bridge.metrics.BridgeMeters;
+import dev.rbridge.bridge.metrics.MemServerMeters;
+import dev.rbridge.bridge.metrics.Telemetry;
+import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.rdma.ConnectParams;
+import io.micrometer.core.instrument.Tags;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+
+/**
+ * {@code rbridge demo}: the embedded default. Memservers and the bridge in one process, joined by the in-process
+ * {@code local} transport (or loopback tcp), so one command gives the same NBD behaviour as a deployment.
+ */
+@Command(name = "demo",
+        mixinStandardHelpOptions = true,
+        description = {
+                "Run memservers and a bridge in this process and serve their volumes over NBD (the embedded default).",
+                "Memory is used only for what is written; TRIM and WRITE_ZEROES give it back.",
+                "Stops gracefully on SIGTERM or Ctrl-C: in-flight requests finish, then connections close."},
+        footer = {"",
+                "Export syntax: " + VolumeSpecs.SYNTAX,
+                "",
+                "Examples:",
+                "  rbridge demo                                   nbd://127.0.0.1:10809/disk, 1 GiB",
+                "  rbridge demo --size 8G --unix /tmp/rb.sock     TCP off, nbd+unix:///disk?socket=/tmp/rb.sock",
+                "  rbridge demo --memservers 2 --export disk,size=4G,replicas=2   every slab on both memservers",
+                "  rbridge demo --listen 0.0.0.0:10809 --unix /tmp/rb.sock --export disk --export iso,size=64M,ro"})
+final class DemoCommand implements Callable<Integer> {
+    static final String DEFAULT_LISTEN = ServeCommand.DEFAULT_LISTEN;
+
+    @Option(names = "--listen", paramLabel = "HOST:PORT",
+            description = "TCP address to serve on; repeatable. Default " + DEFAULT_LISTEN + " unless only --unix is given.")
+    List<String> listen = new ArrayList<>();
+
+    @Option(names = "--unix", paramLabel = "PATH", description = "Also (or only) serve on this Unix socket.")
+    Path unix;
+
+    @Option(names = "--export", paramLabel = "SPEC",
+            description = "An export (a volume); repeatable. The first one is also the default export. Default: disk.")
+    List<String> exports = new ArrayList<>();
+
+    @Option(names = "--size", paramLabel = "SIZE", defaultValue = "1G",
+            description = "Size of exports that give none (K, M, G, T suffixes are binary). Default ${DEFAULT-VALUE}.")
+    String size;
+
+    @Option(names = "--memservers", paramLabel = "N", defaultValue = "1",
+            description = "How many memservers to run in this process. Default ${DEFAULT-VALUE}.")
+    int memserverCount;
+
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "local",
+            description = "How the bridge reaches them: local (in-process calls) or tcp (loopback sockets)."
+                    + " Default ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = "none",
+            description = "Bridge operator interface (read-only JSON over HTTP) for rbridge admin --bridge; requests"
+                    + " from web pages and, on loopback, for a Host that is not a loopback name are refused."
+                    + " Default ${DEFAULT-VALUE}.")
+    String admin;
+
+    @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_BRIDGE,
+            description = MetricsEndpoint.HELP)
+    String metrics;
+
+
+
+    @CommandLine.Mixin
+    NbdServerOptions nbdOptions;
+
+    @Option(names = "--tcp-congestion", paramLabel = "NAME",
+            defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
+            description = "TCP congestion control of the NBD connections accepted (and, with --transport tcp, of the"
+                    + " memserver links)" + MemServerClientOptions.TCP_CONGESTION_HELP)
+    String tcpCongestion;
+
+    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
+            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
+    String logLevel;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    @Override
+    public Integer call() throws Exception {
+        List<VolumeSpec> volumes = new ArrayList<>();
+        try {
+            long defaultSize = Sizes.parse(size);
+            nbdOptions.validate();
+            for (String e : exports.isEmpty() ? List.of("disk") : exports) {
+                volumes.add(VolumeSpecs.parse("export", e, defaultSize, 1));
+            }
+            if (memserverCount < 1 || memserverCount > 16) {
+                throw new IllegalArgumentException("--memservers must be 1 to 16");
+            }
+            if (!transport.equals("local") && !transport.equals("tcp")) {
+                throw new IllegalArgumentException("--transport must be local or tcp");
+            }
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        // Each memserver could hold every volume, plus its allocation manifest: capacity is a limit, memory is only
+        // used when written.
+        long capacity = 0;
+        for (VolumeSpec v : volumes) {
+            capacity += v.size() + (1 << 20);
+        }
+        List<MemServer> memservers = new ArrayList<>();
+        Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
+        Bridge bridge;
+        try {
+            BridgeConfig.Builder b = BridgeConfig.builder().transport(transport).startWait(Duration.ZERO)
+                    .tcpCongestion(tcpCongestion);
+            if (telemetry != null) {
+                b.metrics(new BridgeMeters(telemetry.registry()));
+            }
+            for (int i = 0; i < memserverCount; i++) {
+                MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity,
+                        null, transport, false, false, tcpCongestion));
+                memservers.add(m);
+                b.memserver(m.address());
+                if (telemetry != null) {
+                    // Several memservers in one registry: the memserver tag tells them apart, as the bridge names them.
+                    MemServerMeters.bind(telemetry.registry(), m, Tags.of("memserver",
+                            m.address().getHostString() + ":" + m.address().getPort()));
+                }
+            }
+            volumes.forEach(b::volume);
+            bridge = Bridge.start(b.build());
+        } catch (IllegalArgumentException e) {
+            memservers.forEach(MemServer::close);
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        } catch (RuntimeException | IOException e) {
+            memservers.forEach(MemServer::close);
+            spec.commandLine().getErr().println("demo: " + e.getMessage());
+            return 1;
+        }
+        return ServeCommand.serve(spec, bridge, ServeCommand.listenAddresses(listen, unix), nbdOptions, admin,
+                telemetry, metrics, "demo", () -> memservers.forEach(MemServer::close));
+    }
+}

@@ -1,0 +1,315 @@
+package dev.rbridge.cli;
+
+import dev.rbridge.bridge.Bridge;
+import dev.rbridge.bridge.BridgeConfig;
+import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.bridge.admin.BridgeAdminHttpServer;
+import dev.rbridge.bridge.metrics.BridgeMeters;
+import dev.rbridge.bridge.metrics.MetricsHttpServer;
+import dev.rbridge.bridge.metrics.NbdMeters;
+import dev.rbridge.bridge.metrics.OpsHttpMeters;
+import dev.rbridge.bridge.metrics.Telemetry;
+import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.nbd.server.Export;
+import dev.rbridge.nbd.server.ListenAddress;
+import dev.rbridge.nbd.server.NbdServer;
+import dev.rbridge.nbd.server.NbdServerConfig;
+import dev.rbridge.ops.http.OpsHttpMetrics;
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.tcp.TcpCongestion;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
+
+/** {@code rbridge serve}: the bridge. NBD exports backed by volumes on remote memservers. */
+@Command(name = "serve",
+        mixinStandardHelpOptions = true,
+        description = {
+                "Serve NBD exports backed by volumes on memservers (rbridge memserver).",
+                "A volume is cut into slabs; each slab is placed on REPLICAS memservers on its first write (power of",
+                "two choices on free capacity, never two replicas on one memserver). Reads go to one live replica,",
+                "writes to all of them and are acknowledged when every live replica has the data. A replica whose",
+                "memserver dies or stops answering within --timeout is taken out and rebuilt on another memserver.",
+                "A restarted bridge finds its volumes again in the memservers' region lists; a lease on every",
+                "memserver keeps a second bridge from serving the same volume.",
+                "Stops gracefully on SIGTERM or Ctrl-C."},
+        footer = {"",
+                "Volume syntax: " + VolumeSpecs.SYNTAX + " (default replicas: 1, slab: 64M)",
+                "",
+                "Options may also come from --config FILE: one 'option = value' per line, without the leading",
+                "dashes, repeated for repeatable options, '#' starts a comment. The command line adds to it.",
+                "",
+                "Example:",
+                "  rbridge memserver --listen 10.0.0.5:7471 --capacity 64G --token-file /etc/rbridge/token",
+                "  rbridge memserver --listen 10.0.0.6:7471 --capacity 64G --token-file /etc/rbridge/token",
+                "  rbridge serve --memserver 10.0.0.5:7471 --memserver 10.0.0.6:7471 --token-file /etc/rbridge/token \\",
+                "                --volume disk,size=64G,replicas=2",
+                "  nbd-client -N disk 127.0.0.1 10809 /dev/nbd0 -b 4096"})
+public final class ServeCommand implements Callable<Integer> {
+    static final String DEFAULT_LISTEN = "127.0.0.1:10809";
+    static final String DEFAULT_ADMIN = "127.0.0.1:7473";
+
+    @Option(names = "--config", paramLabel = "FILE", description = "Read options from FILE first (see below).")
+    Path configFile;
+
+    @Option(names = "--listen", paramLabel = "HOST:PORT",
+            description = "NBD TCP address; repeatable. Default " + DEFAULT_LISTEN + " unless only --unix is given.")
+    List<String> listen = new ArrayList<>();
+
+    @Option(names = "--unix", paramLabel = "PATH", description = "Also (or only) serve NBD on this Unix socket.")
+    Path unix;
+
+    @Option(names = "--memserver", paramLabel = "HOST:PORT", description = "A memserver to use; repeatable.")
+    List<String> memservers = new ArrayList<>();
+
+    @Option(names = "--volume", paramLabel = "SPEC", description = "A volume to export; repeatable. The first is also "
+            + "the default export. Syntax below.")
+    List<String> volumes = new ArrayList<>();
+
+    @Option(names = "--token", paramLabel = "SECRET", description = "The memservers' shared secret.")
+    String token;
+
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
+    Path tokenFile;
+
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
+            description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "5",
+            description = "A memserver that leaves an operation unanswered this long is declared dead; requests that"
+                    + " only it could serve fail with EIO. Default ${DEFAULT-VALUE}.")
+    double timeout;
+
+    @Option(names = "--lanes", paramLabel = "N",
+            description = "tcp transport: TCP connections to each memserver, each served by its own memserver thread."
+                    + " Small requests stay on the first; large transfers spread over all, so one memserver can use"
+                    + " several cores for one bridge. 1 to " + ConnectParams.MAX_LANES
+                    + ". Default: one per two CPUs of this host, at most 4.")
+    Integer lanes;
+
+    @Option(names = "--tcp-congestion", paramLabel = "NAME",
+            defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
+            description = "TCP congestion control of this bridge's sockets (its tcp-transport connections to"
+                    + " memservers and the NBD connections it accepts)" + MemServerClientOptions.TCP_CONGESTION_HELP)
+    String tcpCongestion;
+
+    @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "10",
+            description = "Ownership lease on each volume, renewed every third of it. A bridge that stops renewing"
+                    + " (hung, cut off) can be replaced after this long; a bridge that exits frees it at once."
+                    + " Default ${DEFAULT-VALUE}.")
+    double lease;
+
+    @Option(names = "--start-wait", paramLabel = "SECONDS", defaultValue = "10",
+            description = "At start, wait this long for every memserver before serving without the missing ones."
+                    + " Default ${DEFAULT-VALUE}.")
+    double startWait;
+
+    @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = DEFAULT_ADMIN,
+            description = "Operator interface (JSON over HTTP, read-only) for rbridge admin --bridge; 'none' turns"
+                    + " it off. Needs the memservers' token when one is set; requests from web pages (an Origin"
+                    + " header) and, on loopback, requests for a Host that is not a loopback name are refused."
+                    + " Default ${DEFAULT-VALUE}.")
+    String admin;
+
+    @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_BRIDGE,
+            description = MetricsEndpoint.HELP)
+    String metrics;
+
+
+
+    @CommandLine.Mixin
+    NbdServerOptions nbdOptions;
+
+    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
+            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
+    String logLevel;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    @Override
+    public Integer call() throws Exception {
+        BridgeConfig bridgeConfig;
+        try {
+            if (configFile != null) {
+                ConfigFile.apply(configFile, spec);
+            }
+            bridgeConfig = bridgeConfig();
+            nbdOptions.validate();
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
+        Bridge bridge;
+        try {
+            bridge = Bridge.start(telemetry == null ? bridgeConfig : bridgeConfig.withMetrics(
+                    new BridgeMeters(telemetry.registry())));
+        } catch (IllegalStateException | IllegalArgumentException e) {
+            spec.commandLine().getErr().println("serve: " + e.getMessage());
+            return 1;
+        }
+        return serve(spec, bridge, listenAddresses(listen, unix), nbdOptions, admin, telemetry, metrics, "serve", () -> {
+        });
+    }
+
+    BridgeConfig bridgeConfig() {
+        if (memservers.isEmpty()) {
+            throw new IllegalArgumentException("give at least one --memserver HOST:PORT (or use rbridge demo)");
+        }
+        if (volumes.isEmpty()) {
+            throw new IllegalArgumentException("give at least one --volume, e.g. --volume disk,size=1G,replicas=2");
+        }
+        BridgeConfig.Builder b = BridgeConfig.builder()
+                .transport(transport)
+                .token(Endpoints.token(token, tokenFile))
+                .operationTimeout(seconds("--timeout", timeout))
+                .leaseTtl(seconds("--lease", lease))
+                .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
+                .tcpCongestion(tcpCongestion);
+        if (lanes != null) {
+            if (!transport.equals("tcp")) {
+                throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
+                        + " chooses its own paths)");
+            }
+            b.lanes(lanes(lanes));
+        }
+        for (String m : memservers) {
+            b.memserver(Endpoints.parse(m, MemServerConfig.DEFAULT_PORT));
+        }
+        for (String v : volumes) {
+            b.volume(VolumeSpecs.parse("volume", v, 1L << 30, 1));
+        }
+        return b.build();
+    }
+
+    static int lanes(int n) {
+        if (n < 1 || n > ConnectParams.MAX_LANES) {
+            throw new IllegalArgumentException("--lanes must be between 1 and " + ConnectParams.MAX_LANES + ": " + n);
+        }
+        return n;
+    }
+
+    static Duration seconds(String option, double s) {
+        if (!(s > 0)) {
+            throw new IllegalArgumentException(option + " must be positive");
+        }
+        return Duration.ofNanos((long) (s * 1e9));
+    }
+
+    static List<ListenAddress> listenAddresses(List<String> tcp, Path unix) {
+        List<ListenAddress> out = new ArrayList<>();
+        for (String t : tcp.isEmpty() && unix == null ? List.of(DEFAULT_LISTEN) : tcp) {
+            out.add(ListenAddress.parseTcp(t));
+        }
+        if (unix != null) {
+            out.add(new ListenAddress.Unix(unix));
+        }
+        return out;
+    }
+
+    /** Serves the bridge's volumes over NBD until SIGTERM; shared by serve and demo. */
+    static int serve(CommandLine.Model.CommandSpec spec, Bridge bridge, List<ListenAddress> listen,
+                     NbdServerOptions nbdOptions, String admin, Telemetry telemetry, String metrics, String what,
+                     Runnable afterBridge) throws InterruptedException {
+        NbdServer server;
+        BridgeAdminHttpServer adminServer = null;
+        MetricsHttpServer metricsServer = null;
+        AtomicReference<NbdServer> listening = new AtomicReference<>();
+        try {
+            String congestion = bridge.config().tcpCongestion();
+            NbdServerConfig.Builder b = nbdOptions.apply(NbdServerConfig.builder())
+                    .tcpSocketSetup(ch -> TcpCongestion.apply(ch, congestion));
+            int maxPayload = nbdOptions.maxPayloadBytes();
+            if (telemetry != null) {
+                NbdMeters nbdMeters = new NbdMeters(telemetry.registry());
+                bridge.volumes().forEach(v -> nbdMeters.register(v.spec().name()));
+                b.metrics(nbdMeters);
+                if (bridge.config().metrics() instanceof BridgeMeters m) {
+                    m.bind(bridge);
+                }
+                telemetry.readinessCheck(() -> {
+                    NbdServer up = listening.get();
+                    if (up == null) {
+                        return List.of(Telemetry.Problem.fatal("NBD listeners not up yet"));
+                    }
+                    return up.failures().entrySet().stream().map(e -> Telemetry.Problem.fatal(
+                            "NBD server: the " + e.getKey() + " ended: " + e.getValue())).toList();
+                });
+                telemetry.readinessCheck(() -> MetricsEndpoint.bridgeReadiness(bridge));
+                metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_BRIDGE, 7475, telemetry);
+            }
+            listen.forEach(b::listen);
+            for (Volume v : bridge.volumes()) {
+                VolumeSpec s = v.spec();
+                b.export(new Export(s.name(), s.description(), v, s.readOnly(), s.minimumBlockSize(),
+                        Math.max(Export.DEFAULT_PREFERRED_BLOCK_SIZE, s.minimumBlockSize()), maxPayload));
+            }
+            NbdServerConfig nbd = b.build();
+            if (admin != null && !admin.equals("none")) {
+                OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
+                adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge,
+                        adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
+                if (adminMeters != null) {
+                    adminMeters.bindConnections(adminServer::openConnections);
+                }
+            }
+            server = NbdServer.start(nbd);
+            listening.set(server);
+            BridgeAdminHttpServer adminToClose = adminServer;
+            MetricsHttpServer metricsToClose = metricsServer;
+            AtomicBoolean stopping = new AtomicBoolean();
+            if (telemetry != null) {
+                telemetry.readinessCheck(() -> stopping.get()
+                        ? List.of(Telemetry.Problem.fatal("shutting down")) : List.of());
+            }
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+                stopping.set(true);
+                server.close();
+                if (adminToClose != null) {
+                    adminToClose.close();
+                }
+                if (metricsToClose != null) {
+                    metricsToClose.close();
+                }
+                bridge.close();
+                afterBridge.run();
+            }, "shutdown"));
+            for (ListenAddress a : server.addresses()) {
+                System.out.println("rbridge " + what + ": serving " + a.uri(nbd.defaultExport()));
+            }
+            if (adminServer != null) {
+                System.out.println("rbridge " + what + ": admin http://" + adminServer.address().getHostString() + ":"
+                        + adminServer.address().getPort() + "/");
+            }
+            if (metricsServer != null) {
+                System.out.println("rbridge " + what + ":" + MetricsEndpoint.describe(metricsServer));
+            }
+            System.out.flush();
+        } catch (IOException | IllegalArgumentException | UncheckedIOException e) {
+            if (adminServer != null) {
+                adminServer.close();
+            }
+            if (metricsServer != null) {
+                metricsServer.close();
+            }
+            bridge.close();
+            afterBridge.run();
+            spec.commandLine().getErr().println(what + ": " + e.getMessage());
+            return 1;
+        }
+        server.awaitTermination();
+        return 0;
+    }
+}
