@@ -3,13 +3,12 @@ package dev.rbridge.cli;
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.bridge.VolumeSpec;
-import dev.rbridge.bridge.metrics.BridgeMeters;
-import dev.rbridge.bridge.metrics.MemServerMeters;
-import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.ops.metrics.BridgeMeters;
+import dev.rbridge.ops.metrics.MemServerMeters;
+import dev.rbridge.ops.metrics.Telemetry;
 import dev.rbridge.rdma.ConnectParams;
-import io.micrometer.core.instrument.Tags;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -135,8 +134,8 @@ final class DemoCommand implements Callable<Integer> {
                 b.memserver(m.address());
                 if (telemetry != null) {
                     // Several memservers in one registry: the memserver tag tells them apart, as the bridge names them.
-                    MemServerMeters.bind(telemetry.registry(), m, Tags.of("memserver",
-                            m.address().getHostString() + ":" + m.address().getPort()));
+                    MemServerMeters.bind(telemetry.registry(), m,
+                            m.address().getHostString() + ":" + m.address().getPort());
                 }
             }
             volumes.forEach(b::volume);

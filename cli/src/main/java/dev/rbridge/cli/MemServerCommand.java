@@ -1,24 +1,22 @@
 package dev.rbridge.cli;
 
-import dev.rbridge.bridge.metrics.MemServerMeters;
-import dev.rbridge.bridge.metrics.MetricsHttpServer;
-import dev.rbridge.bridge.metrics.OpsHttpMeters;
-import dev.rbridge.bridge.metrics.Telemetry;
-import dev.rbridge.memserver.AdminHttpServer;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.ops.admin.MemServerAdminHttpServer;
 import dev.rbridge.ops.http.OpsHttpMetrics;
+import dev.rbridge.ops.metrics.MemServerMeters;
+import dev.rbridge.ops.metrics.MetricsHttpServer;
+import dev.rbridge.ops.metrics.OpsHttpMeters;
+import dev.rbridge.ops.metrics.Readiness;
+import dev.rbridge.ops.metrics.Telemetry;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionLimits;
-import io.micrometer.core.instrument.Tags;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
 import java.nio.file.Path;
-import java.util.List;
-import java.util.Optional;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 
@@ -128,11 +126,11 @@ final class MemServerCommand implements Callable<Integer> {
         }
         // made first so the admin server's refusals are counted in it too
         Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
-        AdminHttpServer adminServer = null;
+        MemServerAdminHttpServer adminServer = null;
         if (!admin.equals("none")) {
             try {
                 OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
-                adminServer = new AdminHttpServer(Endpoints.parse(admin, 7472), server, config.token(),
+                adminServer = new MemServerAdminHttpServer(Endpoints.parse(admin, 7472), server, config.token(),
                         () -> System.exit(0), adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
                 if (adminMeters != null) {
                     adminMeters.bindConnections(adminServer::openConnections);
@@ -145,9 +143,8 @@ final class MemServerCommand implements Callable<Integer> {
         }
         MetricsHttpServer metricsServer = null;
         if (telemetry != null) {
-            MemServerMeters.bind(telemetry.registry(), server, Tags.empty());
-            telemetry.readinessCheck(() -> Optional.ofNullable(server.notReadyReason())
-                    .map(why -> List.of(Telemetry.Problem.fatal(why))).orElse(List.of()));
+            MemServerMeters.bind(telemetry.registry(), server);
+            telemetry.readinessCheck(() -> Readiness.memserver(server));
             try {
                 metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_MEMSERVER, 7474, telemetry);
             } catch (IOException | IllegalArgumentException e) {
@@ -159,7 +156,7 @@ final class MemServerCommand implements Callable<Integer> {
                 return 1;
             }
         }
-        AdminHttpServer adminToClose = adminServer;
+        MemServerAdminHttpServer adminToClose = adminServer;
         MetricsHttpServer metricsToClose = metricsServer;
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {

@@ -1,17 +1,12 @@
 package dev.rbridge.cli;
 
-import dev.rbridge.bridge.Bridge;
-import dev.rbridge.bridge.memservers.MemserverLink;
-import dev.rbridge.bridge.metrics.MetricsHttpServer;
-import dev.rbridge.bridge.metrics.Telemetry;
-import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.ops.metrics.MetricsHttpServer;
+import dev.rbridge.ops.metrics.Telemetry;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.net.BindException;
-import java.util.ArrayList;
-import java.util.List;
 
 /** The {@code --metrics HOST:PORT|none} option of serve, demo and memserver. */
 final class MetricsEndpoint {
@@ -54,36 +49,5 @@ final class MetricsEndpoint {
     static String describe(MetricsHttpServer http) {
         return http == null ? "" : " metrics http://" + http.address().getHostString() + ":" + http.address().getPort()
                 + "/metrics";
-    }
-
-    /** The bridge is ready when it has memservers to talk to and every volume can serve all of its bytes. */
-    static List<Telemetry.Problem> bridgeReadiness(Bridge bridge) {
-        List<Telemetry.Problem> out = new ArrayList<>();
-        int reachable = 0;
-        List<MemserverLink> links = bridge.memservers();
-        for (MemserverLink l : links) {
-            if (l.connection() != null) {
-                reachable++;
-            } else {
-                out.add(Telemetry.Problem.warning("memserver " + l.label() + " unreachable"
-                        + (l.lastError().isEmpty() ? "" : ": " + l.lastError())));
-            }
-        }
-        if (reachable == 0) {
-            out.add(Telemetry.Problem.fatal("no memserver reachable (of " + links.size() + ")"));
-        }
-        for (Volume v : bridge.volumes()) {
-            Volume.VolumeStatus s = v.status();
-            if (v.fenced() != null) {
-                out.add(Telemetry.Problem.warning("volume " + s.name() + " fenced, failing with EIO: " + v.fenced()));
-            } else if (s.lost() > 0) {
-                out.add(Telemetry.Problem.fatal("volume " + s.name() + ": " + s.lost()
-                        + " slab(s) without a live replica"));
-            } else if (!s.state().equals("healthy")) {
-                out.add(Telemetry.Problem.warning("volume " + s.name() + " " + s.state() + " (" + s.degraded()
-                        + " degraded, " + s.rebuilding() + " rebuilding)"));
-            }
-        }
-        return out;
     }
 }

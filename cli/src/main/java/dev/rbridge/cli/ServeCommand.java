@@ -3,19 +3,20 @@ package dev.rbridge.cli;
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.bridge.VolumeSpec;
-import dev.rbridge.bridge.admin.BridgeAdminHttpServer;
-import dev.rbridge.bridge.metrics.BridgeMeters;
-import dev.rbridge.bridge.metrics.MetricsHttpServer;
-import dev.rbridge.bridge.metrics.NbdMeters;
-import dev.rbridge.bridge.metrics.OpsHttpMeters;
-import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.nbd.server.Export;
 import dev.rbridge.nbd.server.ListenAddress;
 import dev.rbridge.nbd.server.NbdServer;
 import dev.rbridge.nbd.server.NbdServerConfig;
+import dev.rbridge.ops.admin.BridgeAdminHttpServer;
 import dev.rbridge.ops.http.OpsHttpMetrics;
+import dev.rbridge.ops.metrics.BridgeMeters;
+import dev.rbridge.ops.metrics.MetricsHttpServer;
+import dev.rbridge.ops.metrics.NbdMeters;
+import dev.rbridge.ops.metrics.OpsHttpMeters;
+import dev.rbridge.ops.metrics.Readiness;
+import dev.rbridge.ops.metrics.Telemetry;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.tcp.TcpCongestion;
 import picocli.CommandLine;
@@ -239,15 +240,8 @@ public final class ServeCommand implements Callable<Integer> {
                 if (bridge.config().metrics() instanceof BridgeMeters m) {
                     m.bind(bridge);
                 }
-                telemetry.readinessCheck(() -> {
-                    NbdServer up = listening.get();
-                    if (up == null) {
-                        return List.of(Telemetry.Problem.fatal("NBD listeners not up yet"));
-                    }
-                    return up.failures().entrySet().stream().map(e -> Telemetry.Problem.fatal(
-                            "NBD server: the " + e.getKey() + " ended: " + e.getValue())).toList();
-                });
-                telemetry.readinessCheck(() -> MetricsEndpoint.bridgeReadiness(bridge));
+                telemetry.readinessCheck(() -> Readiness.nbdServer(listening.get()));
+                telemetry.readinessCheck(() -> Readiness.bridge(bridge));
                 metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_BRIDGE, 7475, telemetry);
             }
             listen.forEach(b::listen);
@@ -271,8 +265,7 @@ public final class ServeCommand implements Callable<Integer> {
             MetricsHttpServer metricsToClose = metricsServer;
             AtomicBoolean stopping = new AtomicBoolean();
             if (telemetry != null) {
-                telemetry.readinessCheck(() -> stopping.get()
-                        ? List.of(Telemetry.Problem.fatal("shutting down")) : List.of());
+                telemetry.readinessCheck(() -> Readiness.stopping(stopping.get()));
             }
             Runtime.getRuntime().addShutdownHook(new Thread(() -> {
                 stopping.set(true);

@@ -1,4 +1,4 @@
-package dev.rbridge.bridge.metrics;
+package dev.rbridge.ops.metrics;
 
 import dev.rbridge.ops.http.HttpResponse;
 import dev.rbridge.ops.http.OpsHttpConfig;

@@ -1,5 +1,6 @@
-package dev.rbridge.memserver;
+package dev.rbridge.ops.admin;
 
+import dev.rbridge.memserver.MemServer;
 import dev.rbridge.ops.http.AdminRules;
 import dev.rbridge.ops.http.ErrorPage;
 import dev.rbridge.ops.http.HttpError;
@@ -36,8 +37,8 @@ import java.util.Map;
  * POST /shutdown                 exit now
  * </pre>
  */
-public final class AdminHttpServer implements AutoCloseable {
-    private static final Logger log = LoggerFactory.getLogger(AdminHttpServer.class);
+public final class MemServerAdminHttpServer implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(MemServerAdminHttpServer.class);
 
     /** Transport counters, per client and summed over the connected ones. */
     record Transport(long sendMessages, long sendBytes, long recvMessages, long recvBytes, long readOps,
@@ -75,7 +76,7 @@ public final class AdminHttpServer implements AutoCloseable {
     /**
      * @param exit what shutdown and a finished drain do (the command line stops the process)
      */
-    public AdminHttpServer(InetSocketAddress address, MemServer memserver, String token, Runnable exit)
+    public MemServerAdminHttpServer(InetSocketAddress address, MemServer memserver, String token, Runnable exit)
             throws IOException {
         this(address, memserver, token, exit, OpsHttpMetrics.NONE);
     }
@@ -84,7 +85,7 @@ public final class AdminHttpServer implements AutoCloseable {
      * @param token   the memserver's token, or null: reads are then open and operations that change state off
      * @param metrics where the server's refusals are counted
      */
-    public AdminHttpServer(InetSocketAddress address, MemServer memserver, String token, Runnable exit,
+    public MemServerAdminHttpServer(InetSocketAddress address, MemServer memserver, String token, Runnable exit,
                            OpsHttpMetrics metrics) throws IOException {
         this.memserver = memserver;
         this.exit = exit;

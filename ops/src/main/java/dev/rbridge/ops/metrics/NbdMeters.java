@@ -1,4 +1,4 @@
-package dev.rbridge.bridge.metrics;
+package dev.rbridge.ops.metrics;
 
 import dev.rbridge.nbd.protocol.Errno;
 import dev.rbridge.nbd.protocol.Nbd;

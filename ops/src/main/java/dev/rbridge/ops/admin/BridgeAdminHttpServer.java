@@ -1,4 +1,4 @@
-package dev.rbridge.bridge.admin;
+package dev.rbridge.ops.admin;
 
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;

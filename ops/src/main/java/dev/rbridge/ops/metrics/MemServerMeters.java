@@ -1,4 +1,4 @@
-package dev.rbridge.bridge.metrics;
+package dev.rbridge.ops.metrics;
 
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.rdma.ConnectionGate;
@@ -44,8 +44,21 @@ public final class MemServerMeters {
     private MemServerMeters() {
     }
 
-    /** @param tags added to every meter (the embedded mode tells its memservers apart with a memserver tag) */
-    public static void bind(MeterRegistry registry, MemServer server, Tags tags) {
+    /** Binds the one memserver of a memserver process. */
+    public static void bind(MeterRegistry registry, MemServer server) {
+        bind(registry, server, Tags.empty());
+    }
+
+    /**
+     * Binds one of several memservers that share a registry (the embedded mode): a {@code memserver} tag with
+     * {@code label} tells them apart, as the bridge names them.
+     */
+    public static void bind(MeterRegistry registry, MemServer server, String label) {
+        bind(registry, server, Tags.of("memserver", label));
+    }
+
+    /** @param tags added to every meter */
+    private static void bind(MeterRegistry registry, MemServer server, Tags tags) {
         // FunctionCounters hold their object weakly; the gauges below hold c strongly, which keeps it alive for both.
         Cached c = new Cached(server, tags);
         gauge(registry, "rbridge.memserver.capacity", c, s -> s.stats().capacityBytes(), "bytes",

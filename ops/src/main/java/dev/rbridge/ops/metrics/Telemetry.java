@@ -1,9 +1,9 @@
-package dev.rbridge.bridge.metrics;
+package dev.rbridge.ops.metrics;
 
+import com.sun.management.OperatingSystemMXBean;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.config.MeterFilter;
 import io.micrometer.core.instrument.binder.jvm.ClassLoaderMetrics;
 import io.micrometer.core.instrument.binder.jvm.JvmGcMetrics;
 import io.micrometer.core.instrument.binder.jvm.JvmMemoryMetrics;
@@ -11,6 +11,7 @@ import io.micrometer.core.instrument.binder.jvm.JvmThreadMetrics;
 import io.micrometer.core.instrument.binder.system.FileDescriptorMetrics;
 import io.micrometer.core.instrument.binder.system.ProcessorMetrics;
 import io.micrometer.core.instrument.binder.system.UptimeMetrics;
+import io.micrometer.core.instrument.config.MeterFilter;
 import io.micrometer.prometheusmetrics.PrometheusConfig;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 
@@ -22,9 +23,9 @@ import java.util.function.Supplier;
 
 /**
  * One process's metrics: a Prometheus registry with the JVM and process meters bound, the readiness checks of the
- * roles running in this process, and how to render both. The core modules report through their own small metrics
- * interfaces ({@link NbdMeters}, {@link BridgeMeters}, {@link MemServerMeters} bind them here); nothing outside this
- * package imports Micrometer.
+ * roles running in this process (the rules are in {@link Readiness}), and how to render both. The core modules report
+ * through their own small metrics interfaces ({@link NbdMeters}, {@link BridgeMeters}, {@link MemServerMeters} bind
+ * them here); nothing outside this package imports Micrometer.
  */
 public final class Telemetry implements AutoCloseable {
     private final PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
@@ -41,7 +42,7 @@ public final class Telemetry implements AutoCloseable {
                 return id.getName().equals("system.cpu.count") ? id.withName("system.cpus") : id;
             }
         });
-        if (ManagementFactory.getOperatingSystemMXBean() instanceof com.sun.management.OperatingSystemMXBean os) {
+        if (ManagementFactory.getOperatingSystemMXBean() instanceof OperatingSystemMXBean os) {
             FunctionCounter.builder("process.cpu", os, x -> x.getProcessCpuTime() / 1e9).baseUnit("seconds")
                     .description("CPU time used by this process").register(registry);
         }

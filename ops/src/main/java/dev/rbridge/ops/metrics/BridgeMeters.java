@@ -1,4 +1,4 @@
-package dev.rbridge.bridge.metrics;
+package dev.rbridge.ops.metrics;
 
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeMetrics;
