@@ -29,6 +29,7 @@ import java.util.concurrent.Callable;
  */
 @Command(name = "admin",
         mixinStandardHelpOptions = true,
+        modelTransformer = AdminCommand.UnlistedLogLevel.class,
         description = {"Operate a memserver: list clients, regions and counters; disconnect a client; revoke a region;",
                 "drain (refuse new clients and grants, exit when the last client leaves); shut down.",
                 "With --bridge: show a bridge's volumes, slab maps with replica states, memservers and rebuild progress.",
@@ -36,18 +37,19 @@ import java.util.concurrent.Callable;
                 "loopback; a memserver without a token refuses them. Reads need the token when the server has one."},
         footer = {"", "Memserver actions: clients | regions | leases | stats | disconnect CLIENT_ID | revoke REGION_ID | drain | shutdown",
                 "Bridge actions (--bridge): volumes | slabs VOLUME | memservers | rebuild",
-                "", "Examples:", "  rbridge admin --memserver 127.0.0.1:7472 --token-file /etc/rbridge/token clients",
-                "  rbridge admin --bridge 127.0.0.1:7473 slabs disk"})
+                "", "Examples:", "  rbridge admin --memserver " + Defaults.MEMSERVER_ADMIN
+                        + " --token-file /etc/rbridge/token clients",
+                "  rbridge admin --bridge " + Defaults.BRIDGE_ADMIN + " slabs disk"})
 final class AdminCommand implements Callable<Integer> {
     /** The largest answer read: /regions of a memserver with 100,000 regions is some 15 MiB. */
     static final int MAX_ANSWER = 64 << 20;
 
-    @Option(names = "--memserver", paramLabel = "HOST:PORT", defaultValue = "127.0.0.1:7472",
+    @Option(names = "--memserver", paramLabel = "HOST:PORT", defaultValue = Defaults.MEMSERVER_ADMIN,
             description = "The memserver's admin address (its --admin). Default ${DEFAULT-VALUE}.")
     String memserver;
 
     @Option(names = "--bridge", paramLabel = "HOST:PORT",
-            description = "Ask a bridge (its --admin, usually 127.0.0.1:7473) instead of a memserver.")
+            description = "Ask a bridge (its --admin, usually " + Defaults.BRIDGE_ADMIN + ") instead of a memserver.")
     String bridge;
 
     @Option(names = "--token", paramLabel = "SECRET",
@@ -60,8 +62,9 @@ final class AdminCommand implements Callable<Integer> {
     @Option(names = "--json", description = "Print the memserver's JSON answer as is.")
     boolean json;
 
-    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn", hidden = true)
-    String logLevel;
+    /** Accepted like every tool's, not listed: admin logs nothing worth choosing a level for. */
+    @CommandLine.Mixin
+    LogLevelOption.Tool logLevel;
 
     @Parameters(index = "0", paramLabel = "ACTION", description = "See below.")
     String action;
@@ -80,7 +83,8 @@ final class AdminCommand implements Callable<Integer> {
         String path;
         try {
             secret = Endpoints.token(token, tokenFile);
-            var address = bridge != null ? Endpoints.parse(bridge, 7473) : Endpoints.parse(memserver, 7472);
+            var address = bridge != null ? Endpoints.parse(bridge, Defaults.BRIDGE_ADMIN_PORT)
+                    : Endpoints.parse(memserver, Defaults.MEMSERVER_ADMIN_PORT);
             String base = "http://" + address.getHostString() + ":" + address.getPort() + "/";
             if (bridge != null) {
                 method = "GET";
@@ -124,7 +128,8 @@ final class AdminCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(path)).timeout(Duration.ofSeconds(10))
+        HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(path))
+                .timeout(Duration.ofSeconds(Defaults.ADMIN_ANSWER_TIMEOUT_SECONDS))
                 .method(method, HttpRequest.BodyPublishers.noBody());
         if (secret != null) {
             request.header("Authorization", "Bearer " + secret);
@@ -132,7 +137,8 @@ final class AdminCommand implements Callable<Integer> {
         String target = bridge != null ? "bridge" : "memserver";
         int status;
         String body;
-        try (HttpClient client = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build()) {
+        try (HttpClient client = HttpClient.newBuilder()
+                .connectTimeout(Duration.ofSeconds(Defaults.ADMIN_CONNECT_TIMEOUT_SECONDS)).build()) {
             HttpResponse<InputStream> response = client.send(request.build(), HttpResponse.BodyHandlers.ofInputStream());
             status = response.statusCode();
             try (InputStream in = response.body()) {
@@ -251,5 +257,16 @@ final class AdminCommand implements Callable<Integer> {
     private static String printable(String s) {
         return s.codePoints().map(c -> Character.isISOControl(c) ? '?' : c)
                 .collect(StringBuilder::new, StringBuilder::appendCodePoint, StringBuilder::append).toString();
+    }
+
+    /** Hides the --log-level that {@link LogLevelOption} declares for every tool from admin's help. */
+    static final class UnlistedLogLevel implements CommandLine.IModelTransformer {
+        @Override
+        public CommandLine.Model.CommandSpec transform(CommandLine.Model.CommandSpec spec) {
+            CommandLine.Model.OptionSpec listed = spec.findOption("--log-level");
+            spec.remove(listed);
+            spec.addOption(CommandLine.Model.OptionSpec.builder(listed).hidden(true).build());
+            return spec;
+        }
     }
 }

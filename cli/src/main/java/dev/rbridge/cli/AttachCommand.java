@@ -20,32 +20,33 @@ import java.util.concurrent.atomic.AtomicBoolean;
                 + " over, while I/O waits up to --dead-conn-timeout. Stopping it (SIGTERM, Ctrl-C) leaves the device"
                 + " attached; 'rbridge detach' detaches."},
         footer = {"", "Examples:",
-                "  rbridge attach nbd://127.0.0.1:10809/disk                 # first free /dev/nbdX, watch it",
-                "  rbridge attach --device /dev/nbd0 --connections 4 nbd://10.0.0.7:10809/disk",
+                "  rbridge attach " + Defaults.ATTACH_URI + "                 # first free /dev/nbdX, watch it",
+                "  rbridge attach --device /dev/nbd0 --connections 4 nbd://10.0.0.7:" + Defaults.NBD_PORT + "/disk",
                 "  rbridge attach --no-persist nbd+unix:///disk?socket=/run/rbridge/nbd.sock",
                 "  rbridge status; rbridge detach /dev/nbd0"})
 public final class AttachCommand implements Callable<Integer> {
-    @Parameters(index = "0", paramLabel = "URI", defaultValue = "nbd://127.0.0.1:10809/disk",
+    @Parameters(index = "0", paramLabel = "URI", defaultValue = Defaults.ATTACH_URI,
             description = "nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH. Default ${DEFAULT-VALUE}.")
     String uri;
 
     @Option(names = "--device", paramLabel = "/dev/nbdN", description = "Which device; default: the first free one.")
     String device;
 
-    @Option(names = "--connections", paramLabel = "N", defaultValue = "1",
+    @Option(names = "--connections", paramLabel = "N", defaultValue = "" + Defaults.ATTACH_CONNECTIONS,
             description = "Connections (one kernel hardware queue each; more than 1 needs a multi-conn export, which"
                     + " rbridge's are). Default ${DEFAULT-VALUE}.")
     int connections;
 
-    @Option(names = "--block-size", paramLabel = "BYTES", defaultValue = "4096",
+    @Option(names = "--block-size", paramLabel = "BYTES", defaultValue = "" + Defaults.ATTACH_BLOCK_SIZE,
             description = "Logical block size: 512, 1024, 2048 or 4096. Default ${DEFAULT-VALUE}.")
     int blockSize;
 
-    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "30",
+    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "" + Defaults.ATTACH_TIMEOUT_SECONDS,
             description = "A request unanswered this long marks its connection dead. Default ${DEFAULT-VALUE}.")
     long timeout;
 
-    @Option(names = "--dead-conn-timeout", paramLabel = "SECONDS", defaultValue = "120",
+    @Option(names = "--dead-conn-timeout", paramLabel = "SECONDS",
+            defaultValue = "" + Defaults.ATTACH_DEAD_CONN_TIMEOUT_SECONDS,
             description = "How long I/O waits for a dead connection to be replaced before failing with EIO."
                     + " Default ${DEFAULT-VALUE}.")
     long deadConnTimeout;
@@ -59,9 +60,8 @@ public final class AttachCommand implements Callable<Integer> {
             description = "Detach the device when this process ends (for a device tied to a service's lifetime).")
     boolean disconnectOnExit;
 
-    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
-            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
-    String logLevel;
+    @CommandLine.Mixin
+    LogLevelOption.Server logLevel;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;

@@ -33,8 +33,8 @@ import java.util.concurrent.atomic.AtomicReference;
                         + "thread is not counted).",
                 "read-bw/write-bw: --tx-depth operations in flight; --duplex mixes reads and writes."},
         footer = {"", "Examples:",
-                "  rbridge bench --server 10.0.0.5:7471 --token T --test read-lat --size 4K --iters 20000",
-                "  rbridge bench --server 10.0.0.5:7471 --token T --test write-bw --size 1M --tx-depth 8 --time 10"})
+                "  rbridge bench --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token T --test read-lat --size 4K --iters 20000",
+                "  rbridge bench --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token T --test write-bw --size 1M --tx-depth 8 --time 10"})
 final class BenchCommand implements Callable<Integer> {
     enum Test { READ_LAT, WRITE_LAT, READ_BW, WRITE_BW }
 
@@ -43,14 +43,15 @@ final class BenchCommand implements Callable<Integer> {
             description = "read-lat, write-lat, read-bw or write-bw.")
     Test test;
 
-    @Option(names = "--size", paramLabel = "SIZE", defaultValue = "4K", description = "Bytes per operation. Default ${DEFAULT-VALUE}.")
+    @Option(names = "--size", paramLabel = "SIZE", defaultValue = Defaults.TRANSFER_SIZE,
+            description = "Bytes per operation. Default ${DEFAULT-VALUE}.")
     String size;
 
-    @Option(names = "--tx-depth", paramLabel = "N", defaultValue = "32",
+    @Option(names = "--tx-depth", paramLabel = "N", defaultValue = "" + Defaults.BENCH_TX_DEPTH,
             description = "Operations in flight in bandwidth tests. Default ${DEFAULT-VALUE}.")
     int txDepth;
 
-    @Option(names = "--iters", paramLabel = "N", defaultValue = "10000",
+    @Option(names = "--iters", paramLabel = "N", defaultValue = "" + Defaults.BENCH_ITERATIONS,
             description = "Operations to time (after an unmeasured warm-up of a tenth as many, and at least a second), "
                     + "unless --time. Default ${DEFAULT-VALUE}.")
     int iters;

@@ -8,17 +8,16 @@ import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.ops.metrics.BridgeMeters;
 import dev.rbridge.ops.metrics.MemServerMeters;
 import dev.rbridge.ops.metrics.Telemetry;
-import dev.rbridge.rdma.ConnectParams;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.ListResourceBundle;
 import java.util.concurrent.Callable;
 
 /**
@@ -27,6 +26,7 @@ import java.util.concurrent.Callable;
  */
 @Command(name = "demo",
         mixinStandardHelpOptions = true,
+        resourceBundle = "dev.rbridge.cli.DemoCommand$Help",
         description = {
                 "Run memservers and a bridge in this process and serve their volumes over NBD (the embedded default).",
                 "Memory is used only for what is written; TRIM and WRITE_ZEROES give it back.",
@@ -35,61 +35,38 @@ import java.util.concurrent.Callable;
                 "Export syntax: " + VolumeSpecs.SYNTAX,
                 "",
                 "Examples:",
-                "  rbridge demo                                   nbd://127.0.0.1:10809/disk, 1 GiB",
+                "  rbridge demo                                   nbd://" + Defaults.NBD_LISTEN + "/" + Defaults.EXPORT
+                        + ", 1 GiB",
                 "  rbridge demo --size 8G --unix /tmp/rb.sock     TCP off, nbd+unix:///disk?socket=/tmp/rb.sock",
                 "  rbridge demo --memservers 2 --export disk,size=4G,replicas=2   every slab on both memservers",
-                "  rbridge demo --listen 0.0.0.0:10809 --unix /tmp/rb.sock --export disk --export iso,size=64M,ro"})
+                "  rbridge demo --listen 0.0.0.0:" + Defaults.NBD_PORT + " --unix /tmp/rb.sock --export disk --export iso,size=64M,ro"})
 final class DemoCommand implements Callable<Integer> {
-    static final String DEFAULT_LISTEN = ServeCommand.DEFAULT_LISTEN;
-
-    @Option(names = "--listen", paramLabel = "HOST:PORT",
-            description = "TCP address to serve on; repeatable. Default " + DEFAULT_LISTEN + " unless only --unix is given.")
-    List<String> listen = new ArrayList<>();
-
-    @Option(names = "--unix", paramLabel = "PATH", description = "Also (or only) serve on this Unix socket.")
-    Path unix;
+    /** A bound on --memservers: every one is a memserver with threads of its own, all in this JVM. */
+    private static final int MAX_MEMSERVERS = 16;
 
     @Option(names = "--export", paramLabel = "SPEC",
-            description = "An export (a volume); repeatable. The first one is also the default export. Default: disk.")
+            description = "An export (a volume); repeatable. The first one is also the default export. Default: "
+                    + Defaults.EXPORT + ".")
     List<String> exports = new ArrayList<>();
 
-    @Option(names = "--size", paramLabel = "SIZE", defaultValue = "1G",
+    @Option(names = "--size", paramLabel = "SIZE", defaultValue = Defaults.VOLUME_SIZE,
             description = "Size of exports that give none (K, M, G, T suffixes are binary). Default ${DEFAULT-VALUE}.")
     String size;
 
-    @Option(names = "--memservers", paramLabel = "N", defaultValue = "1",
+    @Option(names = "--memservers", paramLabel = "N", defaultValue = "" + Defaults.DEMO_MEMSERVERS,
             description = "How many memservers to run in this process. Default ${DEFAULT-VALUE}.")
     int memserverCount;
 
-    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "local",
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.DEMO_TRANSPORT,
             description = "How the bridge reaches them: local (in-process calls) or tcp (loopback sockets)."
                     + " Default ${DEFAULT-VALUE}.")
     String transport;
 
-    @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = "none",
-            description = "Bridge operator interface (read-only JSON over HTTP) for rbridge admin --bridge; requests"
-                    + " from web pages and, on loopback, for a Host that is not a loopback name are refused."
-                    + " Default ${DEFAULT-VALUE}.")
-    String admin;
-
-    @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_BRIDGE,
-            description = MetricsEndpoint.HELP)
-    String metrics;
-
-
+    @CommandLine.Mixin
+    BridgeProcessOptions process;
 
     @CommandLine.Mixin
-    NbdServerOptions nbdOptions;
-
-    @Option(names = "--tcp-congestion", paramLabel = "NAME",
-            defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
-            description = "TCP congestion control of the NBD connections accepted (and, with --transport tcp, of the"
-                    + " memserver links)" + MemServerClientOptions.TCP_CONGESTION_HELP)
-    String tcpCongestion;
-
-    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
-            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
-    String logLevel;
+    OpsEndpointOptions.Demo ops;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -99,12 +76,12 @@ final class DemoCommand implements Callable<Integer> {
         List<VolumeSpec> volumes = new ArrayList<>();
         try {
             long defaultSize = Sizes.parse(size);
-            nbdOptions.validate();
-            for (String e : exports.isEmpty() ? List.of("disk") : exports) {
-                volumes.add(VolumeSpecs.parse("export", e, defaultSize, 1));
+            process.limits.validate();
+            for (String e : exports.isEmpty() ? List.of(Defaults.EXPORT) : exports) {
+                volumes.add(VolumeSpecs.parse("export", e, defaultSize, Defaults.REPLICAS));
             }
-            if (memserverCount < 1 || memserverCount > 16) {
-                throw new IllegalArgumentException("--memservers must be 1 to 16");
+            if (memserverCount < 1 || memserverCount > MAX_MEMSERVERS) {
+                throw new IllegalArgumentException("--memservers must be 1 to " + MAX_MEMSERVERS);
             }
             if (!transport.equals("local") && !transport.equals("tcp")) {
                 throw new IllegalArgumentException("--transport must be local or tcp");
@@ -119,17 +96,17 @@ final class DemoCommand implements Callable<Integer> {
             capacity += v.size() + (1 << 20);
         }
         List<MemServer> memservers = new ArrayList<>();
-        Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
+        Telemetry telemetry = ops.telemetry();
         Bridge bridge;
         try {
             BridgeConfig.Builder b = BridgeConfig.builder().transport(transport).startWait(Duration.ZERO)
-                    .tcpCongestion(tcpCongestion);
+                    .tcpCongestion(process.tcpCongestion);
             if (telemetry != null) {
                 b.metrics(new BridgeMeters(telemetry.registry()));
             }
             for (int i = 0; i < memserverCount; i++) {
-                MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity,
-                        null, transport, false, false, tcpCongestion));
+                MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress(Defaults.LOOPBACK, 0),
+                        capacity, null, transport, false, false, process.tcpCongestion));
                 memservers.add(m);
                 b.memserver(m.address());
                 if (telemetry != null) {
@@ -148,7 +125,24 @@ final class DemoCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("demo: " + e.getMessage());
             return 1;
         }
-        return ServeCommand.serve(spec, bridge, ServeCommand.listenAddresses(listen, unix), nbdOptions, admin,
-                telemetry, metrics, "demo", () -> memservers.forEach(MemServer::close));
+        return ServeCommand.serve(spec, bridge, process, ops, telemetry, "demo",
+                () -> memservers.forEach(MemServer::close));
+    }
+
+    /** demo's wording of the options it shares with serve (picocli looks them up by option name). */
+    public static final class Help extends ListResourceBundle {
+        @Override
+        protected Object[][] getContents() {
+            return new Object[][]{
+                    {"listen", "TCP address to serve on; repeatable. Default " + Defaults.NBD_LISTEN
+                            + " unless only --unix is given."},
+                    {"unix", "Also (or only) serve on this Unix socket."},
+                    {"admin", "Bridge operator interface (read-only JSON over HTTP) for rbridge admin --bridge;"
+                            + " requests from web pages and, on loopback, for a Host that is not a loopback name are"
+                            + " refused. Default ${DEFAULT-VALUE}."},
+                    {"tcp-congestion", "TCP congestion control of the NBD connections accepted (and, with"
+                            + " --transport tcp, of the memserver links)" + MemServerClientOptions.TCP_CONGESTION_HELP},
+            };
+        }
     }
 }

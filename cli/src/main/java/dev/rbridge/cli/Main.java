@@ -11,9 +11,10 @@ import picocli.CommandLine.Command;
                 "Serves block devices over NBD (kernel nbd-client, qemu, libnbd, fio) out of RAM.",
                 "",
                 "Connect with, for example:",
-                "  nbdinfo nbd://127.0.0.1:10809/disk",
-                "  qemu-img info nbd://127.0.0.1:10809/disk",
-                "  nbd-client -N disk 127.0.0.1 10809 /dev/nbd0 -b 4096",
+                "  nbdinfo nbd://" + Defaults.NBD_LISTEN + "/" + Defaults.EXPORT,
+                "  qemu-img info nbd://" + Defaults.NBD_LISTEN + "/" + Defaults.EXPORT,
+                "  nbd-client -N " + Defaults.EXPORT + " " + Defaults.LOOPBACK + " " + Defaults.NBD_PORT
+                        + " /dev/nbd0 -b 4096",
                 "  nbdinfo 'nbd+unix:///disk?socket=/run/rbridge.sock'   (with --unix)"},
         subcommands = {DemoCommand.class, ServeCommand.class, MemServerCommand.class, PingCommand.class, BenchCommand.class,
                 AdminCommand.class, MemCommand.class, AttachCommand.class, DetachCommand.class, StatusCommand.class,
@@ -39,9 +40,12 @@ public final class Main implements Runnable {
         spec.commandLine().usage(System.out);
     }
 
-    /** slf4j-simple reads its settings once, so they are set before the first logger exists. */
+    /**
+     * slf4j-simple reads its settings once, so they are set from the raw arguments before the first logger exists,
+     * and so before picocli knows the command: without --log-level every command logs at the servers' level.
+     */
     private static void configureLogging(String[] args) {
-        String level = "info";
+        String level = Defaults.SERVER_LOG_LEVEL;
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("--log-level") && i + 1 < args.length) {
                 level = args[i + 1];

@@ -53,10 +53,13 @@ import java.util.concurrent.TimeoutException;
                 "outside the region, memserver unreachable), 2 on bad arguments."},
         subcommands = {MemCommand.Read.class, MemCommand.Write.class, MemCommand.ListRegions.class},
         footer = {"", "Examples:",
-                "  rbridge mem list  --server mem1:7471 --token-file /etc/rbridge/token",
-                "  rbridge mem read  --server mem1:7471 --token T --region 3 --length 256 --hex",
-                "  rbridge mem write --server mem1:7471 --token T --region 3 --hex 'de ad be ef'"})
+                "  rbridge mem list  " + MemCommand.SERVER + " --token-file /etc/rbridge/token",
+                "  rbridge mem read  " + MemCommand.SERVER + " --token T --region 3 --length 256 --hex",
+                "  rbridge mem write " + MemCommand.SERVER + " --token T --region 3 --hex 'de ad be ef'"})
 final class MemCommand {
+    /** The memserver the examples talk to. */
+    static final String SERVER = "--server mem1:" + Defaults.MEMSERVER_PORT;
+
     /** Bytes moved per operation; a multiple of 16 so hexdump lines never straddle two. */
     static final int CHUNK = 4 << 20;
 
@@ -164,8 +167,8 @@ final class MemCommand {
                     "The hexdump is hexdump -C style; its offset column is the offset in the region.",
                     "Without --file or --hex: a hexdump when stdout is a terminal, raw bytes otherwise."},
             footer = {"", "Examples:",
-                    "  rbridge mem read --server mem1:7471 --token T --region 3 --length 64 --hex",
-                    "  rbridge mem read --server mem1:7471 --token T --region 3 --offset 1M \\",
+                    "  rbridge mem read " + SERVER + " --token T --region 3 --length 64 --hex",
+                    "  rbridge mem read " + SERVER + " --token T --region 3 --offset 1M \\",
                     "      --length 16M --file region3.bin"})
     static final class Read implements Callable<Integer> {
         @Mixin
@@ -319,10 +322,10 @@ final class MemCommand {
                     "Give one of --file, --hex, or --pattern with --length.",
                     "Waits until the memserver holds the bytes, then says how many it wrote where."},
             footer = {"", "Examples:",
-                    "  rbridge mem write --server mem1:7471 --token T --region 3 --hex 'de ad be ef'",
-                    "  rbridge mem write --server mem1:7471 --token T --region 3 --offset 4K \\",
+                    "  rbridge mem write " + SERVER + " --token T --region 3 --hex 'de ad be ef'",
+                    "  rbridge mem write " + SERVER + " --token T --region 3 --offset 4K \\",
                     "      --pattern 0xff --length 64K",
-                    "  rbridge mem write --server mem1:7471 --token T --region 3 --file blob.bin"})
+                    "  rbridge mem write " + SERVER + " --token T --region 3 --file blob.bin"})
     static final class Write implements Callable<Integer> {
         @Mixin
         MemServerClientOptions remote;
@@ -451,7 +454,7 @@ final class MemCommand {
             mixinStandardHelpOptions = true,
             description = {"List the memserver's regions: id, length, tag and owner.",
                     "The tag is what a region holds: volume, slab, replica and generation."},
-            footer = {"", "Example:", "  rbridge mem list --server mem1:7471 --token-file /etc/rbridge/token"})
+            footer = {"", "Example:", "  rbridge mem list " + SERVER + " --token-file /etc/rbridge/token"})
     static final class ListRegions implements Callable<Integer> {
         @Mixin
         MemServerClientOptions remote;

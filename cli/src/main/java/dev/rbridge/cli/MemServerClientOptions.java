@@ -1,6 +1,5 @@
 package dev.rbridge.cli;
 
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -9,6 +8,7 @@ import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 import picocli.CommandLine;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.lang.foreign.Arena;
@@ -29,21 +29,21 @@ final class MemServerClientOptions {
     @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
     Path tokenFile;
 
-    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "5",
+    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "" + Defaults.MEMSERVER_TIMEOUT_SECONDS,
             description = "Declare the memserver dead after this long without an answer. Default ${DEFAULT-VALUE}.")
     int timeout;
 
-    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
             description = "Remote-memory transport: tcp or ucx (the memserver's). Default ${DEFAULT-VALUE}.")
     String transport;
 
-    @Option(names = "--lanes", paramLabel = "N", defaultValue = "1",
+    @Option(names = "--lanes", paramLabel = "N", defaultValue = "" + Defaults.TOOL_LANES,
             description = "tcp: TCP connections to open to the memserver, each served by its own memserver thread; "
                     + "data operations go to the first not already busy with half a megabyte. More lanes let "
                     + "large transfers use more memserver cores; one is the lowest latency. Default ${DEFAULT-VALUE}.")
     int lanes;
 
-    @Option(names = "--completion", paramLabel = "MODE", defaultValue = "caller",
+    @Option(names = "--completion", paramLabel = "MODE", defaultValue = Defaults.TOOL_COMPLETION,
             description = "tcp: who reads the memserver's replies. caller: a thread waiting on an operation reads "
                     + "them itself when nobody else is (a synchronous client's cost: no hand-off between threads); "
                     + "thread: always the connection's reader thread, which then wakes the waiter (how rbridge serve "
@@ -59,9 +59,8 @@ final class MemServerClientOptions {
             description = "tcp: TCP congestion control of the connection" + TCP_CONGESTION_HELP)
     String tcpCongestion;
 
-    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "warn",
-            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
-    String logLevel;
+    @Mixin
+    LogLevelOption.Tool logLevel;
 
     /** The transport to connect with, or IllegalArgumentException naming the ones that work from a command. */
     RemoteMemoryProvider provider() {
@@ -87,7 +86,7 @@ final class MemServerClientOptions {
         if (!completion.equals("caller") && !completion.equals("thread")) {
             throw new IllegalArgumentException("--completion must be caller or thread: " + completion);
         }
-        return new ConnectParams().address(Endpoints.parse(server, MemServerConfig.DEFAULT_PORT))
+        return new ConnectParams().address(Endpoints.parse(server, Defaults.MEMSERVER_PORT))
                 .token(Endpoints.token(token, tokenFile)).clientName(clientName)
                 .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes)
                 .callerDriven(callerReads()).tcpCongestion(tcpCongestion);

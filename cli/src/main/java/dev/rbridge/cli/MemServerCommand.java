@@ -17,19 +17,21 @@ import picocli.CommandLine.Option;
 
 import java.io.IOException;
 import java.nio.file.Path;
+import java.util.ListResourceBundle;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 
 /** {@code rbridge memserver}: lend this machine's RAM to bridges. */
 @Command(name = "memserver",
         mixinStandardHelpOptions = true,
+        resourceBundle = "dev.rbridge.cli.MemServerCommand$Help",
         description = {
                 "Lend RAM to bridges as regions over a remote-memory transport.",
                 "Memory is reserved per region but touched only when written; grants never exceed --capacity.",
                 "Clients must present the token; refused attempts are logged."},
-        footer = {"", "Example:", "  rbridge memserver --listen 0.0.0.0:7471 --capacity 64G --token-file /etc/rbridge/token"})
+        footer = {"", "Example:", "  rbridge memserver --listen 0.0.0.0:" + Defaults.MEMSERVER_PORT + " --capacity 64G --token-file /etc/rbridge/token"})
 final class MemServerCommand implements Callable<Integer> {
-    @Option(names = "--listen", paramLabel = "HOST:PORT", defaultValue = "127.0.0.1:7471",
+    @Option(names = "--listen", paramLabel = "HOST:PORT", defaultValue = Defaults.MEMSERVER_LISTEN,
             description = "Address to serve on. Default ${DEFAULT-VALUE}.")
     String listen;
 
@@ -43,12 +45,8 @@ final class MemServerCommand implements Callable<Integer> {
     @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
     Path tokenFile;
 
-    @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = "127.0.0.1:7472",
-            description = "Operator interface (JSON over HTTP) for rbridge admin; 'none' turns it off. Reads need the"
-                    + " token when one is set; drain, shutdown, revoke and disconnect always need it (POST only) and"
-                    + " are off without one. Requests from web pages (an Origin header) and, on loopback, requests"
-                    + " for a Host that is not a loopback name are refused. Default ${DEFAULT-VALUE}.")
-    String admin;
+    @CommandLine.Mixin
+    OpsEndpointOptions.MemServer ops;
 
     @Option(names = "--huge-pages",
             description = "Back regions with 2 MiB huge pages from the kernel's pool (vm.nr_hugepages); grants that the "
@@ -60,7 +58,7 @@ final class MemServerCommand implements Callable<Integer> {
                     + "limit that covers the capacity (ulimit -l, LimitMEMLOCK=infinity).")
     boolean mlock;
 
-    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
             description = "Remote-memory transport: tcp, ucx or local. Default ${DEFAULT-VALUE}.")
     String transport;
 
@@ -97,13 +95,8 @@ final class MemServerCommand implements Callable<Integer> {
                     + MemServerConfig.MAX_REGIONS_LIMIT + ". Default ${DEFAULT-VALUE}.")
     int maxRegions;
 
-    @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_MEMSERVER,
-            description = MetricsEndpoint.HELP)
-    String metrics;
-
-    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
-            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
-    String logLevel;
+    @CommandLine.Mixin
+    LogLevelOption.Server logLevel;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -112,7 +105,7 @@ final class MemServerCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         MemServerConfig config;
         try {
-            config = new MemServerConfig(Endpoints.parse(listen, MemServerConfig.DEFAULT_PORT), Sizes.parse(capacity),
+            config = new MemServerConfig(Endpoints.parse(listen, Defaults.MEMSERVER_PORT), Sizes.parse(capacity),
                     Endpoints.token(token, tokenFile), transport, hugePages, mlock, tcpCongestion,
                     ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions);
         } catch (IllegalArgumentException e) {
@@ -125,12 +118,12 @@ final class MemServerCommand implements Callable<Integer> {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         // made first so the admin server's refusals are counted in it too
-        Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
+        Telemetry telemetry = ops.telemetry();
         MemServerAdminHttpServer adminServer = null;
-        if (!admin.equals("none")) {
+        if (!ops.admin.equals(Defaults.OFF)) {
             try {
                 OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
-                adminServer = new MemServerAdminHttpServer(Endpoints.parse(admin, 7472), server, config.token(),
+                adminServer = new MemServerAdminHttpServer(ops.adminAddress(), server, config.token(),
                         () -> System.exit(0), adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
                 if (adminMeters != null) {
                     adminMeters.bindConnections(adminServer::openConnections);
@@ -146,7 +139,7 @@ final class MemServerCommand implements Callable<Integer> {
             MemServerMeters.bind(telemetry.registry(), server);
             telemetry.readinessCheck(() -> Readiness.memserver(server));
             try {
-                metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_MEMSERVER, 7474, telemetry);
+                metricsServer = ops.startMetrics(telemetry);
             } catch (IOException | IllegalArgumentException e) {
                 if (adminServer != null) {
                     adminServer.close();
@@ -176,5 +169,19 @@ final class MemServerCommand implements Callable<Integer> {
         System.out.flush();
         stopped.await();
         return 0;
+    }
+
+    /** memserver's wording of its --admin (picocli looks it up by option name). */
+    public static final class Help extends ListResourceBundle {
+        @Override
+        protected Object[][] getContents() {
+            return new Object[][]{
+                    {"admin", "Operator interface (JSON over HTTP) for rbridge admin; 'none' turns it off. Reads need"
+                            + " the token when one is set; drain, shutdown, revoke and disconnect always need it (POST"
+                            + " only) and are off without one. Requests from web pages (an Origin header) and, on"
+                            + " loopback, requests for a Host that is not a loopback name are refused."
+                            + " Default ${DEFAULT-VALUE}."},
+            };
+        }
     }
 }

@@ -8,15 +8,9 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.net.BindException;
 
-/** The {@code --metrics HOST:PORT|none} option of serve, demo and memserver. */
+/** Starts what {@code --metrics HOST:PORT|none} asks for (see {@link OpsEndpointOptions}). */
 final class MetricsEndpoint {
     private static final Logger log = LoggerFactory.getLogger(MetricsEndpoint.class);
-
-    static final String DEFAULT_MEMSERVER = "127.0.0.1:7474";
-    static final String DEFAULT_BRIDGE = "127.0.0.1:7475";
-    static final String HELP = "Serve Prometheus metrics at http://HOST:PORT/metrics, with /healthz and /readyz;"
-            + " 'none' turns it off. When the default port is taken (another rbridge on this host) the process runs"
-            + " without metrics and says so; an address given explicitly must be free. Default ${DEFAULT-VALUE}.";
 
     private MetricsEndpoint() {
     }
@@ -28,7 +22,7 @@ final class MetricsEndpoint {
      */
     static MetricsHttpServer start(String option, String defaultValue, int defaultPort, Telemetry telemetry)
             throws IOException {
-        if (option.equals("none")) {
+        if (option.equals(Defaults.OFF)) {
             return null;
         }
         var address = Endpoints.parse(option, defaultPort);

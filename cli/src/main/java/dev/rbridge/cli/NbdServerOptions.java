@@ -12,7 +12,7 @@ import java.time.Duration;
  * memory, time) so that no client can hurt another. Defaults come from {@link NbdServerConfig}.
  */
 final class NbdServerOptions {
-    @Option(names = "--max-payload", paramLabel = "SIZE", defaultValue = "32M",
+    @Option(names = "--max-payload", paramLabel = "SIZE", defaultValue = Defaults.MAX_PAYLOAD,
             description = "Largest NBD READ or WRITE accepted. Default ${DEFAULT-VALUE}.")
     String maxPayload;
 

@@ -19,13 +19,15 @@ import java.util.concurrent.TimeUnit;
         mixinStandardHelpOptions = true,
         description = {"Write a pattern to a memserver region, read it back, optionally compare; report round trips.",
                 "Exits 1 on the first mismatch (with the offset and bytes) or on any failed operation."},
-        footer = {"", "Example:", "  rbridge ping --server 10.0.0.5:7471 --token-file /etc/rbridge/token --count 100 --size 64K --validate"})
+        footer = {"", "Example:", "  rbridge ping --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token-file /etc/rbridge/token --count 100 --size 64K --validate"})
 final class PingCommand implements Callable<Integer> {
 
-    @Option(names = "--count", paramLabel = "N", defaultValue = "10", description = "Rounds. Default ${DEFAULT-VALUE}.")
+    @Option(names = "--count", paramLabel = "N", defaultValue = "" + Defaults.PING_ROUNDS,
+            description = "Rounds. Default ${DEFAULT-VALUE}.")
     int count;
 
-    @Option(names = "--size", paramLabel = "SIZE", defaultValue = "4K", description = "Bytes per round. Default ${DEFAULT-VALUE}.")
+    @Option(names = "--size", paramLabel = "SIZE", defaultValue = Defaults.TRANSFER_SIZE,
+            description = "Bytes per round. Default ${DEFAULT-VALUE}.")
     String size;
 
     @Option(names = "--validate", description = "Compare what was read with what was written.")

@@ -4,7 +4,6 @@ import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.bridge.volume.Volume;
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.nbd.server.Export;
 import dev.rbridge.nbd.server.ListenAddress;
 import dev.rbridge.nbd.server.NbdServer;
@@ -25,6 +24,7 @@ import picocli.CommandLine.Option;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.net.InetSocketAddress;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -52,24 +52,17 @@ import java.util.concurrent.atomic.AtomicReference;
                 "dashes, repeated for repeatable options, '#' starts a comment. The command line adds to it.",
                 "",
                 "Example:",
-                "  rbridge memserver --listen 10.0.0.5:7471 --capacity 64G --token-file /etc/rbridge/token",
-                "  rbridge memserver --listen 10.0.0.6:7471 --capacity 64G --token-file /etc/rbridge/token",
-                "  rbridge serve --memserver 10.0.0.5:7471 --memserver 10.0.0.6:7471 --token-file /etc/rbridge/token \\",
+                "  rbridge memserver --listen 10.0.0.5:" + Defaults.MEMSERVER_PORT
+                        + " --capacity 64G --token-file /etc/rbridge/token",
+                "  rbridge memserver --listen 10.0.0.6:" + Defaults.MEMSERVER_PORT
+                        + " --capacity 64G --token-file /etc/rbridge/token",
+                "  rbridge serve --memserver 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --memserver 10.0.0.6:"
+                        + Defaults.MEMSERVER_PORT + " --token-file /etc/rbridge/token \\",
                 "                --volume disk,size=64G,replicas=2",
-                "  nbd-client -N disk 127.0.0.1 10809 /dev/nbd0 -b 4096"})
+                "  nbd-client -N disk " + Defaults.LOOPBACK + " " + Defaults.NBD_PORT + " /dev/nbd0 -b 4096"})
 public final class ServeCommand implements Callable<Integer> {
-    static final String DEFAULT_LISTEN = "127.0.0.1:10809";
-    static final String DEFAULT_ADMIN = "127.0.0.1:7473";
-
     @Option(names = "--config", paramLabel = "FILE", description = "Read options from FILE first (see below).")
     Path configFile;
-
-    @Option(names = "--listen", paramLabel = "HOST:PORT",
-            description = "NBD TCP address; repeatable. Default " + DEFAULT_LISTEN + " unless only --unix is given.")
-    List<String> listen = new ArrayList<>();
-
-    @Option(names = "--unix", paramLabel = "PATH", description = "Also (or only) serve NBD on this Unix socket.")
-    Path unix;
 
     @Option(names = "--memserver", paramLabel = "HOST:PORT", description = "A memserver to use; repeatable.")
     List<String> memservers = new ArrayList<>();
@@ -84,11 +77,11 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
     Path tokenFile;
 
-    @Option(names = "--transport", paramLabel = "NAME", defaultValue = "tcp",
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
             description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
     String transport;
 
-    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "5",
+    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "" + Defaults.MEMSERVER_TIMEOUT_SECONDS,
             description = "A memserver that leaves an operation unanswered this long is declared dead; requests that"
                     + " only it could serve fail with EIO. Default ${DEFAULT-VALUE}.")
     double timeout;
@@ -100,42 +93,22 @@ public final class ServeCommand implements Callable<Integer> {
                     + ". Default: one per two CPUs of this host, at most 4.")
     Integer lanes;
 
-    @Option(names = "--tcp-congestion", paramLabel = "NAME",
-            defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
-            description = "TCP congestion control of this bridge's sockets (its tcp-transport connections to"
-                    + " memservers and the NBD connections it accepts)" + MemServerClientOptions.TCP_CONGESTION_HELP)
-    String tcpCongestion;
-
-    @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "10",
+    @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "" + Defaults.LEASE_SECONDS,
             description = "Ownership lease on each volume, renewed every third of it. A bridge that stops renewing"
                     + " (hung, cut off) can be replaced after this long; a bridge that exits frees it at once."
                     + " Default ${DEFAULT-VALUE}.")
     double lease;
 
-    @Option(names = "--start-wait", paramLabel = "SECONDS", defaultValue = "10",
+    @Option(names = "--start-wait", paramLabel = "SECONDS", defaultValue = "" + Defaults.START_WAIT_SECONDS,
             description = "At start, wait this long for every memserver before serving without the missing ones."
                     + " Default ${DEFAULT-VALUE}.")
     double startWait;
 
-    @Option(names = "--admin", paramLabel = "HOST:PORT|none", defaultValue = DEFAULT_ADMIN,
-            description = "Operator interface (JSON over HTTP, read-only) for rbridge admin --bridge; 'none' turns"
-                    + " it off. Needs the memservers' token when one is set; requests from web pages (an Origin"
-                    + " header) and, on loopback, requests for a Host that is not a loopback name are refused."
-                    + " Default ${DEFAULT-VALUE}.")
-    String admin;
-
-    @Option(names = "--metrics", paramLabel = "HOST:PORT|none", defaultValue = MetricsEndpoint.DEFAULT_BRIDGE,
-            description = MetricsEndpoint.HELP)
-    String metrics;
-
-
+    @CommandLine.Mixin
+    BridgeProcessOptions process;
 
     @CommandLine.Mixin
-    NbdServerOptions nbdOptions;
-
-    @Option(names = "--log-level", paramLabel = "LEVEL", defaultValue = "info",
-            description = "error, warn, info, debug or trace. Default ${DEFAULT-VALUE}.")
-    String logLevel;
+    OpsEndpointOptions.Serve ops;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -148,11 +121,11 @@ public final class ServeCommand implements Callable<Integer> {
                 ConfigFile.apply(configFile, spec);
             }
             bridgeConfig = bridgeConfig();
-            nbdOptions.validate();
+            process.limits.validate();
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        Telemetry telemetry = metrics.equals("none") ? null : new Telemetry();
+        Telemetry telemetry = ops.telemetry();
         Bridge bridge;
         try {
             bridge = Bridge.start(telemetry == null ? bridgeConfig : bridgeConfig.withMetrics(
@@ -161,7 +134,7 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("serve: " + e.getMessage());
             return 1;
         }
-        return serve(spec, bridge, listenAddresses(listen, unix), nbdOptions, admin, telemetry, metrics, "serve", () -> {
+        return serve(spec, bridge, process, ops, telemetry, "serve", () -> {
         });
     }
 
@@ -178,7 +151,7 @@ public final class ServeCommand implements Callable<Integer> {
                 .operationTimeout(seconds("--timeout", timeout))
                 .leaseTtl(seconds("--lease", lease))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
-                .tcpCongestion(tcpCongestion);
+                .tcpCongestion(process.tcpCongestion);
         if (lanes != null) {
             if (!transport.equals("tcp")) {
                 throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
@@ -187,10 +160,10 @@ public final class ServeCommand implements Callable<Integer> {
             b.lanes(lanes(lanes));
         }
         for (String m : memservers) {
-            b.memserver(Endpoints.parse(m, MemServerConfig.DEFAULT_PORT));
+            b.memserver(Endpoints.parse(m, Defaults.MEMSERVER_PORT));
         }
         for (String v : volumes) {
-            b.volume(VolumeSpecs.parse("volume", v, 1L << 30, 1));
+            b.volume(VolumeSpecs.parse("volume", v, Sizes.parse(Defaults.VOLUME_SIZE), Defaults.REPLICAS));
         }
         return b.build();
     }
@@ -209,30 +182,19 @@ public final class ServeCommand implements Callable<Integer> {
         return Duration.ofNanos((long) (s * 1e9));
     }
 
-    static List<ListenAddress> listenAddresses(List<String> tcp, Path unix) {
-        List<ListenAddress> out = new ArrayList<>();
-        for (String t : tcp.isEmpty() && unix == null ? List.of(DEFAULT_LISTEN) : tcp) {
-            out.add(ListenAddress.parseTcp(t));
-        }
-        if (unix != null) {
-            out.add(new ListenAddress.Unix(unix));
-        }
-        return out;
-    }
-
     /** Serves the bridge's volumes over NBD until SIGTERM; shared by serve and demo. */
-    static int serve(CommandLine.Model.CommandSpec spec, Bridge bridge, List<ListenAddress> listen,
-                     NbdServerOptions nbdOptions, String admin, Telemetry telemetry, String metrics, String what,
-                     Runnable afterBridge) throws InterruptedException {
+    static int serve(CommandLine.Model.CommandSpec spec, Bridge bridge, BridgeProcessOptions options,
+                     OpsEndpointOptions ops, Telemetry telemetry, String what, Runnable afterBridge)
+            throws InterruptedException {
         NbdServer server;
         BridgeAdminHttpServer adminServer = null;
         MetricsHttpServer metricsServer = null;
         AtomicReference<NbdServer> listening = new AtomicReference<>();
         try {
             String congestion = bridge.config().tcpCongestion();
-            NbdServerConfig.Builder b = nbdOptions.apply(NbdServerConfig.builder())
+            NbdServerConfig.Builder b = options.limits.apply(NbdServerConfig.builder())
                     .tcpSocketSetup(ch -> TcpCongestion.apply(ch, congestion));
-            int maxPayload = nbdOptions.maxPayloadBytes();
+            int maxPayload = options.limits.maxPayloadBytes();
             if (telemetry != null) {
                 NbdMeters nbdMeters = new NbdMeters(telemetry.registry());
                 bridge.volumes().forEach(v -> nbdMeters.register(v.spec().name()));
@@ -242,18 +204,19 @@ public final class ServeCommand implements Callable<Integer> {
                 }
                 telemetry.readinessCheck(() -> Readiness.nbdServer(listening.get()));
                 telemetry.readinessCheck(() -> Readiness.bridge(bridge));
-                metricsServer = MetricsEndpoint.start(metrics, MetricsEndpoint.DEFAULT_BRIDGE, 7475, telemetry);
+                metricsServer = ops.startMetrics(telemetry);
             }
-            listen.forEach(b::listen);
+            options.listen.addresses().forEach(b::listen);
             for (Volume v : bridge.volumes()) {
                 VolumeSpec s = v.spec();
                 b.export(new Export(s.name(), s.description(), v, s.readOnly(), s.minimumBlockSize(),
                         Math.max(Export.DEFAULT_PREFERRED_BLOCK_SIZE, s.minimumBlockSize()), maxPayload));
             }
             NbdServerConfig nbd = b.build();
-            if (admin != null && !admin.equals("none")) {
+            InetSocketAddress adminAddress = ops.adminAddress();
+            if (adminAddress != null) {
                 OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
-                adminServer = new BridgeAdminHttpServer(Endpoints.parse(admin, 7473), bridge,
+                adminServer = new BridgeAdminHttpServer(adminAddress, bridge,
                         adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
                 if (adminMeters != null) {
                     adminMeters.bindConnections(adminServer::openConnections);
