@@ -125,8 +125,8 @@ final class DemoCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("demo: " + e.getMessage());
             return 1;
         }
-        return ServeCommand.serve(spec, bridge, process, ops, telemetry, "demo",
-                () -> memservers.forEach(MemServer::close));
+        return new BridgeProcess("demo", bridge, process, ops, telemetry, () -> memservers.forEach(MemServer::close))
+                .run(spec.commandLine().getErr());
     }
 
     /** demo's wording of the options it shares with serve (picocli looks them up by option name). */

@@ -1,6 +1,5 @@
 package dev.rbridge.cli;
 
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
@@ -32,7 +31,6 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;

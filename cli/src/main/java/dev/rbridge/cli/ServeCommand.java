@@ -2,36 +2,18 @@ package dev.rbridge.cli;
 
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
-import dev.rbridge.bridge.VolumeSpec;
-import dev.rbridge.bridge.volume.Volume;
-import dev.rbridge.nbd.server.Export;
-import dev.rbridge.nbd.server.ListenAddress;
-import dev.rbridge.nbd.server.NbdServer;
-import dev.rbridge.nbd.server.NbdServerConfig;
-import dev.rbridge.ops.admin.BridgeAdminHttpServer;
-import dev.rbridge.ops.http.OpsHttpMetrics;
 import dev.rbridge.ops.metrics.BridgeMeters;
-import dev.rbridge.ops.metrics.MetricsHttpServer;
-import dev.rbridge.ops.metrics.NbdMeters;
-import dev.rbridge.ops.metrics.OpsHttpMeters;
-import dev.rbridge.ops.metrics.Readiness;
 import dev.rbridge.ops.metrics.Telemetry;
 import dev.rbridge.rdma.ConnectParams;
-import dev.rbridge.rdma.tcp.TcpCongestion;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
-import java.io.IOException;
-import java.io.UncheckedIOException;
-import java.net.InetSocketAddress;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Callable;
-import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicReference;
 
 /** {@code rbridge serve}: the bridge. NBD exports backed by volumes on remote memservers. */
 @Command(name = "serve",
@@ -46,7 +28,7 @@ import java.util.concurrent.atomic.AtomicReference;
                 "memserver keeps a second bridge from serving the same volume.",
                 "Stops gracefully on SIGTERM or Ctrl-C."},
         footer = {"",
-                "Volume syntax: " + VolumeSpecs.SYNTAX + " (default replicas: 1, slab: 64M)",
+                "Volume syntax: " + VolumeSpecs.SYNTAX + " (default replicas: " + Defaults.REPLICAS + ", slab: 64M)",
                 "",
                 "Options may also come from --config FILE: one 'option = value' per line, without the leading",
                 "dashes, repeated for repeatable options, '#' starts a comment. The command line adds to it.",
@@ -134,8 +116,8 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("serve: " + e.getMessage());
             return 1;
         }
-        return serve(spec, bridge, process, ops, telemetry, "serve", () -> {
-        });
+        return new BridgeProcess("serve", bridge, process, ops, telemetry, () -> {
+        }).run(spec.commandLine().getErr());
     }
 
     BridgeConfig bridgeConfig() {
@@ -180,92 +162,5 @@ public final class ServeCommand implements Callable<Integer> {
             throw new IllegalArgumentException(option + " must be positive");
         }
         return Duration.ofNanos((long) (s * 1e9));
-    }
-
-    /** Serves the bridge's volumes over NBD until SIGTERM; shared by serve and demo. */
-    static int serve(CommandLine.Model.CommandSpec spec, Bridge bridge, BridgeProcessOptions options,
-                     OpsEndpointOptions ops, Telemetry telemetry, String what, Runnable afterBridge)
-            throws InterruptedException {
-        NbdServer server;
-        BridgeAdminHttpServer adminServer = null;
-        MetricsHttpServer metricsServer = null;
-        AtomicReference<NbdServer> listening = new AtomicReference<>();
-        try {
-            String congestion = bridge.config().tcpCongestion();
-            NbdServerConfig.Builder b = options.limits.apply(NbdServerConfig.builder())
-                    .tcpSocketSetup(ch -> TcpCongestion.apply(ch, congestion));
-            int maxPayload = options.limits.maxPayloadBytes();
-            if (telemetry != null) {
-                NbdMeters nbdMeters = new NbdMeters(telemetry.registry());
-                bridge.volumes().forEach(v -> nbdMeters.register(v.spec().name()));
-                b.metrics(nbdMeters);
-                if (bridge.config().metrics() instanceof BridgeMeters m) {
-                    m.bind(bridge);
-                }
-                telemetry.readinessCheck(() -> Readiness.nbdServer(listening.get()));
-                telemetry.readinessCheck(() -> Readiness.bridge(bridge));
-                metricsServer = ops.startMetrics(telemetry);
-            }
-            options.listen.addresses().forEach(b::listen);
-            for (Volume v : bridge.volumes()) {
-                VolumeSpec s = v.spec();
-                b.export(new Export(s.name(), s.description(), v, s.readOnly(), s.minimumBlockSize(),
-                        Math.max(Export.DEFAULT_PREFERRED_BLOCK_SIZE, s.minimumBlockSize()), maxPayload));
-            }
-            NbdServerConfig nbd = b.build();
-            InetSocketAddress adminAddress = ops.adminAddress();
-            if (adminAddress != null) {
-                OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
-                adminServer = new BridgeAdminHttpServer(adminAddress, bridge,
-                        adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
-                if (adminMeters != null) {
-                    adminMeters.bindConnections(adminServer::openConnections);
-                }
-            }
-            server = NbdServer.start(nbd);
-            listening.set(server);
-            BridgeAdminHttpServer adminToClose = adminServer;
-            MetricsHttpServer metricsToClose = metricsServer;
-            AtomicBoolean stopping = new AtomicBoolean();
-            if (telemetry != null) {
-                telemetry.readinessCheck(() -> Readiness.stopping(stopping.get()));
-            }
-            Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-                stopping.set(true);
-                server.close();
-                if (adminToClose != null) {
-                    adminToClose.close();
-                }
-                if (metricsToClose != null) {
-                    metricsToClose.close();
-                }
-                bridge.close();
-                afterBridge.run();
-            }, "shutdown"));
-            for (ListenAddress a : server.addresses()) {
-                System.out.println("rbridge " + what + ": serving " + a.uri(nbd.defaultExport()));
-            }
-            if (adminServer != null) {
-                System.out.println("rbridge " + what + ": admin http://" + adminServer.address().getHostString() + ":"
-                        + adminServer.address().getPort() + "/");
-            }
-            if (metricsServer != null) {
-                System.out.println("rbridge " + what + ":" + MetricsEndpoint.describe(metricsServer));
-            }
-            System.out.flush();
-        } catch (IOException | IllegalArgumentException | UncheckedIOException e) {
-            if (adminServer != null) {
-                adminServer.close();
-            }
-            if (metricsServer != null) {
-                metricsServer.close();
-            }
-            bridge.close();
-            afterBridge.run();
-            spec.commandLine().getErr().println(what + ": " + e.getMessage());
-            return 1;
-        }
-        server.awaitTermination();
-        return 0;
     }
 }
