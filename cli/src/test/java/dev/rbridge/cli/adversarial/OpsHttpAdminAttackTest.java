@@ -1,6 +1,5 @@
 package dev.rbridge.cli.adversarial;
 
-import dev.rbridge.cli.adversarial.OpsHttpConnectionAttackTest.Poller;
 import dev.rbridge.cli.serve.ServeCluster;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
@@ -14,11 +13,9 @@ import org.junit.jupiter.api.extension.RegisterExtension;
 import java.io.IOException;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
-import java.time.Duration;
 import java.util.List;
 
-import static dev.rbridge.cli.adversarial.OpsHttpConnectionAttackTest.SERVED_WITHIN;
-import static dev.rbridge.cli.adversarial.OpsHttpConnectionAttackTest.address;
+import static dev.rbridge.cli.adversarial.WellBehavedHttpClient.address;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -36,8 +33,7 @@ class OpsHttpAdminAttackTest {
     static final ServeCluster.LogsOnFailure LOGS = new ServeCluster.LogsOnFailure();
 
     private ServeCluster cluster;
-    private WellBehavedClient nbd;
-    private Poller poller;
+    private Bystanders bystanders;
     private String memAdmin;
 
     @BeforeAll
@@ -45,23 +41,18 @@ class OpsHttpAdminAttackTest {
         cluster = LOGS.watch(ServeCluster.builder("ops-http-admin-attack").memservers(1).metrics(true)
                 .memserverAdmin(true).volume("disk,size=64M").start());
         memAdmin = cluster.memserver(0).adminAddress();
-        poller = new Poller(List.of(
-                new Poller.Target("bridge /readyz", cluster.metricsAddress(), "/readyz", null),
-                new Poller.Target("bridge admin /volumes", cluster.adminAddress(), "/volumes", null),
-                new Poller.Target("memserver /readyz", cluster.memserver(0).metricsAddress(), "/readyz", null),
-                new Poller.Target("memserver admin /stats", memAdmin, "/stats", null)));
-        nbd = WellBehavedClient.start(cluster.uri("disk"), 0);
-        nbd.awaitCycles(5, Duration.ofSeconds(60));
-        poller.awaitRounds(2, Duration.ofSeconds(30));
+        bystanders = Bystanders.start(cluster.uri("disk"), List.of(
+                new WellBehavedHttpClient.Target("bridge /readyz", cluster.metricsAddress(), "/readyz", null),
+                new WellBehavedHttpClient.Target("bridge admin /volumes", cluster.adminAddress(), "/volumes", null),
+                new WellBehavedHttpClient.Target("memserver /readyz", cluster.memserver(0).metricsAddress(), "/readyz",
+                        null),
+                new WellBehavedHttpClient.Target("memserver admin /stats", memAdmin, "/stats", null)));
     }
 
     @AfterAll
     void stop() throws Exception {
-        if (poller != null) {
-            poller.close();
-        }
-        if (nbd != null) {
-            nbd.close();
+        if (bystanders != null) {
+            bystanders.close();
         }
         if (cluster != null) {
             cluster.close();
@@ -70,20 +61,14 @@ class OpsHttpAdminAttackTest {
 
     @BeforeEach
     void servedBefore() throws Exception {
-        poller.awaitRounds(1, Duration.ofSeconds(30));
-        poller.assertServedWithin(SERVED_WITHIN);
-        nbd.resetLongestGap();
-        poller.reset();
+        bystanders.servedBefore();
     }
 
     /** Nothing changed: the memserver runs, does not drain, and both clients are served as before. */
     @AfterEach
     void nothingChanged() throws Exception {
         assertTrue(cluster.memserver(0).isAlive(), "the memserver is still running");
-        poller.awaitRounds(2, Duration.ofSeconds(30));
-        nbd.awaitCycles(3, Duration.ofSeconds(30));
-        poller.assertServedWithin(SERVED_WITHIN);
-        nbd.assertServedWithin(SERVED_WITHIN);
+        bystanders.servedThroughoutAndAfter();
         assertEquals(0.0, Scrape.sum(Scrape.metrics(cluster.memserver(0).metricsAddress()),
                 "rbridge_memserver_draining"), "the memserver is not draining");
         ClusterIntegrity.assertIntact(cluster);

@@ -14,25 +14,22 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
-import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicLong;
 
+import static dev.rbridge.cli.adversarial.WellBehavedHttpClient.address;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * Connection-level attacks on every ops HTTP port of a real deployment (the bridge's /metrics and admin, the
  * memserver's /metrics and admin, all token-guarded where admin): slow-loris, connections that never send, and
- * oversized request lines, headers and bodies. Beside each attack a well-behaved HTTP client ({@link Poller}) asks
+ * oversized request lines, headers and bodies. Beside each attack a well-behaved HTTP client ({@link Bystanders}) asks
  * /metrics, /readyz and an admin GET of both processes on fresh connections, and the shared libnbd client keeps
  * doing I/O through the bridge: both must be served within 2 s throughout, no memserver may be declared down, and
  * every attacking connection must be cut off by a bound.
@@ -40,15 +37,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(240)
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class OpsHttpConnectionAttackTest {
-    static final Duration SERVED_WITHIN = Duration.ofSeconds(2);
     private static final String TOKEN = "attack-test-token";
 
     @RegisterExtension
     static final ServeCluster.LogsOnFailure LOGS = new ServeCluster.LogsOnFailure();
 
     private ServeCluster cluster;
-    private WellBehavedClient nbd;
-    private Poller poller;
+    private Bystanders bystanders;
     private List<Port> ports;
 
     /** An attacked port: where, and a path its server answers with 200 to a well-behaved request. */
@@ -64,24 +59,18 @@ class OpsHttpConnectionAttackTest {
                 new Port("bridge admin", cluster.adminAddress(), "/volumes"),
                 new Port("memserver metrics", m.metricsAddress(), "/metrics"),
                 new Port("memserver admin", m.adminAddress(), "/stats"));
-        poller = new Poller(List.of(
-                new Poller.Target("bridge /metrics", cluster.metricsAddress(), "/metrics", null),
-                new Poller.Target("bridge /readyz", cluster.metricsAddress(), "/readyz", null),
-                new Poller.Target("bridge admin /volumes", cluster.adminAddress(), "/volumes", TOKEN),
-                new Poller.Target("memserver /metrics", m.metricsAddress(), "/metrics", null),
-                new Poller.Target("memserver admin /stats", m.adminAddress(), "/stats", TOKEN)));
-        nbd = WellBehavedClient.start(cluster.uri("disk"), 0);
-        nbd.awaitCycles(5, Duration.ofSeconds(60));
-        poller.awaitRounds(2, Duration.ofSeconds(30));
+        bystanders = Bystanders.start(cluster.uri("disk"), List.of(
+                new WellBehavedHttpClient.Target("bridge /metrics", cluster.metricsAddress(), "/metrics", null),
+                new WellBehavedHttpClient.Target("bridge /readyz", cluster.metricsAddress(), "/readyz", null),
+                new WellBehavedHttpClient.Target("bridge admin /volumes", cluster.adminAddress(), "/volumes", TOKEN),
+                new WellBehavedHttpClient.Target("memserver /metrics", m.metricsAddress(), "/metrics", null),
+                new WellBehavedHttpClient.Target("memserver admin /stats", m.adminAddress(), "/stats", TOKEN)));
     }
 
     @AfterAll
     void stop() throws Exception {
-        if (poller != null) {
-            poller.close();
-        }
-        if (nbd != null) {
-            nbd.close();
+        if (bystanders != null) {
+            bystanders.close();
         }
         if (cluster != null) {
             cluster.close();
@@ -90,20 +79,12 @@ class OpsHttpConnectionAttackTest {
 
     @BeforeEach
     void servedBefore() throws Exception {
-        poller.awaitRounds(1, Duration.ofSeconds(30));
-        poller.assertServedWithin(SERVED_WITHIN);
-        nbd.resetLongestGap();
-        poller.reset();
+        bystanders.servedBefore();
     }
 
     /** The well-behaved clients were served throughout, and are served as before now; nothing was degraded. */
     private void servedThroughoutAndAfter() throws Exception {
-        poller.assertServedWithin(SERVED_WITHIN);
-        nbd.assertServedWithin(SERVED_WITHIN);
-        poller.awaitRounds(2, Duration.ofSeconds(30));
-        nbd.awaitCycles(3, Duration.ofSeconds(30));
-        poller.assertServedWithin(SERVED_WITHIN);
-        nbd.assertServedWithin(SERVED_WITHIN);
+        bystanders.servedThroughoutAndAfter();
         ClusterIntegrity.assertIntact(cluster);
     }
 
@@ -257,11 +238,6 @@ class OpsHttpConnectionAttackTest {
         return b.size() > 0 ? b.toString(StandardCharsets.ISO_8859_1).trim() : "(closed without an answer)";
     }
 
-    static InetSocketAddress address(String hostPort) {
-        int colon = hostPort.lastIndexOf(':');
-        return new InetSocketAddress(hostPort.substring(0, colon), Integer.parseInt(hostPort.substring(colon + 1)));
-    }
-
     // ------------------------------------------------------------------------------------------------ fixtures
 
     /** An attacking connection: non-blocking, so a test drives hundreds from one thread and never hangs on one. */
@@ -352,97 +328,6 @@ class OpsHttpConnectionAttackTest {
         @Override
         public String toString() {
             return "hostile connection to " + label;
-        }
-    }
-
-    /**
-     * A well-behaved HTTP client: asks each target in turn on a fresh connection (as curl does), every 200 ms, and
-     * keeps every failure and the slowest answer. Each request has 2 s to connect and 2 s per read.
-     */
-    static final class Poller implements AutoCloseable {
-        record Target(String label, String address, String path, String token) {
-        }
-
-        private final List<Target> targets;
-        private final Thread thread;
-        private final List<String> failures = new CopyOnWriteArrayList<>();
-        private final AtomicLong slowestNanos = new AtomicLong();
-        private final AtomicLong rounds = new AtomicLong();
-        private volatile String slowest = "";
-        private volatile boolean running = true;
-
-        Poller(List<Target> targets) {
-            this.targets = List.copyOf(targets);
-            this.thread = Thread.ofPlatform().daemon().name("well-behaved-http").start(this::run);
-        }
-
-        private void run() {
-            while (running) {
-                for (Target t : targets) {
-                    poll(t);
-                }
-                rounds.incrementAndGet();
-                try {
-                    Thread.sleep(200);
-                } catch (InterruptedException e) {
-                    return;
-                }
-            }
-        }
-
-        private void poll(Target t) {
-            long t0 = System.nanoTime();
-            String outcome;
-            try (Socket s = new Socket()) {
-                s.connect(address(t.address()), 2000);
-                s.setSoTimeout(2000);
-                String request = "GET " + t.path() + " HTTP/1.1\r\nHost: " + t.address() + "\r\nConnection: close\r\n"
-                        + (t.token() == null ? "" : "Authorization: Bearer " + t.token() + "\r\n") + "\r\n";
-                s.getOutputStream().write(request.getBytes(StandardCharsets.US_ASCII));
-                byte[] answer = s.getInputStream().readAllBytes();
-                String text = new String(answer, StandardCharsets.UTF_8);
-                outcome = text.startsWith("HTTP/1.1 200 ") ? null
-                        : "answered " + text.substring(0, Math.min(200, text.length())).replace("\r\n", " | ");
-            } catch (IOException e) {
-                outcome = e.toString();
-            }
-            long took = System.nanoTime() - t0;
-            if (took > slowestNanos.get()) {
-                slowestNanos.set(took);
-                slowest = t.label();
-            }
-            if (outcome != null) {
-                failures.add(t.label() + ": " + outcome + " after " + TimeUnit.NANOSECONDS.toMillis(took) + " ms");
-            }
-        }
-
-        void reset() {
-            failures.clear();
-            slowestNanos.set(0);
-            slowest = "";
-        }
-
-        void awaitRounds(int n, Duration timeout) throws InterruptedException {
-            long target = rounds.get() + n;
-            long deadline = System.nanoTime() + timeout.toNanos();
-            while (rounds.get() < target && System.nanoTime() < deadline) {
-                Thread.sleep(20);
-            }
-            assertTrue(rounds.get() >= target, "the well-behaved HTTP client did not finish " + n + " rounds in "
-                    + timeout + "; failures " + failures);
-        }
-
-        void assertServedWithin(Duration max) {
-            assertTrue(failures.isEmpty(), "the well-behaved HTTP client failed: " + failures);
-            long ms = TimeUnit.NANOSECONDS.toMillis(slowestNanos.get());
-            assertTrue(ms <= max.toMillis(), "the well-behaved HTTP client waited " + ms + " ms for " + slowest);
-        }
-
-        @Override
-        public void close() throws InterruptedException {
-            running = false;
-            thread.interrupt();
-            thread.join(10_000);
         }
     }
 }

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;
@@ -67,18 +68,18 @@ class ContainerImageTest {
         Deploy.require("debootstrap", "debootstrap");
         Deploy.require("unshare", "util-linux");
         work = Deploy.ROOT.resolve("cli/target/container-image-test");
-        Deploy.check(120, "rm", "-rf", "--one-file-system", work.toString());
+        PeerTool.check(120, "rm", "-rf", "--one-file-system", work.toString());
         Files.createDirectories(work);
         Path image = work.resolve("rbridge-image.tar");
         long t0 = System.nanoTime();
         // The first build makes the Debian rootfs (debootstrap, about 2 minutes); later ones reuse the cache.
-        String out = Deploy.check(900, Deploy.DEPLOY.resolve("container/build-image.sh").toString(),
+        String out = PeerTool.check(900, Deploy.DEPLOY.resolve("container/build-image.sh").toString(),
                 "--jar", Deploy.JAR.toString(), "--output", image.toString());
         System.out.printf("build-image.sh: %.1f s, %d MiB%n%s", (System.nanoTime() - t0) / 1e9,
                 Files.size(image) >> 20, out);
         archive = work.resolve("archive");
         Files.createDirectories(archive);
-        Deploy.check(120, "tar", "-xf", image.toString(), "-C", archive.toString());
+        PeerTool.check(120, "tar", "-xf", image.toString(), "-C", archive.toString());
     }
 
     @AfterAll
@@ -87,7 +88,7 @@ class ContainerImageTest {
             stopContainer(p, Duration.ofSeconds(10));
         }
         if (work != null && Files.isDirectory(work)) {
-            Deploy.run(120, "rm", "-rf", "--one-file-system", work.toString());
+            PeerTool.run(120, List.of("rm", "-rf", "--one-file-system", work.toString()));
         }
     }
 
@@ -176,7 +177,7 @@ class ContainerImageTest {
     @Test
     @Order(3)
     void entrypointPrintsHelp() throws Exception {
-        Deploy.Result r = runInContainer(List.of("--help"));
+        PeerTool.Result r = runInContainer(List.of("--help"));
         assertEquals(0, r.exitCode(), "rbridge --help in the image:\n" + r.output());
         assertTrue(r.output().contains("Usage: rbridge"), r.output());
         for (String command : List.of("serve", "memserver", "attach", "demo")) {
@@ -184,7 +185,7 @@ class ContainerImageTest {
         }
         @SuppressWarnings("unchecked")
         List<String> cmd = (List<String>) containerConfig.get("Cmd");
-        Deploy.Result byDefault = runInContainer(cmd);
+        PeerTool.Result byDefault = runInContainer(cmd);
         assertEquals(0, byDefault.exitCode(), "the image's default Cmd " + cmd + ":\n" + byDefault.output());
         assertTrue(byDefault.output().contains("Usage: rbridge"), byDefault.output());
     }
@@ -192,7 +193,7 @@ class ContainerImageTest {
     @Test
     @Order(4)
     void memserverHelp() throws Exception {
-        Deploy.Result r = runInContainer(List.of("memserver", "--help"));
+        PeerTool.Result r = runInContainer(List.of("memserver", "--help"));
         assertEquals(0, r.exitCode(), "rbridge memserver --help in the image:\n" + r.output());
         assertTrue(r.output().contains("Usage: rbridge memserver"), r.output());
         assertTrue(r.output().contains("--huge-pages"), r.output());
@@ -236,8 +237,8 @@ class ContainerImageTest {
         return false;
     }
 
-    private Deploy.Result runInContainer(List<String> args) {
-        return Deploy.run(120, Map.of(), containerCommand(args));
+    private PeerTool.Result runInContainer(List<String> args) {
+        return PeerTool.run(120, containerCommand(args));
     }
 
     private Process startInContainer(List<String> args, Path log) throws Exception {
@@ -268,7 +269,7 @@ class ContainerImageTest {
 
     /** Unpacks one layer over the rootfs as an image runtime does: whiteouts first remove what lower layers had. */
     private void unpack(Path layer) throws Exception {
-        for (String entry : Deploy.check(120, "tar", "-tf", layer.toString()).lines().toList()) {
+        for (String entry : PeerTool.check(120, "tar", "-tf", layer.toString()).lines().toList()) {
             String path = entry.startsWith("./") ? entry.substring(2) : entry;
             int slash = path.lastIndexOf('/');
             String dir = slash < 0 ? "" : path.substring(0, slash + 1);
@@ -286,7 +287,7 @@ class ContainerImageTest {
                 deleteTree(rootfs.resolve(dir + name.substring(".wh.".length())));
             }
         }
-        Deploy.check(300, "tar", "-xf", layer.toString(), "-C", rootfs.toString(), "--numeric-owner",
+        PeerTool.check(300, "tar", "-xf", layer.toString(), "-C", rootfs.toString(), "--numeric-owner",
                 "--same-permissions", "--same-owner", "--exclude=.wh.*", "--exclude=*/.wh.*");
     }
 

@@ -2,24 +2,25 @@ package dev.rbridge.cli.deploy;
 
 import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.rbridge.nbd.interop.PeerTool;
 import java.io.IOException;
 import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.time.Duration;
 import java.util.HexFormat;
-import java.util.List;
-import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
-/** What the deploy/ tests share: the repository's folders, commands with a time limit, free ports, HTTP probes. */
+/**
+ * What the deploy/ tests share: the repository's folders, free ports, HTTP probes. Commands run with a time limit
+ * through the nbd test-jar's {@link PeerTool}.
+ */
 final class Deploy {
     private Deploy() {
     }
@@ -29,48 +30,6 @@ final class Deploy {
     /** The shaded jar of this build: the deploy tests run in the package phase, after the shade plugin made it. */
     static final Path JAR = ROOT.resolve("cli/target/rbridge.jar");
     private static final String SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
-
-    record Result(int exitCode, String output) {
-    }
-
-    /** Runs a command (merged output) with extra environment; fails the test if it outlives the limit. */
-    static Result run(long timeoutSeconds, Map<String, String> env, List<String> command) {
-        ProcessBuilder pb = new ProcessBuilder(command).redirectErrorStream(true);
-        pb.environment().put("PATH", SYSTEM_PATH + ":" + System.getenv().getOrDefault("PATH", ""));
-        pb.environment().putAll(env);
-        try {
-            Path log = Files.createTempFile("deploy", ".log");
-            pb.redirectOutput(log.toFile());
-            Process p = pb.start();
-            if (!p.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
-                p.descendants().forEach(ProcessHandle::destroyForcibly);
-                p.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
-                fail(String.join(" ", command) + " did not finish within " + timeoutSeconds + " s; output:\n"
-                        + Files.readString(log));
-            }
-            String out = Files.readString(log, StandardCharsets.UTF_8);
-            Files.deleteIfExists(log);
-            return new Result(p.exitValue(), out);
-        } catch (IOException e) {
-            throw new IllegalStateException("could not run " + command, e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IllegalStateException("interrupted running " + command, e);
-        }
-    }
-
-    static Result run(long timeoutSeconds, String... command) {
-        return run(timeoutSeconds, Map.of(), List.of(command));
-    }
-
-    /** Runs a command and fails the test with its output unless it exits 0; returns the output. */
-    static String check(long timeoutSeconds, String... command) {
-        Result r = run(timeoutSeconds, command);
-        if (r.exitCode() != 0) {
-            fail(String.join(" ", command) + " exited " + r.exitCode() + "; output:\n" + r.output());
-        }
-        return r.output();
-    }
 
     /** Fails unless {@code tool} is on the system path, naming the Debian package that has it. */
     static void require(String tool, String debianPackage) {
@@ -84,7 +43,7 @@ final class Deploy {
     }
 
     static void requireRoot(String why) {
-        if (!"0".equals(check(10, "id", "-u").strip())) {
+        if (!"0".equals(PeerTool.check(10, "id", "-u").strip())) {
             fail("this test needs root: " + why);
         }
     }

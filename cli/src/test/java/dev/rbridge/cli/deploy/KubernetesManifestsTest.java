@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import dev.rbridge.cli.Main;
+import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
@@ -35,7 +36,7 @@ class KubernetesManifestsTest {
     @BeforeAll
     void installValidator() throws Exception {
         for (String tool : List.of("node", "npm")) {
-            Deploy.Result r = Deploy.run(30, "sh", "-c", "command -v " + tool);
+            PeerTool.Result r = PeerTool.run(30, List.of("sh", "-c", "command -v " + tool));
             if (r.exitCode() != 0) {
                 fail(tool + " is missing: the Kubernetes manifest check runs deploy/kubernetes/validate.mjs with Node.js "
                         + "(apt-get install nodejs npm; Node 20 or newer) and installs its two npm packages");
@@ -47,8 +48,8 @@ class KubernetesManifestsTest {
                 StandardCopyOption.REPLACE_EXISTING);
         Files.copy(K8S.resolve("validate.mjs"), dir.resolve("validate.mjs"),
                 StandardCopyOption.REPLACE_EXISTING);
-        Deploy.Result r = Deploy.run(300, "npm", "install", "--prefix", dir.toString(), "--no-audit", "--no-fund",
-                "--no-save", "--loglevel=error");
+        PeerTool.Result r = PeerTool.run(300, List.of("npm", "install", "--prefix", dir.toString(), "--no-audit", "--no-fund",
+                "--no-save", "--loglevel=error"));
         if (r.exitCode() != 0) {
             fail("npm install of deploy/kubernetes/package.json (kubernetes-models, yaml) failed; is the npm registry "
                     + "reachable?\n" + r.output());
@@ -58,7 +59,7 @@ class KubernetesManifestsTest {
 
     @Test
     void manifestsConform() {
-        Deploy.Result r = Deploy.run(120, "node", validator.toString(), K8S.resolve("manifests").toString());
+        PeerTool.Result r = PeerTool.run(120, List.of("node", validator.toString(), K8S.resolve("manifests").toString()));
         assertEquals(0, r.exitCode(), "validate.mjs:\n" + r.output());
         assertTrue(r.output().contains("conform"), r.output());
         for (String kind : List.of("Namespace", "Secret", "DaemonSet", "Deployment", "ConfigMap", "Service")) {
@@ -83,12 +84,12 @@ class KubernetesManifestsTest {
                     Files.writeString(dir.resolve(f.getFileName()),
                             f.getFileName().toString().equals("20-memserver.yaml") ? mustChange(m.getValue(), text) : text);
                 }
-                Deploy.Result r = Deploy.run(120, "node", validator.toString(), dir.toString());
+                PeerTool.Result r = PeerTool.run(120, List.of("node", validator.toString(), dir.toString()));
                 assertEquals(1, r.exitCode(), "validate.mjs accepted a manifest with '" + m.getKey() + "':\n" + r.output());
                 assertTrue(r.output().contains(m.getKey()), "the report names the mistake '" + m.getKey() + "':\n"
                         + r.output());
             } finally {
-                Deploy.run(30, "rm", "-rf", dir.toString());
+                PeerTool.run(30, List.of("rm", "-rf", dir.toString()));
             }
         }
     }

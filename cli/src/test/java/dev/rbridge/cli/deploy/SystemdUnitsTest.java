@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
@@ -43,8 +44,8 @@ class SystemdUnitsTest {
         Deploy.requireJar();
         Deploy.require("systemd-analyze", "systemd");
         root = Deploy.ROOT.resolve("cli/target/systemd-root");
-        Deploy.check(60, "rm", "-rf", "--one-file-system", root.toString());
-        String out = Deploy.check(120, Deploy.DEPLOY.resolve("install.sh").toString(), "--root", root.toString(),
+        PeerTool.check(60, "rm", "-rf", "--one-file-system", root.toString());
+        String out = PeerTool.check(120, Deploy.DEPLOY.resolve("install.sh").toString(), "--root", root.toString(),
                 "--jar", Deploy.JAR.toString());
         assertTrue(out.contains("installed under"), out);
         // The rest of the system: this host's systemd units (targets such as sysinit.target that every unit needs).
@@ -52,7 +53,7 @@ class SystemdUnitsTest {
         assertTrue(Files.isDirectory(systemUnits.resolve("multi-user.target").getParent()),
                 "this host has no " + systemUnits + " to verify against");
         Files.createDirectories(root.resolve("usr/lib/systemd"));
-        Deploy.check(60, "cp", "-a", systemUnits.toString(), root.resolve("usr/lib/systemd/").toString());
+        PeerTool.check(60, "cp", "-a", systemUnits.toString(), root.resolve("usr/lib/systemd/").toString());
     }
 
     @AfterAll
@@ -76,11 +77,11 @@ class SystemdUnitsTest {
             assertTrue(Files.isRegularFile(root.resolve("etc/rbridge/" + c)), "/etc/rbridge/" + c);
         }
         assertTrue(Files.readString(root.resolve("etc/rbridge/token")).strip().length() >= 32, "a random token");
-        String version = Deploy.check(60, root.resolve("opt/rbridge/bin/rbridge").toString(), "--version");
+        String version = PeerTool.check(60, root.resolve("opt/rbridge/bin/rbridge").toString(), "--version");
         assertTrue(version.startsWith("rbridge"), "the installed launcher runs the installed jar: " + version);
         // A second install keeps edited configuration.
         Files.writeString(root.resolve("etc/rbridge/serve.conf"), "# edited\n", StandardOpenOption.APPEND);
-        String again = Deploy.check(120, Deploy.DEPLOY.resolve("install.sh").toString(), "--root", root.toString(),
+        String again = PeerTool.check(120, Deploy.DEPLOY.resolve("install.sh").toString(), "--root", root.toString(),
                 "--jar", Deploy.JAR.toString());
         assertTrue(again.contains("kept /etc/rbridge/serve.conf"), again);
         assertTrue(Files.readString(root.resolve("etc/rbridge/serve.conf")).endsWith("# edited\n"));
@@ -88,8 +89,8 @@ class SystemdUnitsTest {
 
     @Test
     void systemdAnalyzeVerifyAcceptsTheInstalledUnits() {
-        Deploy.Result r = Deploy.run(120, "systemd-analyze", "verify", "--root=" + root, "--man=no",
-                "rbridge-memserver.service", "rbridge-bridge.service", "rbridge-attach@nbd0.service");
+        PeerTool.Result r = PeerTool.run(120, List.of("systemd-analyze", "verify", "--root=" + root, "--man=no",
+                "rbridge-memserver.service", "rbridge-bridge.service", "rbridge-attach@nbd0.service"));
         assertEquals(0, r.exitCode(), "systemd-analyze verify:\n" + r.output());
         // Unknown keys and unparsable values are only warnings (exit 0): any output counts as a failure.
         assertEquals("", r.output().strip(), "systemd-analyze verify printed warnings");
@@ -104,8 +105,8 @@ class SystemdUnitsTest {
         Path broken = units.resolve("rbridge-broken-copy.service");
         Files.writeString(broken, unit);
         try {
-            Deploy.Result r = Deploy.run(120, "systemd-analyze", "verify", "--root=" + root, "--man=no",
-                    "rbridge-broken-copy.service");
+            PeerTool.Result r = PeerTool.run(120, List.of("systemd-analyze", "verify", "--root=" + root, "--man=no",
+                    "rbridge-broken-copy.service"));
             assertNotEquals(0, r.exitCode(), "a missing ExecStart binary fails verify:\n" + r.output());
             assertTrue(r.output().contains("rbridge-missing"), r.output());
             assertTrue(r.output().contains("LimitMEMLOK"), "the unknown key is reported:\n" + r.output());

@@ -19,7 +19,7 @@ final class KmodHooks {
     private KmodHooks() {
     }
 
-    /** {@code kmod-hooks/}, found from the bridge module (where Maven runs the tests) or from the project root. */
+    /** {@code kmod-hooks/}, found from the cli module (where Maven runs the tests) or from the project root. */
     static Path dir() {
         for (String candidate : List.of("../kmod-hooks", "kmod-hooks")) {
             Path p = Path.of(candidate);
