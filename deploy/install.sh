@@ -4,7 +4,7 @@
 #   deploy/install.sh [--root DIR] [--jar FILE] [--jlink] [--jdk DIR] [--no-user]
 #
 #   --root DIR   install under DIR instead of / (packaging, tests); no user is created, systemd is not told
-#   --jar FILE   the jar to install (default bridge/target/rbridge.jar; build it: ./mvnw -B -ntp package -DskipTests)
+#   --jar FILE   the jar to install (default cli/target/rbridge.jar; build it: ./mvnw -B -ntp package -DskipTests)
 #   --jlink      also make a private Java runtime in /opt/rbridge/jre (deploy/make-runtime.sh), so the host needs
 #                no JDK; without it the launcher uses $JAVA_HOME or a Java 25+ under /usr/lib/jvm
 #   --jdk DIR    the JDK for --jlink (default: what dev/find-jdk finds)
@@ -21,7 +21,7 @@
 # Existing files under /etc/rbridge are never overwritten; binaries and units are replaced.
 set -euo pipefail
 repo="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
-root=/; jar="$repo/bridge/target/rbridge.jar"; jlink=0; jdk=""; user=1
+root=/; jar="$repo/cli/target/rbridge.jar"; jlink=0; jdk=""; user=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --root) root="$2"; shift 2 ;;

@@ -5,14 +5,14 @@
 #   deploy/make-runtime.sh --output DIR [--jar FILE] [--jdk DIR] [--print-modules]
 #
 #   --output DIR      where the runtime goes (must not exist yet); DIR/bin/java is the result
-#   --jar FILE        the rbridge jar to scan (default bridge/target/rbridge.jar)
+#   --jar FILE        the rbridge jar to scan (default cli/target/rbridge.jar)
 #   --jdk DIR         the JDK 25 whose jlink and modules to use (default: what dev/find-jdk finds)
 #   --print-modules   print the module list and exit
 #
 # Used by deploy/install.sh --jlink and deploy/container/build-image.sh.
 set -euo pipefail
 repo="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
-out=""; jar="$repo/bridge/target/rbridge.jar"; jdk=""; print=0
+out=""; jar="$repo/cli/target/rbridge.jar"; jdk=""; print=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --output) out="$2"; shift 2 ;;

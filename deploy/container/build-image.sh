@@ -5,7 +5,7 @@
 #   deploy/container/build-image.sh [--jar FILE] [--output FILE] [--tag NAME:TAG] [--cache DIR] [--jdk DIR]
 #                                   [--mirror URL] [--rebuild-rootfs]
 #
-#   --jar FILE        the rbridge jar (default bridge/target/rbridge.jar; build it: ./mvnw -B -ntp package -DskipTests)
+#   --jar FILE        the rbridge jar (default cli/target/rbridge.jar; build it: ./mvnw -B -ntp package -DskipTests)
 #   --output FILE     the image tarball (default target/rbridge-image.tar)
 #   --tag NAME:TAG    the name it loads as (default rbridge:VERSION, VERSION from the jar)
 #   --cache DIR       where the rootfs and runtime layers are kept between builds
@@ -23,7 +23,7 @@
 # See deploy/README.md for loading and running the image.
 set -euo pipefail
 repo="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)"
-jar="$repo/bridge/target/rbridge.jar"
+jar="$repo/cli/target/rbridge.jar"
 output="$repo/target/rbridge-image.tar"
 tag=""
 cache="${RBRIDGE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rbridge-image}"
@@ -150,9 +150,9 @@ layer_tar "$app" "$app_tar" --owner=0 --group=0 --mtime="@$epoch"
 
 # ---- version, config, manifest ----------------------------------------------------------------------------------
 mkdir -p "$work/props"
-(cd "$work/props" && "$jdk/bin/jar" --extract --file "$jar" META-INF/maven/dev.rbridge/rbridge-bridge/pom.properties)
-version="$(sed -n 's/^version=//p' "$work/props/META-INF/maven/dev.rbridge/rbridge-bridge/pom.properties")"
-[ -n "$version" ] || die "no version in $jar (META-INF/maven/dev.rbridge/rbridge-bridge/pom.properties)"
+(cd "$work/props" && "$jdk/bin/jar" --extract --file "$jar" META-INF/maven/dev.rbridge/rbridge-cli/pom.properties)
+version="$(sed -n 's/^version=//p' "$work/props/META-INF/maven/dev.rbridge/rbridge-cli/pom.properties")"
+[ -n "$version" ] || die "no version in $jar (META-INF/maven/dev.rbridge/rbridge-cli/pom.properties)"
 [ -n "$tag" ] || tag="rbridge:$version"
 revision="$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)"
 created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"

@@ -1,33 +1,47 @@
 package dev.rbridge.memserver;
 
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.OutputStream;
+import java.io.UncheckedIOException;
 import java.net.InetSocketAddress;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /** A memserver JVM started by a test, with the signals a test needs: SIGKILL, SIGSTOP, SIGCONT. */
 final class MemServerProcess implements AutoCloseable {
     final Process process;
     final InetSocketAddress address;
-    final InetSocketAddress admin;
     /** Where the memserver's own counters are read (see {@link StandaloneMemServer}). */
     final InetSocketAddress stats;
     final String token;
     final Path log;
+    /** The memserver's answers to {@link #revoke} (its stdout; its log goes to {@link #log}). */
+    private final BufferedReader answers;
 
-    private MemServerProcess(Process process, InetSocketAddress address, InetSocketAddress admin,
-                             InetSocketAddress stats, String token, Path log) {
+    private MemServerProcess(Process process, InetSocketAddress address, InetSocketAddress stats, String token,
+                             Path log) {
         this.process = process;
         this.address = address;
-        this.admin = admin;
         this.stats = stats;
         this.token = token;
         this.log = log;
+        this.answers = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
     }
 
     static MemServerProcess start(long capacity, String token) throws IOException, InterruptedException {
@@ -56,7 +70,7 @@ final class MemServerProcess implements AutoCloseable {
         Path dir = Files.createTempDirectory("memserver");
         Path portFile = dir.resolve("port");
         Path log = dir.resolve("memserver.log");
-        List<String> cmd = new java.util.ArrayList<>(List.of(
+        List<String> cmd = new ArrayList<>(List.of(
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "-Xmx256m"));
         cmd.addAll(jvmArgs);
@@ -67,7 +81,7 @@ final class MemServerProcess implements AutoCloseable {
         }
         ProcessBuilder pb = new ProcessBuilder(cmd);
         ucxEnvironment(pb.environment());
-        Process p = pb.redirectErrorStream(true).redirectOutput(log.toFile()).start();
+        Process p = pb.redirectError(log.toFile()).start();
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
         while (!Files.exists(portFile)) {
             if (!p.isAlive() || System.nanoTime() > deadline) {
@@ -78,16 +92,14 @@ final class MemServerProcess implements AutoCloseable {
         }
         String[] ports = Files.readString(portFile).trim().split(" ");
         return new MemServerProcess(p, new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[0])),
-                new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[1])),
-                new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[2])), token, log);
+                new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[1])), token, log);
     }
 
     /** The memserver's own counters (see {@link StandaloneMemServer}), by name. */
     Map<String, Long> counters() throws IOException, InterruptedException {
-        var http = java.net.http.HttpClient.newHttpClient();
-        var response = http.send(java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1:"
-                + stats.getPort() + "/")).timeout(Duration.ofSeconds(10)).build(),
-                java.net.http.HttpResponse.BodyHandlers.ofString());
+        HttpClient http = HttpClient.newHttpClient();
+        HttpResponse<String> response = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
+                + stats.getPort() + "/")).timeout(Duration.ofSeconds(10)).build(), HttpResponse.BodyHandlers.ofString());
         Map<String, Long> out = new TreeMap<>();
         for (String line : response.body().split("\n")) {
             String[] f = line.split(" ");
@@ -114,17 +126,28 @@ final class MemServerProcess implements AutoCloseable {
         return counters().get("resident_bytes");
     }
 
-    /** An operator's revoke, through the memserver's admin interface. */
-    void revoke(long regionId) throws IOException, InterruptedException {
-        var http = java.net.http.HttpClient.newHttpClient();
-        var response = http.send(java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1:"
-                        + admin.getPort() + "/regions/" + regionId + "/revoke"))
-                .header("Authorization", "Bearer " + token)
-                .POST(java.net.http.HttpRequest.BodyPublishers.noBody()).build(),
-                java.net.http.HttpResponse.BodyHandlers.ofString());
-        if (response.statusCode() != 200) {
-            throw new IOException("revoke of region " + regionId + ": HTTP " + response.statusCode() + " "
-                    + response.body());
+    /**
+     * An operator's revoke, asked on the process's stdin ({@link StandaloneMemServer}'s stand-in for the admin
+     * interface, which lives in ops); returns once the memserver has revoked the region.
+     */
+    synchronized void revoke(long regionId) throws IOException, InterruptedException {
+        OutputStream requests = process.getOutputStream();
+        requests.write(("revoke " + regionId + "\n").getBytes(StandardCharsets.UTF_8));
+        requests.flush();
+        String answer;
+        try {
+            answer = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return answers.readLine();
+                } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                }
+            }).get(10, TimeUnit.SECONDS);
+        } catch (ExecutionException | TimeoutException e) {
+            throw new IOException("revoke of region " + regionId + ": no answer from the memserver: " + e, e);
+        }
+        if (!("revoked " + regionId).equals(answer)) {
+            throw new IOException("revoke of region " + regionId + ": " + answer);
         }
     }
 

@@ -2,6 +2,8 @@ package dev.rbridge.memserver;
 
 import com.sun.net.httpserver.HttpServer;
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
@@ -11,10 +13,14 @@ import java.time.Duration;
 
 /**
  * Test entry point: a memserver in its own JVM, so tests can SIGKILL and SIGSTOP it for real. Arguments:
- * PORT_FILE CAPACITY_BYTES TOKEN [TRANSPORT [HELLO_TIMEOUT_MS]]. Writes "PORT ADMIN_PORT STATS_PORT" to PORT_FILE once
- * listening: the admin interface (for an operator's revoke) is on 127.0.0.1 and guarded by the same token; the stats
- * port answers GET with the memserver's own counters a test reads ({@link MemServer#stats()}: resident bytes and the
- * refused peers by reason), one {@code name value} per line.
+ * PORT_FILE CAPACITY_BYTES TOKEN [TRANSPORT [HELLO_TIMEOUT_MS]]. Writes "PORT STATS_PORT" to PORT_FILE once
+ * listening. The stats port (127.0.0.1) answers GET with the memserver's own counters a test reads
+ * ({@link MemServer#stats()}: resident bytes and the refused peers by reason), one {@code name value} per line.
+ *
+ * <p>An operator's revoke comes as the line {@code revoke REGION_ID} on stdin and is answered on stdout with
+ * {@code revoked REGION_ID} or {@code no region REGION_ID}. This line protocol stands in for the admin interface,
+ * whose HTTP routes live in the ops module (which this module cannot use); it calls the same
+ * {@link MemServer#revoke}, and ops's MemServerAdminHttpServerTest covers the route itself.
  */
 public final class StandaloneMemServer {
     public static void main(String[] args) throws Exception {
@@ -22,8 +28,6 @@ public final class StandaloneMemServer {
                 args[2], args.length > 3 ? args[3] : "tcp");
         MemServer server = args.length > 4 ? MemServer.start(config, Duration.ofMillis(Long.parseLong(args[4])))
                 : MemServer.start(config);
-        AdminHttpServer admin = new AdminHttpServer(new InetSocketAddress("127.0.0.1", 0), server, args[2],
-                () -> System.exit(0));
         HttpServer stats = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
         stats.createContext("/", exchange -> {
             MemServer.Stats s = server.stats();
@@ -37,9 +41,18 @@ public final class StandaloneMemServer {
         });
         stats.start();
         Path tmp = Path.of(args[0] + ".tmp");
-        Files.writeString(tmp, server.address().getPort() + " " + admin.address().getPort() + " "
-                + stats.getAddress().getPort());
+        Files.writeString(tmp, server.address().getPort() + " " + stats.getAddress().getPort());
         Files.move(tmp, Path.of(args[0]));
-        Thread.currentThread().join();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line; (line = in.readLine()) != null; ) {
+            if (line.startsWith("revoke ")) {
+                long id = Long.parseLong(line.substring("revoke ".length()).strip());
+                System.out.println(server.revoke(id) ? "revoked " + id : "no region " + id);
+            } else {
+                System.out.println("unknown request: " + line);
+            }
+            System.out.flush();
+        }
+        Thread.currentThread().join(); // the test's end of stdin closed: keep serving until killed
     }
 }

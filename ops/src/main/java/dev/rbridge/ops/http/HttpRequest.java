@@ -2,6 +2,7 @@ package dev.rbridge.ops.http;
 
 import java.io.ByteArrayOutputStream;
 import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
@@ -147,7 +148,7 @@ public record HttpRequest(String method, String target, String version, List<Hea
         try {
             return StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
                     .onUnmappableCharacter(CodingErrorAction.REPORT)
-                    .decode(java.nio.ByteBuffer.wrap(bytes.toByteArray())).toString();
+                    .decode(ByteBuffer.wrap(bytes.toByteArray())).toString();
         } catch (CharacterCodingException e) {
             throw new HttpError(400, Refusal.MALFORMED, "path segment '" + segment + "' is not UTF-8");
         }

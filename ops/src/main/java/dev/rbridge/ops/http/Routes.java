@@ -1,6 +1,7 @@
 package dev.rbridge.ops.http;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -141,7 +142,7 @@ public final class Routes implements Handler {
             if (!pattern.startsWith("/")) {
                 throw new IllegalArgumentException("a route pattern starts with /: " + pattern);
             }
-            String[] segments = java.util.Arrays.stream(pattern.split("/")).filter(s -> !s.isEmpty())
+            String[] segments = Arrays.stream(pattern.split("/")).filter(s -> !s.isEmpty())
                     .toArray(String[]::new);
             routes.add(new Route(kind, pattern, segments, handler));
             return this;

@@ -4,6 +4,8 @@ import org.junit.jupiter.api.Test;
 
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -30,7 +32,7 @@ class HttpRequestDecoderTest {
 
     /** Feeds {@code chunks} in order; returns the requests decoded, each call consuming only its own bytes. */
     private static List<HttpRequest> feed(HttpRequestDecoder d, byte[]... chunks) {
-        List<HttpRequest> out = new java.util.ArrayList<>();
+        List<HttpRequest> out = new ArrayList<>();
         ByteBuffer pending = ByteBuffer.allocate(4096);
         for (byte[] chunk : chunks) {
             pending.put(chunk).flip();
@@ -65,15 +67,15 @@ class HttpRequestDecoderTest {
         byte[] all = bytes(GET);
         assertGet(feed(decoder(), all).getFirst());
         HttpRequestDecoder d = decoder();
-        List<HttpRequest> got = new java.util.ArrayList<>();
+        List<HttpRequest> got = new ArrayList<>();
         for (byte b : all) {
             got.addAll(feed(d, new byte[] {b}));
         }
         assertEquals(1, got.size());
         assertGet(got.getFirst());
         for (int split = 0; split <= all.length; split++) {
-            List<HttpRequest> r = feed(decoder(), java.util.Arrays.copyOf(all, split),
-                    java.util.Arrays.copyOfRange(all, split, all.length));
+            List<HttpRequest> r = feed(decoder(), Arrays.copyOf(all, split),
+                    Arrays.copyOfRange(all, split, all.length));
             assertEquals(1, r.size(), "split at " + split);
             assertGet(r.getFirst());
         }
@@ -83,8 +85,8 @@ class HttpRequestDecoderTest {
     void aBodyArrivesInPiecesAndAPipelinedRequestStaysInTheBuffer() {
         byte[] two = bytes(POST + GET);
         for (int split = 0; split <= two.length; split++) {
-            List<HttpRequest> r = feed(decoder(), java.util.Arrays.copyOf(two, split),
-                    java.util.Arrays.copyOfRange(two, split, two.length));
+            List<HttpRequest> r = feed(decoder(), Arrays.copyOf(two, split),
+                    Arrays.copyOfRange(two, split, two.length));
             assertEquals(2, r.size(), "split at " + split);
             assertEquals("POST", r.get(0).method());
             assertArrayEquals(bytes("hello"), r.get(0).body());

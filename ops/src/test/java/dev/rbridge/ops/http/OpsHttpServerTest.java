@@ -5,15 +5,19 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
+import java.net.BindException;
 import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -345,7 +349,7 @@ class OpsHttpServerTest {
     @Test
     void aPeerThatDoesNotReadItsAnswerIsCutOffAtTheWriteTimeout() throws Exception {
         byte[] big = new byte[32 << 20];
-        java.util.Arrays.fill(big, (byte) 'a');
+        Arrays.fill(big, (byte) 'a');
         OpsHttpServer s = start(shortTimeouts(config()), r -> r.path().equals("/big")
                 ? new HttpResponse(200, HttpResponse.TEXT, big, List.of()) : HELLO.handle(r));
         try (RawHttp c = new RawHttp(s.address())) {
@@ -364,7 +368,7 @@ class OpsHttpServerTest {
     @Test
     void aFloodEvictsAStalledAnswerButNotOneItsPeerReadsSlowly() throws Exception {
         byte[] big = new byte[32 << 20];
-        java.util.Arrays.fill(big, (byte) 'm');
+        Arrays.fill(big, (byte) 'm');
         // two slots for 127.0.0.1, a write timeout far off: only an eviction can cut an answer short here; the slow
         // reader may be held up for most of the stall time by a loaded machine and still count as reading
         OpsHttpServer s = start(config().maxConnections(8, 2).writeStall(Duration.ofSeconds(2))
@@ -419,7 +423,7 @@ class OpsHttpServerTest {
             hurry.set(true);
             try {
                 slowDone.get(30, TimeUnit.SECONDS);
-            } catch (java.util.concurrent.TimeoutException e) {
+            } catch (TimeoutException e) {
                 throw new AssertionError("the slow reader's answer stopped after " + slowGot + " bytes", e);
             }
             assertEquals(big.length, slowGot.get(), "the slow reader got its whole answer");
@@ -595,7 +599,7 @@ class OpsHttpServerTest {
     }
 
     private static boolean canConnect(InetSocketAddress a) {
-        try (java.net.Socket ignored = new java.net.Socket(a.getAddress(), a.getPort())) {
+        try (Socket ignored = new Socket(a.getAddress(), a.getPort())) {
             return true;
         } catch (IOException e) {
             return false;
@@ -608,7 +612,7 @@ class OpsHttpServerTest {
         try {
             OpsHttpServer.start(OpsHttpConfig.builder("test", s.address()).build(), HELLO, metrics).close();
             throw new AssertionError("bound a taken port");
-        } catch (java.net.BindException expected) {
+        } catch (BindException expected) {
             // MetricsEndpoint tells a taken default port from other failures by this type
         }
     }

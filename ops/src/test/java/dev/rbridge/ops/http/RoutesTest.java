@@ -3,6 +3,7 @@ package dev.rbridge.ops.http;
 import org.junit.jupiter.api.Test;
 
 import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -50,7 +51,7 @@ class RoutesTest {
     }
 
     private static String answer(Routes routes, HttpRequest r) throws Exception {
-        return new String(routes.handle(r).body(), java.nio.charset.StandardCharsets.UTF_8);
+        return new String(routes.handle(r).body(), StandardCharsets.UTF_8);
     }
 
     @Test

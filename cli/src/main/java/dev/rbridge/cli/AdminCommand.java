@@ -1,0 +1,272 @@
+package dev.rbridge.cli;
+
+import dev.rbridge.ops.json.Json;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.PrintWriter;
+import java.net.URI;
+import java.net.URLEncoder;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.Callable;
+
+/**
+ * {@code rbridge admin}: operator actions on a memserver through its admin interface ({@code rbridge memserver
+ * --admin}).
+ */
+@Command(name = "admin",
+        mixinStandardHelpOptions = true,
+        modelTransformer = AdminCommand.UnlistedLogLevel.class,
+        description = {"Operate a memserver: list clients, regions and counters; disconnect a client; revoke a region;",
+                "drain (refuse new clients and grants, exit when the last client leaves); shut down.",
+                "With --bridge: show a bridge's volumes, slab maps with replica states, memservers and rebuild progress.",
+                "disconnect, revoke, drain and shutdown always need the memserver's token (--token-file), also on",
+                "loopback; a memserver without a token refuses them. Reads need the token when the server has one."},
+        footer = {"", "Memserver actions: clients | regions | leases | stats | disconnect CLIENT_ID | revoke REGION_ID | drain | shutdown",
+                "Bridge actions (--bridge): volumes | slabs VOLUME | memservers | rebuild",
+                "", "Examples:", "  rbridge admin --memserver " + Defaults.MEMSERVER_ADMIN
+                        + " --token-file /etc/rbridge/token clients",
+                "  rbridge admin --bridge " + Defaults.BRIDGE_ADMIN + " slabs disk"})
+final class AdminCommand implements Callable<Integer> {
+    /** The largest answer read: /regions of a memserver with 100,000 regions is some 15 MiB. */
+    static final int MAX_ANSWER = 64 << 20;
+
+    @Option(names = "--memserver", paramLabel = "HOST:PORT", defaultValue = Defaults.MEMSERVER_ADMIN,
+            description = "The memserver's admin address (its --admin). Default ${DEFAULT-VALUE}.")
+    String memserver;
+
+    @Option(names = "--bridge", paramLabel = "HOST:PORT",
+            description = "Ask a bridge (its --admin, usually " + Defaults.BRIDGE_ADMIN + ") instead of a memserver.")
+    String bridge;
+
+    @Option(names = "--token", paramLabel = "SECRET",
+            description = "The memserver's token (with --bridge: the token of the bridge's memservers).")
+    String token;
+
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the token from the first line of FILE.")
+    Path tokenFile;
+
+    @Option(names = "--json", description = "Print the memserver's JSON answer as is.")
+    boolean json;
+
+    /** Accepted like every tool's, not listed: admin logs nothing worth choosing a level for. */
+    @CommandLine.Mixin
+    LogLevelOption.Tool logLevel;
+
+    @Parameters(index = "0", paramLabel = "ACTION", description = "See below.")
+    String action;
+
+    @Parameters(index = "1", arity = "0..1", paramLabel = "ARG",
+            description = "Client id (disconnect), region id (revoke) or volume name (slabs).")
+    String id;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    @Override
+    public Integer call() throws Exception {
+        String secret;
+        String method;
+        String path;
+        try {
+            secret = Endpoints.token(token, tokenFile);
+            var address = bridge != null ? Endpoints.parse(bridge, Defaults.BRIDGE_ADMIN_PORT)
+                    : Endpoints.parse(memserver, Defaults.MEMSERVER_ADMIN_PORT);
+            String base = "http://" + address.getHostString() + ":" + address.getPort() + "/";
+            if (bridge != null) {
+                method = "GET";
+                path = switch (action) {
+                    case "volumes", "memservers", "rebuild" -> base + action;
+                    case "slabs" -> {
+                        if (id == null) {
+                            throw new IllegalArgumentException("slabs needs a volume name");
+                        }
+                        yield base + "volumes/" + URLEncoder.encode(id, StandardCharsets.UTF_8)
+                                .replace("+", "%20") + "/slabs";
+                    }
+                    default -> throw new IllegalArgumentException("unknown bridge action '" + action
+                            + "' (volumes, slabs VOLUME, memservers, rebuild)");
+                };
+            } else switch (action) {
+                case "clients", "regions", "leases", "stats" -> {
+                    method = "GET";
+                    path = base + action;
+                }
+                case "disconnect", "revoke" -> {
+                    if (id == null) {
+                        throw new IllegalArgumentException(action + " needs an id");
+                    }
+                    method = "POST";
+                    long n;
+                    try {
+                        n = Long.parseLong(id);
+                    } catch (NumberFormatException e) {
+                        throw new IllegalArgumentException(action + " needs a numeric id: " + id);
+                    }
+                    path = base + (action.equals("disconnect") ? "clients/" : "regions/") + n + "/" + action;
+                }
+                case "drain", "shutdown" -> {
+                    method = "POST";
+                    path = base + action;
+                }
+                default -> throw new IllegalArgumentException("unknown action '" + action
+                        + "' (clients, regions, leases, stats, disconnect ID, revoke ID, drain, shutdown)");
+            }
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(path))
+                .timeout(Duration.ofSeconds(Defaults.ADMIN_ANSWER_TIMEOUT_SECONDS))
+                .method(method, HttpRequest.BodyPublishers.noBody());
+        if (secret != null) {
+            request.header("Authorization", "Bearer " + secret);
+        }
+        String target = bridge != null ? "bridge" : "memserver";
+        int status;
+        String body;
+        try (HttpClient client = HttpClient.newBuilder()
+                .connectTimeout(Duration.ofSeconds(Defaults.ADMIN_CONNECT_TIMEOUT_SECONDS)).build()) {
+            HttpResponse<InputStream> response = client.send(request.build(), HttpResponse.BodyHandlers.ofInputStream());
+            status = response.statusCode();
+            try (InputStream in = response.body()) {
+                byte[] bytes = in.readNBytes(MAX_ANSWER + 1);
+                if (bytes.length > MAX_ANSWER) {
+                    spec.commandLine().getErr().println("admin: the " + target + "'s answer is larger than "
+                            + (MAX_ANSWER >> 20) + " MiB; not read");
+                    return 1;
+                }
+                body = new String(bytes, StandardCharsets.UTF_8).trim();
+            }
+        } catch (IOException e) {
+            spec.commandLine().getErr().println("admin: cannot reach the " + target + "'s admin interface at "
+                    + (bridge != null ? bridge : memserver) + ": " + (e.getMessage() == null ? e : e.getMessage()));
+            return 1;
+        }
+        PrintWriter out = spec.commandLine().getOut();
+        if (status >= 300) {
+            spec.commandLine().getErr().println(failure(status, method, secret != null, errorText(body)));
+            return 1;
+        }
+        Object answer;
+        try {
+            answer = Json.parse(body);
+        } catch (IllegalArgumentException e) {
+            spec.commandLine().getErr().println("admin: the " + target + " answered something that is not JSON: "
+                    + e.getMessage());
+            return 1;
+        }
+        if (json || !(answer instanceof List<?> rows)) {
+            out.println(body);
+        } else {
+            table(out, rows);
+        }
+        return 0;
+    }
+
+    /**
+     * The one line printed when the server says no: for an operation that changes state and was refused (401, 403,
+     * 405), "admin: ACTION refused: WHY"; with a hint when the token is missing or wrong.
+     */
+    private String failure(int status, String method, boolean gaveToken, String why) {
+        boolean refused = status == 401 || status == 403 || status == 405;
+        String hint = status != 401 ? "" : gaveToken ? " (the token given is not the server's)"
+                : " (give --token-file FILE with the server's token)";
+        return (refused && method.equals("POST") ? "admin: " + action + " refused: " : "admin: ") + why + hint;
+    }
+
+    /** The server's own sentence from {@code {"error": ...}}, or the start of whatever else it sent. */
+    private static String errorText(String body) {
+        try {
+            if (Json.parse(body) instanceof Map<?, ?> m && m.get("error") instanceof String error) {
+                return error;
+            }
+        } catch (IllegalArgumentException e) {
+            // not our JSON: show the text itself, below
+        }
+        String oneLine = body.replaceAll("\\s+", " ");
+        return oneLine.length() > 200 ? oneLine.substring(0, 200) + "..." : oneLine;
+    }
+
+    /** Prints a JSON array of objects as aligned columns; nested objects' fields become columns of their own. */
+    private static void table(PrintWriter out, List<?> array) {
+        if (array.isEmpty()) {
+            out.println("(none)");
+            return;
+        }
+        List<Map<String, String>> rows = new ArrayList<>();
+        for (Object o : array) {
+            Map<String, String> cells = new LinkedHashMap<>();
+            flatten(o, cells);
+            rows.add(cells);
+        }
+        List<String> columns = new ArrayList<>();
+        for (Map<String, String> r : rows) {
+            for (String k : r.keySet()) {
+                if (!columns.contains(k)) {
+                    columns.add(k);
+                }
+            }
+        }
+        int[] width = new int[columns.size()];
+        for (int i = 0; i < columns.size(); i++) {
+            width[i] = columns.get(i).length();
+            for (Map<String, String> r : rows) {
+                width[i] = Math.max(width[i], r.getOrDefault(columns.get(i), "").length());
+            }
+        }
+        StringBuilder h = new StringBuilder();
+        for (int i = 0; i < columns.size(); i++) {
+            h.append(String.format("%-" + (width[i] + 2) + "s", columns.get(i)));
+        }
+        out.println(h.toString().stripTrailing());
+        for (Map<String, String> r : rows) {
+            StringBuilder line = new StringBuilder();
+            for (int i = 0; i < columns.size(); i++) {
+                line.append(String.format("%-" + (width[i] + 2) + "s", printable(r.getOrDefault(columns.get(i), ""))));
+            }
+            out.println(line.toString().stripTrailing());
+        }
+    }
+
+    private static void flatten(Object value, Map<String, String> cells) {
+        if (value instanceof Map<?, ?> m) {
+            for (Map.Entry<?, ?> e : m.entrySet()) {
+                if (e.getValue() instanceof Map<?, ?> || e.getValue() instanceof List<?>) {
+                    flatten(e.getValue(), cells);
+                } else {
+                    cells.put(String.valueOf(e.getKey()), e.getValue() == null ? "" : String.valueOf(e.getValue()));
+                }
+            }
+        }
+    }
+
+    /** A value from the server on the operator's terminal: no control characters (escape sequences). */
+    private static String printable(String s) {
+        return s.codePoints().map(c -> Character.isISOControl(c) ? '?' : c)
+                .collect(StringBuilder::new, StringBuilder::appendCodePoint, StringBuilder::append).toString();
+    }
+
+    /** Hides the --log-level that {@link LogLevelOption} declares for every tool from admin's help. */
+    static final class UnlistedLogLevel implements CommandLine.IModelTransformer {
+        @Override
+        public CommandLine.Model.CommandSpec transform(CommandLine.Model.CommandSpec spec) {
+            CommandLine.Model.OptionSpec listed = spec.findOption("--log-level");
+            spec.remove(listed);
+            spec.addOption(CommandLine.Model.OptionSpec.builder(listed).hidden(true).build());
+            return spec;
+        }
+    }
+}

@@ -1,0 +1,78 @@
+package dev.rbridge.cli;
+
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+
+/** The {@code rbridge} executable: one command with a subcommand per role. */
+@Command(name = "rbridge",
+        mixinStandardHelpOptions = true,
+        versionProvider = Main.Version.class,
+        description = {
+                "Serves block devices over NBD (kernel nbd-client, qemu, libnbd, fio) out of RAM.",
+                "",
+                "Connect with, for example:",
+                "  nbdinfo nbd://" + Defaults.NBD_LISTEN + "/" + Defaults.EXPORT,
+                "  qemu-img info nbd://" + Defaults.NBD_LISTEN + "/" + Defaults.EXPORT,
+                "  nbd-client -N " + Defaults.EXPORT + " " + Defaults.LOOPBACK + " " + Defaults.NBD_PORT
+                        + " /dev/nbd0 -b 4096",
+                "  nbdinfo 'nbd+unix:///disk?socket=/run/rbridge.sock'   (with --unix)"},
+        subcommands = {DemoCommand.class, ServeCommand.class, MemServerCommand.class, PingCommand.class, BenchCommand.class,
+                AdminCommand.class, MemCommand.class, AttachCommand.class, DetachCommand.class, StatusCommand.class,
+                CommandLine.HelpCommand.class})
+public final class Main implements Runnable {
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    public static void main(String[] args) {
+        configureLogging(args);
+        System.exit(commandLine().execute(args));
+    }
+
+    static CommandLine commandLine() {
+        CommandLine cl = new CommandLine(new Main());
+        cl.setCaseInsensitiveEnumValuesAllowed(true);
+        cl.setUsageHelpAutoWidth(true);
+        return cl;
+    }
+
+    @Override
+    public void run() {
+        spec.commandLine().usage(System.out);
+    }
+
+    /**
+     * slf4j-simple reads its settings once, so they are set from the raw arguments before the first logger exists,
+     * and so before picocli knows the command: without --log-level every command logs at the servers' level.
+     */
+    private static void configureLogging(String[] args) {
+        String level = Defaults.SERVER_LOG_LEVEL;
+        for (int i = 0; i < args.length; i++) {
+            if (args[i].equals("--log-level") && i + 1 < args.length) {
+                level = args[i + 1];
+            } else if (args[i].startsWith("--log-level=")) {
+                level = args[i].substring("--log-level=".length());
+            }
+        }
+        setIfAbsent("org.slf4j.simpleLogger.defaultLogLevel", level);
+        setIfAbsent("org.slf4j.simpleLogger.showDateTime", "true");
+        setIfAbsent("org.slf4j.simpleLogger.dateTimeFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX");
+        setIfAbsent("org.slf4j.simpleLogger.showThreadName", "false");
+        setIfAbsent("org.slf4j.simpleLogger.showShortLogName", "true");
+        setIfAbsent("org.slf4j.simpleLogger.levelInBrackets", "true");
+    }
+
+    private static void setIfAbsent(String key, String value) {
+        if (System.getProperty(key) == null) {
+            System.setProperty(key, value);
+        }
+    }
+
+    static final class Version implements CommandLine.IVersionProvider {
+        @Override
+        public String[] getVersion() {
+            String v = Main.class.getPackage().getImplementationVersion();
+            return new String[]{"rbridge " + (v == null ? "(development build)" : v) + ", Java "
+                    + Runtime.version()};
+        }
+    }
+}

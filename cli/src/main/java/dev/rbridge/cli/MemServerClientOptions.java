@@ -1,0 +1,141 @@
+package dev.rbridge.cli;
+
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.Providers;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryProvider;
+import picocli.CommandLine;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.lang.foreign.Arena;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/** How a command reaches a memserver: the options ping, bench and mem share (a picocli mixin). */
+final class MemServerClientOptions {
+    @Option(names = "--server", paramLabel = "HOST:PORT", required = true, description = "The memserver.")
+    String server;
+
+    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret of the memserver.")
+    String token;
+
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
+    Path tokenFile;
+
+    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "" + Defaults.MEMSERVER_TIMEOUT_SECONDS,
+            description = "Declare the memserver dead after this long without an answer. Default ${DEFAULT-VALUE}.")
+    int timeout;
+
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
+            description = "Remote-memory transport: tcp or ucx (the memserver's). Default ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--lanes", paramLabel = "N", defaultValue = "" + Defaults.TOOL_LANES,
+            description = "tcp: TCP connections to open to the memserver, each served by its own memserver thread; "
+                    + "data operations go to the first not already busy with half a megabyte. More lanes let "
+                    + "large transfers use more memserver cores; one is the lowest latency. Default ${DEFAULT-VALUE}.")
+    int lanes;
+
+    @Option(names = "--completion", paramLabel = "MODE", defaultValue = Defaults.TOOL_COMPLETION,
+            description = "tcp: who reads the memserver's replies. caller: a thread waiting on an operation reads "
+                    + "them itself when nobody else is (a synchronous client's cost: no hand-off between threads); "
+                    + "thread: always the connection's reader thread, which then wakes the waiter (how rbridge serve "
+                    + "runs). Default ${DEFAULT-VALUE}.")
+    String completion;
+
+    /** What every command's --tcp-congestion says after naming the sockets it governs. */
+    static final String TCP_CONGESTION_HELP = ": cubic, reno, bbr, ... as the kernel offers them, or system for the"
+            + " host's default. BBR throttles a connection with several large transfers in flight on a microsecond"
+            + " path; a host that refuses the choice keeps its default and the log says why. Default ${DEFAULT-VALUE}.";
+
+    @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
+            description = "tcp: TCP congestion control of the connection" + TCP_CONGESTION_HELP)
+    String tcpCongestion;
+
+    @Mixin
+    LogLevelOption.Tool logLevel;
+
+    /** The transport to connect with, or IllegalArgumentException naming the ones that work from a command. */
+    RemoteMemoryProvider provider() {
+        if (transport.equals("local")) {
+            throw new IllegalArgumentException("the local transport exists only inside one process (rbridge demo); "
+                    + "use --transport tcp or ucx to reach a memserver");
+        }
+        return Providers.byName(transport);
+    }
+
+    /** The connect parameters, or IllegalArgumentException naming what is wrong with the options. */
+    ConnectParams params(String clientName) {
+        if (timeout <= 0) {
+            throw new IllegalArgumentException("--timeout must be positive");
+        }
+        if (lanes < 1 || lanes > ConnectParams.MAX_LANES) {
+            throw new IllegalArgumentException("--lanes must be between 1 and " + ConnectParams.MAX_LANES);
+        }
+        if (lanes != 1 && !transport.equals("tcp")) {
+            throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
+                    + " chooses its own paths)");
+        }
+        if (!completion.equals("caller") && !completion.equals("thread")) {
+            throw new IllegalArgumentException("--completion must be caller or thread: " + completion);
+        }
+        return new ConnectParams().address(Endpoints.parse(server, Defaults.MEMSERVER_PORT))
+                .token(Endpoints.token(token, tokenFile)).clientName(clientName)
+                .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes)
+                .callerDriven(callerReads()).tcpCongestion(tcpCongestion);
+    }
+
+    /** Whether a thread waiting on an operation reads its reply itself ({@code --completion caller}). */
+    boolean callerReads() {
+        return completion.equals("caller");
+    }
+
+    /** What a tool does with its connection and scratch region; returns the exit code. */
+    interface ScratchWork {
+        int run(RemoteConnection c, RegionDescriptor region, Arena arena) throws Exception;
+    }
+
+    /**
+     * Connects as {@code tool}, borrows a scratch region of {@code bytes}, runs {@code work} and gives the region
+     * back. Bad options end as picocli usage errors (exit 2); a failed operation as one {@code tool: reason} line on
+     * stderr and exit 1.
+     */
+    int withScratchRegion(CommandLine.Model.CommandSpec spec, String tool, long bytes, ScratchWork work)
+            throws Exception {
+        ConnectParams params;
+        RemoteMemoryProvider p;
+        try {
+            params = params("rbridge-" + tool);
+            p = provider();
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        long wait = timeout * 2L;
+        try (RemoteConnection c = p.connect(params); Arena arena = Arena.ofShared()) {
+            RegionDescriptor region = c.allocate(RegionTag.scratch(tool), bytes).get(wait, TimeUnit.SECONDS);
+            try {
+                return work.run(c, region, arena);
+            } finally {
+                if (c.isOpen()) {
+                    c.release(region).get(wait, TimeUnit.SECONDS);
+                }
+            }
+        } catch (RemoteMemoryException e) {
+            spec.commandLine().getErr().println(tool + ": " + e.getMessage());
+            return 1;
+        } catch (ExecutionException e) {
+            spec.commandLine().getErr().println(tool + ": " + (e.getCause() == null ? e : e.getCause().getMessage()));
+            return 1;
+        } catch (TimeoutException e) {
+            spec.commandLine().getErr().println(tool + ": no answer from the memserver within " + wait + " s");
+            return 1;
+        }
+    }
+}

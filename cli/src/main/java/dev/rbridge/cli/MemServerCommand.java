@@ -1,0 +1,187 @@
+package dev.rbridge.cli;
+
+import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.ops.admin.MemServerAdminHttpServer;
+import dev.rbridge.ops.http.OpsHttpMetrics;
+import dev.rbridge.ops.metrics.MemServerMeters;
+import dev.rbridge.ops.metrics.MetricsHttpServer;
+import dev.rbridge.ops.metrics.OpsHttpMeters;
+import dev.rbridge.ops.metrics.Readiness;
+import dev.rbridge.ops.metrics.Telemetry;
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ConnectionLimits;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.nio.file.Path;
+import java.util.ListResourceBundle;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+
+/** {@code rbridge memserver}: lend this machine's RAM to bridges. */
+@Command(name = "memserver",
+        mixinStandardHelpOptions = true,
+        resourceBundle = "dev.rbridge.cli.MemServerCommand$Help",
+        description = {
+                "Lend RAM to bridges as regions over a remote-memory transport.",
+                "Memory is reserved per region but touched only when written; grants never exceed --capacity.",
+                "Clients must present the token; refused attempts are logged."},
+        footer = {"", "Example:", "  rbridge memserver --listen 0.0.0.0:" + Defaults.MEMSERVER_PORT + " --capacity 64G --token-file /etc/rbridge/token"})
+final class MemServerCommand implements Callable<Integer> {
+    @Option(names = "--listen", paramLabel = "HOST:PORT", defaultValue = Defaults.MEMSERVER_LISTEN,
+            description = "Address to serve on. Default ${DEFAULT-VALUE}.")
+    String listen;
+
+    @Option(names = "--capacity", paramLabel = "SIZE", required = true,
+            description = "Most memory granted at once (K, M, G, T are binary), e.g. 64G.")
+    String capacity;
+
+    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret clients must present.")
+    String token;
+
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
+    Path tokenFile;
+
+    @CommandLine.Mixin
+    OpsEndpointOptions.MemServer ops;
+
+    @Option(names = "--huge-pages",
+            description = "Back regions with 2 MiB huge pages from the kernel's pool (vm.nr_hugepages); grants that the "
+                    + "pool cannot cover are refused with that reason.")
+    boolean hugePages;
+
+    @Option(names = "--mlock",
+            description = "Lock region memory so it is never swapped (as pages are first touched); needs a memlock "
+                    + "limit that covers the capacity (ulimit -l, LimitMEMLOCK=infinity).")
+    boolean mlock;
+
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
+            description = "Remote-memory transport: tcp, ucx or local. Default ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
+            description = "tcp: TCP congestion control of client connections"
+                    + MemServerClientOptions.TCP_CONGESTION_HELP)
+    String tcpCongestion;
+
+    @Option(names = "--max-connections", paramLabel = "N", defaultValue = "" + ConnectionLimits.MAX_CONNECTIONS_DEFAULT,
+            description = "Most client connections held at once, authenticated or not; more are refused, told why. "
+                    + "Each authenticated one costs a thread and about 0.6 MiB of direct memory. Default "
+                    + "${DEFAULT-VALUE}.")
+    int maxConnections;
+
+    @Option(names = "--max-connections-per-peer", paramLabel = "N",
+            defaultValue = "" + ConnectionLimits.MAX_PER_PEER_DEFAULT,
+            description = "Of them, most from one address, so one host cannot take every place; a newcomer from an "
+                    + "address at its limit takes the place of its oldest that has not authenticated, if any. "
+                    + "Default ${DEFAULT-VALUE}.")
+    int maxConnectionsPerPeer;
+
+    @Option(names = "--max-unauthenticated", paramLabel = "N",
+            defaultValue = "" + ConnectionLimits.MAX_UNAUTHENTICATED_DEFAULT,
+            description = "Of them, most that have not presented the token yet (at most "
+                    + ConnectionLimits.MAX_UNAUTHENTICATED_PER_PEER_DEFAULT + " per address); each costs a thread and "
+                    + "12 KiB until it authenticates or 10 s pass. A newcomer from an address holding its share "
+                    + "takes the place of that address's oldest; when all are full, the oldest of the address "
+                    + "holding the most makes way for a newcomer from another address. Default ${DEFAULT-VALUE}.")
+    int maxUnauthenticated;
+
+    @Option(names = "--max-regions", paramLabel = "N", defaultValue = "" + MemServerConfig.MAX_REGIONS_DEFAULT,
+            description = "Most regions granted at once; beyond it grants fail with NO_CAPACITY. Each region is one "
+                    + "memory mapping (keep it well under vm.max_map_count); at most "
+                    + MemServerConfig.MAX_REGIONS_LIMIT + ". Default ${DEFAULT-VALUE}.")
+    int maxRegions;
+
+    @CommandLine.Mixin
+    LogLevelOption.Server logLevel;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    @Override
+    public Integer call() throws Exception {
+        MemServerConfig config;
+        try {
+            config = new MemServerConfig(Endpoints.parse(listen, Defaults.MEMSERVER_PORT), Sizes.parse(capacity),
+                    Endpoints.token(token, tokenFile), transport, hugePages, mlock, tcpCongestion,
+                    ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions);
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        MemServer server;
+        try {
+            server = MemServer.start(config);
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        // made first so the admin server's refusals are counted in it too
+        Telemetry telemetry = ops.telemetry();
+        MemServerAdminHttpServer adminServer = null;
+        if (!ops.admin.equals(Defaults.OFF)) {
+            try {
+                OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
+                adminServer = new MemServerAdminHttpServer(ops.adminAddress(), server, config.token(),
+                        () -> System.exit(0), adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
+                if (adminMeters != null) {
+                    adminMeters.bindConnections(adminServer::openConnections);
+                }
+            } catch (IOException | IllegalArgumentException e) {
+                server.close();
+                spec.commandLine().getErr().println("memserver: " + e.getMessage() + " (use --admin HOST:PORT or none)");
+                return 1;
+            }
+        }
+        MetricsHttpServer metricsServer = null;
+        if (telemetry != null) {
+            MemServerMeters.bind(telemetry.registry(), server);
+            telemetry.readinessCheck(() -> Readiness.memserver(server));
+            try {
+                metricsServer = ops.startMetrics(telemetry);
+            } catch (IOException | IllegalArgumentException e) {
+                if (adminServer != null) {
+                    adminServer.close();
+                }
+                server.close();
+                spec.commandLine().getErr().println("memserver: " + e.getMessage());
+                return 1;
+            }
+        }
+        MemServerAdminHttpServer adminToClose = adminServer;
+        MetricsHttpServer metricsToClose = metricsServer;
+        CountDownLatch stopped = new CountDownLatch(1);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            if (adminToClose != null) {
+                adminToClose.close();
+            }
+            if (metricsToClose != null) {
+                metricsToClose.close();
+            }
+            server.close();
+            stopped.countDown();
+        }, "shutdown"));
+        System.out.println("rbridge memserver: lending " + Sizes.format(config.capacityBytes()) + " at "
+                + server.address().getHostString() + ":" + server.address().getPort()
+                + (adminServer == null ? "" : " admin " + adminServer.address().getHostString() + ":"
+                + adminServer.address().getPort()) + MetricsEndpoint.describe(metricsServer));
+        System.out.flush();
+        stopped.await();
+        return 0;
+    }
+
+    /** memserver's wording of its --admin (picocli looks it up by option name). */
+    public static final class Help extends ListResourceBundle {
+        @Override
+        protected Object[][] getContents() {
+            return new Object[][]{
+                    {"admin", "Operator interface (JSON over HTTP) for rbridge admin; 'none' turns it off. Reads need"
+                            + " the token when one is set; drain, shutdown, revoke and disconnect always need it (POST"
+                            + " only) and are off without one. Requests from web pages (an Origin header) and, on"
+                            + " loopback, requests for a Host that is not a loopback name are refused."
+                            + " Default ${DEFAULT-VALUE}."},
+            };
+        }
+    }
+}

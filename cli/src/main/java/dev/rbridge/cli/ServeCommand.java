@@ -1,0 +1,166 @@
+package dev.rbridge.cli;
+
+import dev.rbridge.bridge.Bridge;
+import dev.rbridge.bridge.BridgeConfig;
+import dev.rbridge.ops.metrics.BridgeMeters;
+import dev.rbridge.ops.metrics.Telemetry;
+import dev.rbridge.rdma.ConnectParams;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+
+/** {@code rbridge serve}: the bridge. NBD exports backed by volumes on remote memservers. */
+@Command(name = "serve",
+        mixinStandardHelpOptions = true,
+        description = {
+                "Serve NBD exports backed by volumes on memservers (rbridge memserver).",
+                "A volume is cut into slabs; each slab is placed on REPLICAS memservers on its first write (power of",
+                "two choices on free capacity, never two replicas on one memserver). Reads go to one live replica,",
+                "writes to all of them and are acknowledged when every live replica has the data. A replica whose",
+                "memserver dies or stops answering within --timeout is taken out and rebuilt on another memserver.",
+                "A restarted bridge finds its volumes again in the memservers' region lists; a lease on every",
+                "memserver keeps a second bridge from serving the same volume.",
+                "Stops gracefully on SIGTERM or Ctrl-C."},
+        footer = {"",
+                "Volume syntax: " + VolumeSpecs.SYNTAX + " (default replicas: " + Defaults.REPLICAS + ", slab: 64M)",
+                "",
+                "Options may also come from --config FILE: one 'option = value' per line, without the leading",
+                "dashes, repeated for repeatable options, '#' starts a comment. The command line adds to it.",
+                "",
+                "Example:",
+                "  rbridge memserver --listen 10.0.0.5:" + Defaults.MEMSERVER_PORT
+                        + " --capacity 64G --token-file /etc/rbridge/token",
+                "  rbridge memserver --listen 10.0.0.6:" + Defaults.MEMSERVER_PORT
+                        + " --capacity 64G --token-file /etc/rbridge/token",
+                "  rbridge serve --memserver 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --memserver 10.0.0.6:"
+                        + Defaults.MEMSERVER_PORT + " --token-file /etc/rbridge/token \\",
+                "                --volume disk,size=64G,replicas=2",
+                "  nbd-client -N disk " + Defaults.LOOPBACK + " " + Defaults.NBD_PORT + " /dev/nbd0 -b 4096"})
+public final class ServeCommand implements Callable<Integer> {
+    @Option(names = "--config", paramLabel = "FILE", description = "Read options from FILE first (see below).")
+    Path configFile;
+
+    @Option(names = "--memserver", paramLabel = "HOST:PORT", description = "A memserver to use; repeatable.")
+    List<String> memservers = new ArrayList<>();
+
+    @Option(names = "--volume", paramLabel = "SPEC", description = "A volume to export; repeatable. The first is also "
+            + "the default export. Syntax below.")
+    List<String> volumes = new ArrayList<>();
+
+    @Option(names = "--token", paramLabel = "SECRET", description = "The memservers' shared secret.")
+    String token;
+
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
+    Path tokenFile;
+
+    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
+            description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "" + Defaults.MEMSERVER_TIMEOUT_SECONDS,
+            description = "A memserver that leaves an operation unanswered this long is declared dead; requests that"
+                    + " only it could serve fail with EIO. Default ${DEFAULT-VALUE}.")
+    double timeout;
+
+    @Option(names = "--lanes", paramLabel = "N",
+            description = "tcp transport: TCP connections to each memserver, each served by its own memserver thread."
+                    + " Small requests stay on the first; large transfers spread over all, so one memserver can use"
+                    + " several cores for one bridge. 1 to " + ConnectParams.MAX_LANES
+                    + ". Default: one per two CPUs of this host, at most 4.")
+    Integer lanes;
+
+    @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "" + Defaults.LEASE_SECONDS,
+            description = "Ownership lease on each volume, renewed every third of it. A bridge that stops renewing"
+                    + " (hung, cut off) can be replaced after this long; a bridge that exits frees it at once."
+                    + " Default ${DEFAULT-VALUE}.")
+    double lease;
+
+    @Option(names = "--start-wait", paramLabel = "SECONDS", defaultValue = "" + Defaults.START_WAIT_SECONDS,
+            description = "At start, wait this long for every memserver before serving without the missing ones."
+                    + " Default ${DEFAULT-VALUE}.")
+    double startWait;
+
+    @CommandLine.Mixin
+    BridgeProcessOptions process;
+
+    @CommandLine.Mixin
+    OpsEndpointOptions.Serve ops;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    @Override
+    public Integer call() throws Exception {
+        BridgeConfig bridgeConfig;
+        try {
+            if (configFile != null) {
+                ConfigFile.apply(configFile, spec);
+            }
+            bridgeConfig = bridgeConfig();
+            process.limits.validate();
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        Telemetry telemetry = ops.telemetry();
+        Bridge bridge;
+        try {
+            bridge = Bridge.start(telemetry == null ? bridgeConfig : bridgeConfig.withMetrics(
+                    new BridgeMeters(telemetry.registry())));
+        } catch (IllegalStateException | IllegalArgumentException e) {
+            spec.commandLine().getErr().println("serve: " + e.getMessage());
+            return 1;
+        }
+        return new BridgeProcess("serve", bridge, process, ops, telemetry, () -> {
+        }).run(spec.commandLine().getErr());
+    }
+
+    BridgeConfig bridgeConfig() {
+        if (memservers.isEmpty()) {
+            throw new IllegalArgumentException("give at least one --memserver HOST:PORT (or use rbridge demo)");
+        }
+        if (volumes.isEmpty()) {
+            throw new IllegalArgumentException("give at least one --volume, e.g. --volume disk,size=1G,replicas=2");
+        }
+        BridgeConfig.Builder b = BridgeConfig.builder()
+                .transport(transport)
+                .token(Endpoints.token(token, tokenFile))
+                .operationTimeout(seconds("--timeout", timeout))
+                .leaseTtl(seconds("--lease", lease))
+                .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
+                .tcpCongestion(process.tcpCongestion);
+        if (lanes != null) {
+            if (!transport.equals("tcp")) {
+                throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
+                        + " chooses its own paths)");
+            }
+            b.lanes(lanes(lanes));
+        }
+        for (String m : memservers) {
+            b.memserver(Endpoints.parse(m, Defaults.MEMSERVER_PORT));
+        }
+        for (String v : volumes) {
+            b.volume(VolumeSpecs.parse("volume", v, Sizes.parse(Defaults.VOLUME_SIZE), Defaults.REPLICAS));
+        }
+        return b.build();
+    }
+
+    static int lanes(int n) {
+        if (n < 1 || n > ConnectParams.MAX_LANES) {
+            throw new IllegalArgumentException("--lanes must be between 1 and " + ConnectParams.MAX_LANES + ": " + n);
+        }
+        return n;
+    }
+
+    static Duration seconds(String option, double s) {
+        if (!(s > 0)) {
+            throw new IllegalArgumentException(option + " must be positive");
+        }
+        return Duration.ofNanos((long) (s * 1e9));
+    }
+}

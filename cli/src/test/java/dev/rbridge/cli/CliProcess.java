@@ -1,0 +1,22 @@
+package dev.rbridge.cli;
+
+import java.io.IOException;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+/** Runs {@code rbridge ARGS} as its own JVM on the test classpath, stderr to a log file. */
+final class CliProcess {
+    private CliProcess() {
+    }
+
+    static Process start(Path log, String... args) throws IOException {
+        List<String> cmd = new ArrayList<>(List.of(
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED",
+                "-cp", System.getProperty("java.class.path"),
+                Main.class.getName()));
+        cmd.addAll(List.of(args));
+        return new ProcessBuilder(cmd).redirectError(log.toFile()).start();
+    }
+}

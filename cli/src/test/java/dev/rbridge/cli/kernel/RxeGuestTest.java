@@ -1,0 +1,62 @@
+package dev.rbridge.cli.kernel;
+
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Real RDMA verbs, not emulation: in a qemu guest (kmod-hooks/lab) soft-RoCE ({@code rdma_rxe} on eth0) is the RDMA
+ * device, and two memservers and a bridge run on {@code --transport ucx} restricted to verbs lanes
+ * ({@code UCX_TLS=rc_verbs,ud_verbs}). {@code rbridge ping} validates, {@code rbridge bench} reports an
+ * {@code rc_verbs/rxe0} lane and nothing else, the memserver's UCX progress thread uses no CPU while a client writes
+ * one-sided for seconds, and the kernel's nbd-client on /dev/nbd0 against that bridge passes write_data and an fio
+ * {@code verify=crc32c} run.
+ *
+ * <p>Like the other guest tests it fails (does not skip) when the lab cannot run, unless
+ * {@code RBRIDGE_SKIP_GUEST_TESTS=1} ({@link GuestLab}).
+ */
+@Timeout(900)
+class RxeGuestTest {
+    private static final Pattern PASSIVE = Pattern.compile("passive: memserver progress thread (-?\\d+) ticks, whole"
+            + " memserver (\\d+) ticks");
+
+    @BeforeAll
+    static void lab() {
+        GuestLab.require("the soft-RoCE guest test");
+    }
+
+    @Test
+    void ucxOverSoftRoceUsesVerbsLanesLeavesTheMemserverPassiveAndCarriesKernelNbd() throws Exception {
+        GuestLab lab = GuestLab.prepare("rxe", "rxe-guest.sh");
+        String classpath = lab.copyClasspath();
+        try (GuestLab.Guest guest = lab.start(600, 3072, "RB_CP=" + classpath)) {
+            String output = guest.finish(720);
+            assertEquals(0, guest.exitValue(), "the guest script failed (run folder " + lab.run + ")\n"
+                    + lab.tail(150) + "\n---- ms1.log\n" + lab.shared("ms1.log") + "\n---- serve.log\n"
+                    + lab.shared("serve.log"));
+            assertTrue(output.contains("all verified"), lab.tail(80));
+            assertTrue(output.contains("all validated"), "ping validated over rxe\n" + lab.tail(80));
+            String lanes = output.lines().filter(l -> l.contains("UCX lanes")).findFirst().orElse("");
+            assertTrue(lanes.contains("rc_verbs/rxe0"), "an RDMA lane: " + lanes);
+            assertFalse(lanes.matches(".*(tcp/|posix|sysv|cma).*"), "no emulated lane: " + lanes);
+            Matcher p = PASSIVE.matcher(output);
+            assertTrue(p.find(), "the passivity measurement\n" + lab.tail(80));
+            long progress = Long.parseLong(p.group(1));
+            // One-sided: the memserver's progress thread is not woken by GET/PUT. 5 ticks (50 ms) over an 8 s run
+            // leaves room for the connect and the region mapping, which are two-sided.
+            assertTrue(progress <= 5, "memserver progress thread used " + progress + " ticks during one-sided writes");
+            assertEquals(1, output.lines().filter(l -> l.startsWith("write_data: OK:")).count(),
+                    "write_data verified through kernel nbd over the ucx bridge\n" + lab.tail(80));
+            assertTrue(output.contains("fio: errors 0, written KiB 32768"), "fio verify through the bridge\n"
+                    + lab.tail(60));
+            System.out.println("rxe guest run: " + lanes.strip() + "; " + p.group());
+        }
+    }
+}

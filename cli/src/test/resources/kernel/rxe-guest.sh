@@ -1,0 +1,84 @@
+#!/bin/bash
+# Runs inside the lab guest for RxeGuestTest: real RDMA verbs on soft-RoCE. rdma_rxe on eth0 gives an RDMA device;
+# two memservers and a bridge run here on --transport ucx over it (UCX_TLS=rc_verbs,ud_verbs: no tcp, no shared
+# memory), then: ping with validation, bench with UCX's lanes, the memserver's progress thread idle during one-sided
+# traffic, and the kernel nbd-client on /dev/nbd0 against that bridge with write_data verifying. $RB_CP is the
+# classpath (in ./cp) of the code under test; ./write_data is built on the host.
+set -euo pipefail
+trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+t0=$SECONDS
+say() { echo "guest: [$((SECONDS - t0))s] $*"; }
+rb() { java --enable-native-access=ALL-UNNAMED -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:MaxDirectMemorySize=512m \
+         -cp "$RB_CP" dev.rbridge.cli.Main "$@"; }
+await() { # await SECONDS COMMAND...
+  local limit=$1; shift
+  for _ in $(seq $((limit * 5))); do "$@" && return 0; sleep 0.2; done
+  echo "guest: gave up waiting for: $*" >&2; return 1
+}
+thread_ticks() { # thread_ticks PID COMM-PREFIX: utime+stime of that process's threads whose name starts so
+  local sum=0 t
+  for t in /proc/"$1"/task/*; do
+    if grep -q "^$2" "$t/comm" 2>/dev/null; then
+      sum=$((sum + $(awk '{print $14 + $15}' "$t/stat")))
+    fi
+  done
+  echo "$sum"
+}
+
+say "soft-RoCE on eth0"
+modprobe rdma_rxe
+rdma link add rxe0 type rxe netdev eth0
+await 30 sh -c 'rdma link show rxe0/1 | grep -q ACTIVE'
+rdma link show rxe0/1
+ibv_devices
+
+export UCX_ERROR_SIGNALS= UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n \
+       UCX_KEEPALIVE_INTERVAL=inf
+ip=10.0.2.15
+say "two memservers on ucx over rxe0"
+rb memserver --transport ucx --listen $ip:7471 --capacity 512M --admin none --metrics none >ms1.out 2>ms1.log &
+ms1=$!
+rb memserver --transport ucx --listen $ip:7481 --capacity 512M --admin none --metrics none >ms2.out 2>ms2.log &
+await 120 grep -q lending ms1.out
+await 120 grep -q lending ms2.out
+cat ms1.out ms2.out
+
+say "ping with validation"
+rb ping --transport ucx --server $ip:7471 --count 20 --size 64K --validate | tee ping.out
+grep -q "all validated" ping.out
+
+say "bench: latency and the lanes UCX chose"
+rb bench --transport ucx --server $ip:7471 --test read-lat --size 4K --iters 2000 | tee bench-lat.out
+grep "UCX lanes" bench-lat.out
+grep "UCX lanes" bench-lat.out | grep -q "rc_verbs/rxe0"
+if grep "UCX lanes" bench-lat.out | grep -Eq "tcp/|posix|sysv|cma"; then
+  echo "guest: UCX used a non-RDMA lane" >&2; exit 1
+fi
+
+say "the memserver stays passive during one-sided writes"
+before=$(thread_ticks $ms1 rdma-ucx-server)
+all_before=$(awk '{print $14 + $15}' /proc/$ms1/stat)
+rb bench --transport ucx --server $ip:7471 --test write-bw --size 64K --tx-depth 8 --time 8 | tee bench-bw.out
+after=$(thread_ticks $ms1 rdma-ucx-server)
+all_after=$(awk '{print $14 + $15}' /proc/$ms1/stat)
+echo "passive: memserver progress thread $((after - before)) ticks, whole memserver $((all_after - all_before)) ticks"
+echo "passive: ticks per second $(getconf CLK_TCK)"
+
+say "rbridge serve on ucx, replicated on both memservers"
+rb serve --transport ucx --memserver $ip:7471 --memserver $ip:7481 --volume disk,size=256M,replicas=2,slab=16M \
+  --listen 127.0.0.1:10809 --admin 127.0.0.1:7473 --metrics none >serve.out 2>serve.log &
+await 180 grep -q "serving nbd://" serve.out
+cat serve.out
+modprobe nbd nbds_max=2
+nbd-client -N disk 127.0.0.1 10809 /dev/nbd0 -b 4096
+say "write_data on /dev/nbd0 (kernel nbd -> bridge -> RDMA over rxe -> memservers)"
+./write_data --threads 2 --qd 8 --size 64M --run 1 /dev/nbd0
+say "fio verify=crc32c on /dev/nbd0 (another region of the volume)"
+fio --name=rxe-verify --filename=/dev/nbd0 --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=8 \
+  --offset=128M --size=32M --verify=crc32c --verify_fatal=1 --do_verify=1 --output-format=terse --terse-version=3 \
+  >fio.out
+echo "fio: errors $(cut -d';' -f5 fio.out), written KiB $(cut -d';' -f47 fio.out)"
+nbd-client -d /dev/nbd0
+rb admin --bridge 127.0.0.1:7473 volumes | tee volumes.out
+grep -q healthy volumes.out
+say "all verified"

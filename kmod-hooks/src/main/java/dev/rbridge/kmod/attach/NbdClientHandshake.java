@@ -1,0 +1,111 @@
+package dev.rbridge.kmod.attach;
+
+import dev.rbridge.nbd.protocol.Nbd;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+
+/**
+ * The client side of the NBD fixed-newstyle handshake, just what the kernel needs before it takes a socket over:
+ * {@code NBD_OPT_GO} for one export, asking for its block sizes. Structured replies are not negotiated, because the
+ * kernel driver understands simple replies only.
+ */
+final class NbdClientHandshake {
+    /** What the server said about the export. Block sizes are 0 when the server sent none. */
+    record ExportInfo(long size, int flags, int minimumBlock, int preferredBlock, int maximumPayload) {
+        boolean readOnly() {
+            return (flags & Nbd.FLAG_READ_ONLY) != 0;
+        }
+
+        boolean multiConn() {
+            return (flags & (1 << 8)) != 0; // NBD_FLAG_CAN_MULTI_CONN
+        }
+    }
+
+    private NbdClientHandshake() {
+    }
+
+    static ExportInfo go(NativeSocket s, String export) throws IOException {
+        ByteBuffer greeting = ByteBuffer.allocate(18);
+        s.readFully(greeting);
+        greeting.flip();
+        long magic = greeting.getLong();
+        long opts = greeting.getLong();
+        if (magic != Nbd.INIT_MAGIC || opts != Nbd.OPTS_MAGIC) {
+            throw new IOException(s.peer() + " is not a newstyle NBD server (greeting 0x" + Long.toHexString(magic)
+                    + " 0x" + Long.toHexString(opts) + ")");
+        }
+        int serverFlags = Short.toUnsignedInt(greeting.getShort());
+        if ((serverFlags & Nbd.FLAG_FIXED_NEWSTYLE) == 0) {
+            throw new IOException(s.peer() + " does not speak fixed newstyle NBD");
+        }
+        int clientFlags = Nbd.FLAG_FIXED_NEWSTYLE | (serverFlags & Nbd.FLAG_NO_ZEROES);
+        byte[] name = export.getBytes(StandardCharsets.UTF_8);
+        ByteBuffer go = ByteBuffer.allocate(4 + 16 + 4 + name.length + 2 + 2);
+        go.putInt(clientFlags);
+        go.putLong(Nbd.OPTS_MAGIC).putInt(Nbd.OPT_GO).putInt(4 + name.length + 2 + 2);
+        go.putInt(name.length).put(name).putShort((short) 1).putShort((short) Nbd.INFO_BLOCK_SIZE);
+        s.writeAll(go.flip());
+
+        long size = -1;
+        int flags = 0;
+        int min = 0;
+        int preferred = 0;
+        int max = 0;
+        while (true) {
+            ByteBuffer head = ByteBuffer.allocate(20);
+            s.readFully(head);
+            head.flip();
+            long replyMagic = head.getLong();
+            int option = head.getInt();
+            int type = head.getInt();
+            int length = head.getInt();
+            if (replyMagic != Nbd.OPTION_REPLY_MAGIC || option != Nbd.OPT_GO) {
+                throw new IOException(s.peer() + " sent a malformed option reply");
+            }
+            if (length < 0 || length > 64 << 10) {
+                throw new IOException(s.peer() + " sent an option reply of " + Integer.toUnsignedString(length)
+                        + " bytes");
+            }
+            ByteBuffer body = ByteBuffer.allocate(length);
+            s.readFully(body);
+            body.flip();
+            if (type == Nbd.REP_ACK) {
+                break;
+            }
+            if (type < 0) { // the error bit
+                String message = StandardCharsets.UTF_8.decode(body).toString();
+                throw new IOException(s.peer() + " refused export '" + export + "': " + errorName(type)
+                        + (message.isEmpty() ? "" : " (" + message + ")"));
+            }
+            if (type == Nbd.REP_INFO && length >= 2) {
+                int info = Short.toUnsignedInt(body.getShort());
+                if (info == Nbd.INFO_EXPORT && length >= 12) {
+                    size = body.getLong();
+                    flags = Short.toUnsignedInt(body.getShort());
+                } else if (info == Nbd.INFO_BLOCK_SIZE && length >= 14) {
+                    min = body.getInt();
+                    preferred = body.getInt();
+                    max = body.getInt();
+                }
+            }
+        }
+        if (size < 0) {
+            throw new IOException(s.peer() + " finished OPT_GO for '" + export + "' without saying its size");
+        }
+        return new ExportInfo(size, flags, min, preferred, max);
+    }
+
+    private static String errorName(int type) {
+        return switch (type) {
+            case Nbd.REP_ERR_UNKNOWN -> "no such export";
+            case Nbd.REP_ERR_POLICY -> "refused by policy";
+            case Nbd.REP_ERR_TLS_REQD -> "TLS required";
+            case Nbd.REP_ERR_SHUTDOWN -> "the server is shutting down";
+            case Nbd.REP_ERR_BLOCK_SIZE_REQD -> "the server requires block size negotiation";
+            case Nbd.REP_ERR_UNSUP -> "OPT_GO not supported";
+            default -> "error 0x" + Integer.toHexString(type);
+        };
+    }
+}

@@ -1,0 +1,147 @@
+package dev.rbridge.ops.admin;
+
+import dev.rbridge.bridge.Bridge;
+import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.volume.Slab;
+import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.ops.http.AdminRules;
+import dev.rbridge.ops.http.ErrorPage;
+import dev.rbridge.ops.http.HttpRequest;
+import dev.rbridge.ops.http.HttpResponse;
+import dev.rbridge.ops.http.OpsHttpConfig;
+import dev.rbridge.ops.http.OpsHttpMetrics;
+import dev.rbridge.ops.http.OpsHttpServer;
+import dev.rbridge.ops.http.Routes;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+
+/**
+ * The bridge's operator interface: JSON over HTTP on the ops server, read-only, guarded by the memservers' token
+ * (as a bearer token) when one is configured and by the admin rules ({@link AdminRules}) for every request.
+ *
+ * <pre>
+ * GET /volumes              each volume: size, slab size, replicas, state, slab counts by state
+ * GET /volumes/{name}/slabs every allocated slab: state, generation, replicas, rebuild progress (?all=1: every slab)
+ * GET /memservers           each memserver: state, instance, capacity, free bytes, operations in flight, last error
+ * GET /rebuild              the slab being rebuilt, its progress, and how many wait
+ * </pre>
+ */
+public final class BridgeAdminHttpServer implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(BridgeAdminHttpServer.class);
+
+    record VolumeJson(String name, long size, long slabSize, int replicas, String state, int slabs, int allocated,
+                      int healthy, int degraded, int rebuilding, int lost) {
+    }
+
+    record SlabJson(int slab, long start, String state, long generation, String replicas, String building,
+                    long copied, long length) {
+    }
+
+    record MemserverJson(String memserver, String state, String instance, long capacity, long free, long inFlight,
+                         long downForMs, String lastError) {
+    }
+
+    /** The slab fields are absent (null) while nothing is being rebuilt. */
+    record RebuildJson(int queued, String volume, Integer slab, String target, Long copied, Long length,
+                       int degradedSlabs) {
+    }
+
+    private final OpsHttpServer http;
+    private final Bridge bridge;
+
+    public BridgeAdminHttpServer(InetSocketAddress address, Bridge bridge) throws IOException {
+        this(address, bridge, OpsHttpMetrics.NONE);
+    }
+
+    public BridgeAdminHttpServer(InetSocketAddress address, Bridge bridge, OpsHttpMetrics metrics) throws IOException {
+        this.bridge = bridge;
+        String token = bridge.config().token().isEmpty() ? null : bridge.config().token();
+        Routes routes = Routes.builder(new AdminRules(token, "bridge", "--token-file"))
+                .read("/volumes", r -> HttpResponse.json(200, volumes()))
+                .read("/volumes/{name}/slabs", this::slabs)
+                .read("/memservers", r -> HttpResponse.json(200, memservers()))
+                .read("/rebuild", r -> HttpResponse.json(200, rebuild()))
+                .build();
+        try {
+            this.http = OpsHttpServer.start(OpsHttpConfig.builder("admin", address).errorPage(ErrorPage.JSON).build(),
+                    routes, metrics);
+        } catch (IOException e) {
+            throw new IOException("cannot serve admin on " + address.getHostString() + ":" + address.getPort() + ": "
+                    + e.getMessage() + " (use --admin HOST:PORT or none)", e);
+        }
+        log.info("admin interface at http://{}:{}/", address().getHostString(), address().getPort());
+    }
+
+    public InetSocketAddress address() {
+        return http.address();
+    }
+
+    /** Connections open now, for the connections gauge. */
+    public int openConnections() {
+        return http.openConnections();
+    }
+
+    private List<VolumeJson> volumes() {
+        List<VolumeJson> out = new ArrayList<>();
+        for (Volume v : bridge.volumes()) {
+            Volume.VolumeStatus s = v.status();
+            out.add(new VolumeJson(s.name(), s.size(), s.slabSize(), s.replicas(), s.state(), s.slabs(),
+                    s.allocated(), s.healthy(), s.degraded(), s.rebuilding(), s.lost()));
+        }
+        return out;
+    }
+
+    private HttpResponse slabs(HttpRequest r) {
+        String name = r.param("name");
+        Volume v = bridge.volume(name);
+        if (v == null) {
+            return HttpResponse.json(404, Map.of("error", "no volume '" + name + "'"));
+        }
+        boolean all = r.queryHas("all", "1");
+        List<SlabJson> out = new ArrayList<>();
+        for (int i = 0; i < v.slabCount(); i++) {
+            Volume.SlabStatus s = v.slabStatus(i);
+            if (all || !s.state().equals("unallocated")) {
+                out.add(new SlabJson(s.index(), s.start(), s.state(), s.generation(), String.join(" ", s.replicas()),
+                        s.building() == null ? "" : s.building(), s.rebuildCopiedBytes(), s.length()));
+            }
+        }
+        return HttpResponse.json(200, out);
+    }
+
+    private List<MemserverJson> memservers() {
+        List<MemserverJson> out = new ArrayList<>();
+        for (MemserverLink l : bridge.memservers()) {
+            out.add(new MemserverJson(l.label(), l.state().name().toLowerCase(Locale.ROOT), l.serverId(),
+                    l.capacityBytes(), l.freeBytes(), l.inFlight.get(), l.downForMillis(), l.lastError()));
+        }
+        return out;
+    }
+
+    private RebuildJson rebuild() {
+        Slab s = bridge.rebuilder().current();
+        int degraded = 0;
+        for (Volume v : bridge.volumes()) {
+            degraded += v.degraded().size();
+        }
+        int queued = bridge.rebuilder().queued();
+        if (s == null) {
+            return new RebuildJson(queued, null, null, null, null, null, degraded);
+        }
+        Volume.SlabStatus st = s.volume().slabStatus(s.index());
+        return new RebuildJson(queued, s.volume().name(), s.index(), st.building() == null ? "" : st.building(),
+                st.rebuildCopiedBytes(), st.length(), degraded);
+    }
+
+    @Override
+    public void close() {
+        http.close();
+    }
+}
