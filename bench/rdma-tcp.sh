@@ -191,4 +191,4 @@ for k in "${keys[@]}"; do
 done
 printf '\nratio > 1: the tcp provider is better (latency: NIO/tcp; bandwidth: tcp/NIO); wins: in how many repeats tcp beat\n'
 printf 'NIO measured in the same repeat (on a noisy VM a median ratio of one row can hide a coin flip). Earlier throwaway-prototype\n'
-printf 'figures (shared/notes/transports.md): 4K QD1 p50 6.4/6.9 us, 4K QD32 1354/1265 MB/s, 1M QD1 3671/2943 MB/s.\n'
+printf 'figures (the design prototypes of docs/transports.md): 4K QD1 p50 6.4/6.9 us, 4K QD32 1354/1265 MB/s, 1M QD1 3671/2943 MB/s.\n'

@@ -10,7 +10,7 @@
 #
 # Use it with: UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n \
 #              UCX_KEEPALIVE_INTERVAL=inf rbridge memserver --transport ucx ...
-# (why each is needed: shared/notes/vm-lab.md; README "Real RDMA"). Needs rdma-core's `rdma` tool (iproute2) and
+# (why each is needed: docs/transports.md, "Soft-RoCE"). Needs rdma-core's `rdma` tool (iproute2) and
 # ibverbs-providers (librxe).
 set -euo pipefail
 netdev=""; name=rxe0; remove=0

@@ -23,7 +23,7 @@ import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
- * The plain-NIO baseline of shared/notes/transports.md, rebuilt so that bench/rdma-tcp.sh measures it in the same run
+ * The plain-NIO baseline of docs/transports.md, rebuilt so that bench/rdma-tcp.sh measures it in the same run
  * as the tcp provider: blocking SocketChannels, one platform thread per connection on both sides, and a client that
  * writes one request and blocks reading its reply. Nothing is pipelined; QD N means N connections, each with its own
  * client thread and server thread.
