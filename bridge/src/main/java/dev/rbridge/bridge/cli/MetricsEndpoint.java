@@ -5,6 +5,7 @@ import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.metrics.MetricsHttpServer;
 import dev.rbridge.bridge.metrics.Telemetry;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.bridge.volume.VolumeState;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -79,8 +80,8 @@ final class MetricsEndpoint {
             } else if (s.lost() > 0) {
                 out.add(Telemetry.Problem.fatal("volume " + s.name() + ": " + s.lost()
                         + " slab(s) without a live replica"));
-            } else if (!s.state().equals("healthy")) {
-                out.add(Telemetry.Problem.warning("volume " + s.name() + " " + s.state() + " (" + s.degraded()
+            } else if (s.state() != VolumeState.HEALTHY) {
+                out.add(Telemetry.Problem.warning("volume " + s.name() + " " + s.state().label() + " (" + s.degraded()
                         + " degraded, " + s.rebuilding() + " rebuilding)"));
             }
         }
