@@ -24,6 +24,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
+import java.util.stream.IntStream;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -284,6 +285,12 @@ class BridgeLocalTest {
         await("volume reported lost", () -> one.status().state() == VolumeState.LOST);
         await("memserver reported down", () -> b.memservers().getFirst().state()
                 != dev.rbridge.bridge.memservers.MemserverLink.State.UP);
+        // The bridge takes the dead memserver's replicas out one slab after another: until it is through, a slab
+        // still shown healthy may be one of them.
+        String dead = b.memservers().getFirst().label() + "#";
+        await("the dead memserver's replicas to be taken out", () -> IntStream.range(0, 8).allMatch(s ->
+                one.slabStatus(s).replicas().stream().noneMatch(r -> r.startsWith(dead))
+                        && two.slabStatus(s).replicas().stream().noneMatch(r -> r.startsWith(dead))));
         assertEquals(VolumeState.LOST, two.status().state(),
                 "the dead memserver's slabs of the other volume are lost too");
         byte[] fresh = new byte[4096];
