@@ -1,5 +1,6 @@
 package dev.rbridge.bridge;
 
+import dev.rbridge.bridge.LeaseKeeper.LeaseWait;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.AllocationManifest;
 import dev.rbridge.bridge.volume.Rebuilder;
@@ -8,9 +9,11 @@ import dev.rbridge.bridge.volume.Slab;
 import dev.rbridge.bridge.volume.SlabHost;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
+import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
@@ -28,6 +31,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
@@ -35,19 +40,16 @@ import java.util.concurrent.TimeoutException;
 import java.util.function.Function;
 
 /**
- * The bridge core: volumes over a set of memservers. It owns one connection per memserver, the ownership leases, slab
- * placement, reattach at start and the two background roles: the health duty cycle (reconnect, renew leases, notice
- * dead connections, refresh capacity, queue degraded slabs; every 250 ms on thread {@code bridge-health}) and the
- * rebuild ({@link Rebuilder}, thread {@code bridge-rebuild}). The NBD server is wired to its volumes from outside.
+ * The bridge core: volumes over a set of memservers. It owns one connection per memserver, slab placement, reattach at
+ * start, the ownership leases (kept by {@link LeaseKeeper}, which fences a volume whose lease went elsewhere) and the
+ * two background roles: the health duty cycle (reconnect, renew leases, notice dead connections, refresh capacity,
+ * queue degraded slabs; every 250 ms on thread {@code bridge-health}) and the rebuild ({@link Rebuilder}, thread
+ * {@code bridge-rebuild}). The NBD server is wired to its volumes from outside.
  *
- * <p>A lease is a connection's, so a reconnect takes it over from this bridge's own previous connection (the keys
- * rotate; the regions are opened again). Losing it to anyone else fences the volume ({@link Volume#fence}): a renewal
- * refused with {@code LEASE_HELD} or granted as a takeover (someone held it in between), a reconnect refused with
- * {@code LEASE_HELD} once the previous connection's lease has certainly lapsed, or, on a memserver where this process
- * never held it, refused for longer than a ttl (the holder may be this bridge's previous process until then: see
- * {@link #leaseHeld}), a key or a region refused as another client's ({@code ACCESS_DENIED}). The fenced volume fails
- * every request with EIO, is logged once, shows as {@code fenced}, and its leases elsewhere are given back so that its
- * new owner can have them.
+ * <p>A memserver is brought up by {@link #connect} the same way at start and when it comes back later, except where
+ * the two differ ({@link Attachment}): at {@linkplain StartUp start-up} the regions of every memserver are collected
+ * and adopted together, and another owner fails the start; on a {@linkplain Reconnect reconnect} each region is
+ * judged against what the volumes serve now, and a lease held elsewhere is waited out or fences the volume.
  */
 public final class Bridge implements SlabHost, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Bridge.class);
@@ -59,23 +61,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private final List<MemserverLink> links = new ArrayList<>();
     private final Map<String, Volume> volumes = new LinkedHashMap<>();
     private final Rebuilder rebuilder;
-    private final Map<MemserverLink, Long> nextAttempt = new java.util.concurrent.ConcurrentHashMap<>();
-    private final Set<MemserverLink> connecting = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    private final LeaseKeeper leases;
+    private final Reconnect reconnect = new Reconnect();
+    private final Map<MemserverLink, Long> nextAttempt = new ConcurrentHashMap<>();
+    private final Set<MemserverLink> connecting = ConcurrentHashMap.newKeySet();
     private final Thread health;
-    private final Map<MemserverLink, Map<Volume, RegionDescriptor>> startManifests = new HashMap<>();
-    /** Volumes whose previous bridge did not give its lease back: their replicas may differ. */
-    private final Set<Volume> unclean = new HashSet<>();
-    /**
-     * Per memserver and volume, when the lease last granted there lapses at the latest (System.nanoTime): until then a
-     * LEASE_HELD after a reconnect may be this bridge's own previous connection, which the memserver has not yet seen
-     * end (a cut network sends no FIN); after it, it is someone else.
-     */
-    private final Map<MemserverLink, Map<Volume, Long>> leasedUntil = new java.util.concurrent.ConcurrentHashMap<>();
-    /**
-     * Per memserver and volume, when it first refused this bridge the lease with LEASE_HELD since the lease was last
-     * granted there (System.nanoTime); see {@link #leaseHeld}.
-     */
-    private final Map<MemserverLink, Map<Volume, Long>> refusedSince = new java.util.concurrent.ConcurrentHashMap<>();
     private volatile boolean running = true;
 
     private Bridge(BridgeConfig config) {
@@ -84,6 +74,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         config.memservers().forEach(a -> links.add(new MemserverLink(a, config.metrics())));
         config.volumes().forEach(v -> volumes.put(v.name(), new Volume(v, this)));
         this.rebuilder = new Rebuilder(this, config.rebuildChunk());
+        this.leases = new LeaseKeeper(config, links, volumes.values(), this::linkDown);
         this.health = Thread.ofPlatform().name("bridge-health").daemon().unstarted(this::healthLoop);
     }
 
@@ -95,7 +86,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     public static Bridge start(BridgeConfig config) {
         Bridge b = new Bridge(config);
         try {
-            b.attachAll();
+            b.new StartUp().run();
         } catch (RuntimeException e) {
             b.close();
             throw e;
@@ -125,76 +116,218 @@ public final class Bridge implements SlabHost, AutoCloseable {
         return rebuilder;
     }
 
-    // -------------------------------------------------------------------------------------------------- start
+    // ------------------------------------------------------------------------------------------ bringing up
 
-    private void attachAll() {
-        long deadline = System.nanoTime() + config.startWait().toNanos();
-        Map<String, Map<Integer, List<Replica>>> found = new HashMap<>();
-        Set<MemserverLink> pending = new HashSet<>(links);
-        long leaseEvery = config.leaseTtl().toNanos() / 3;
-        long lastLease = System.nanoTime();
-        while (true) {
-            for (MemserverLink l : List.copyOf(pending)) {
-                if (connect(l, found)) {
-                    pending.remove(l);
+    /**
+     * What bringing a memserver up does differently at start-up and on a later reconnect; {@link #connect} does the
+     * steps they share (connect, take every volume's lease, open the volume's regions, mark the memserver up).
+     */
+    private sealed interface Attachment permits StartUp, Reconnect {
+        /** The memserver refused this bridge's token or protocol version. */
+        void refused(MemserverLink l, RemoteMemoryException e);
+
+        /** {@code v}'s lease was granted by ending another connection's lease there. */
+        void tookOver(Volume v);
+
+        /**
+         * Another connection holds {@code v}'s lease there. Returns to go on without {@code v} on this memserver, or
+         * throws: {@link LeaseWait} to try the memserver again later, IllegalStateException to fail the start.
+         */
+        void leaseHeld(MemserverLink l, RemoteConnection c, Volume v, RemoteMemoryException r) throws LeaseWait;
+
+        /** A region of {@code v} (not a manifest copy) is there, opened as {@code r}. */
+        void regionFound(Volume v, Replica r);
+
+        /** The manifest copies the memserver holds, per volume (at most one each; the others were released). */
+        void manifestsFound(MemserverLink l, RemoteConnection c, Map<Volume, RegionDescriptor> manifests, long wait)
+                throws Exception;
+    }
+
+    /**
+     * Start-up: every memserver is tried until the start wait runs out, and what they hold is adopted once all have
+     * answered, so each slab takes its newest generation from wherever it is. Another bridge owning a volume, or a
+     * memserver refusing this bridge, fails the start.
+     */
+    private final class StartUp implements Attachment {
+        /** Per volume and slab index, every region found. */
+        private final Map<String, Map<Integer, List<Replica>>> found = new HashMap<>();
+        /** Per memserver, its manifest copies: written back once every memserver's copy has been merged. */
+        private final Map<MemserverLink, Map<Volume, RegionDescriptor>> manifests = new HashMap<>();
+        /** Volumes whose previous bridge did not give its lease back: their replicas may differ. */
+        private final Set<Volume> unclean = new HashSet<>();
+
+        void run() {
+            Set<MemserverLink> unreachable = connectAll();
+            writeManifests();
+            for (MemserverLink l : unreachable) {
+                log.warn("memserver {} is not reachable ({}); serving without it, regions it may hold will be treated "
+                        + "as stale when it comes back", l.label(), l.lastError());
+            }
+            reattachVolumes();
+        }
+
+        /** Tries the memservers until all are up or the start wait is over; returns the ones still down. */
+        private Set<MemserverLink> connectAll() {
+            long deadline = System.nanoTime() + config.startWait().toNanos();
+            Set<MemserverLink> pending = new HashSet<>(links);
+            long leaseEvery = config.leaseTtl().toNanos() / 3;
+            long lastLease = System.nanoTime();
+            while (true) {
+                for (MemserverLink l : List.copyOf(pending)) {
+                    if (connect(l, this)) {
+                        pending.remove(l);
+                    }
+                }
+                if (pending.isEmpty() || System.nanoTime() - deadline > 0) {
+                    break;
+                }
+                if (System.nanoTime() - lastLease > leaseEvery) {
+                    leases.renew(); // the ones already taken must not lapse while we wait for the others
+                    lastLease = System.nanoTime();
+                }
+                sleep(200);
+            }
+            if (pending.size() == links.size()) {
+                StringBuilder why = new StringBuilder();
+                for (MemserverLink l : links) {
+                    why.append(why.isEmpty() ? "" : "; ").append(l.label()).append(": ").append(l.lastError());
+                }
+                throw new IllegalStateException("no memserver is reachable (" + why + ")");
+            }
+            return pending;
+        }
+
+        /** Writes the merged manifests to every memserver reached. */
+        private void writeManifests() {
+            for (var e : manifests.entrySet()) {
+                MemserverLink l = e.getKey();
+                RemoteConnection c = l.connection();
+                try {
+                    Bridge.this.writeManifests(l, c, e.getValue(), config.operationTimeout().toMillis() * 2);
+                } catch (Exception ex) {
+                    linkDown(l, "could not write the allocation manifest: " + reason(ex));
                 }
             }
-            if (pending.isEmpty() || System.nanoTime() - deadline > 0) {
-                break;
-            }
-            if (System.nanoTime() - lastLease > leaseEvery) {
-                renewLeases(); // the ones already taken must not lapse while we wait for the others
-                lastLease = System.nanoTime();
-            }
-            sleep(200);
+            manifests.clear();
         }
-        if (pending.size() == links.size()) {
-            StringBuilder why = new StringBuilder();
-            for (MemserverLink l : links) {
-                why.append(why.isEmpty() ? "" : "; ").append(l.label()).append(": ").append(l.lastError());
-            }
-            throw new IllegalStateException("no memserver is reachable (" + why + ")");
-        }
-        for (var e : startManifests.entrySet()) {
-            MemserverLink l = e.getKey();
-            RemoteConnection c = l.connection();
-            try {
-                writeManifests(l, c, e.getValue(), config.operationTimeout().toMillis() * 2);
-            } catch (Exception ex) {
-                linkDown(l, "could not write the allocation manifest: " + reason(ex));
-            }
-        }
-        startManifests.clear();
-        for (MemserverLink l : pending) {
-            log.warn("memserver {} is not reachable ({}); serving without it, regions it may hold will be treated "
-                    + "as stale when it comes back", l.label(), l.lastError());
-        }
-        for (Volume v : volumes.values()) {
-            Map<Integer, List<Replica>> mine = found.getOrDefault(v.name(), Map.of());
-            List<Replica> stale = v.reattach(mine);
-            v.failClosedReplicas(); // a memserver that died while we were attaching
-            stale.forEach(this::release);
-            Volume.VolumeStatus st = v.status();
-            log.info("volume {}: {} bytes, {} slab(s) of {} bytes, {} replica(s); reattached {} slab(s) ({} healthy, "
-                            + "{} degraded), released {} stale region(s)", v.name(), st.size(), st.slabs(), st.slabSize(),
-                    st.replicas(), st.allocated(), st.healthy(), st.degraded() + st.rebuilding(), stale.size());
-            if (unclean.contains(v)) {
-                List<Slab> replicated = v.replicated();
-                if (!replicated.isEmpty()) {
-                    log.warn("volume {}: the previous bridge did not shut down cleanly; writes it had in flight may have "
-                            + "reached some replicas only, so {} slab(s) are resynchronized from one replica in the "
-                            + "background (reads come from that replica meanwhile)", v.name(), replicated.size());
-                    replicated.forEach(rebuilder::resync);
+
+        /** Hands each volume the regions found; stale ones are released, unclean volumes resynchronized. */
+        private void reattachVolumes() {
+            for (Volume v : volumes.values()) {
+                Map<Integer, List<Replica>> mine = found.getOrDefault(v.name(), Map.of());
+                List<Replica> stale = v.reattach(mine);
+                v.failClosedReplicas(); // a memserver that died while we were attaching
+                stale.forEach(Bridge.this::release);
+                Volume.VolumeStatus st = v.status();
+                log.info("volume {}: {} bytes, {} slab(s) of {} bytes, {} replica(s); reattached {} slab(s) ({} "
+                                + "healthy, {} degraded), released {} stale region(s)", v.name(), st.size(), st.slabs(),
+                        st.slabSize(), st.replicas(), st.allocated(), st.healthy(), st.degraded() + st.rebuilding(),
+                        stale.size());
+                if (unclean.contains(v)) {
+                    List<Slab> replicated = v.replicated();
+                    if (!replicated.isEmpty()) {
+                        log.warn("volume {}: the previous bridge did not shut down cleanly; writes it had in flight "
+                                + "may have reached some replicas only, so {} slab(s) are resynchronized from one "
+                                + "replica in the background (reads come from that replica meanwhile)", v.name(),
+                                replicated.size());
+                        replicated.forEach(rebuilder::resync);
+                    }
                 }
             }
+        }
+
+        @Override
+        public void refused(MemserverLink l, RemoteMemoryException e) {
+            throw new IllegalStateException("memserver " + l.label() + " refused this bridge: " + e.getMessage());
+        }
+
+        /** Nobody gave the lease back: the previous bridge exited uncleanly. */
+        @Override
+        public void tookOver(Volume v) {
+            unclean.add(v);
+        }
+
+        @Override
+        public void leaseHeld(MemserverLink l, RemoteConnection c, Volume v, RemoteMemoryException r) {
+            c.close();
+            throw new IllegalStateException("volume '" + v.name() + "' is in use by another bridge (memserver "
+                    + l.label() + ": " + r.getMessage() + "); stop that bridge, or wait for its lease to expire");
+        }
+
+        @Override
+        public void regionFound(Volume v, Replica r) {
+            found.computeIfAbsent(v.name(), k -> new HashMap<>())
+                    .computeIfAbsent((int) Math.min(Integer.MAX_VALUE, r.region().tag().slab()), k -> new ArrayList<>())
+                    .add(r);
+        }
+
+        @Override
+        public void manifestsFound(MemserverLink l, RemoteConnection c, Map<Volume, RegionDescriptor> copies,
+                                   long wait) {
+            manifests.put(l, copies); // written once every memserver's copy has been merged
         }
     }
 
     /**
-     * One attempt to bring a memserver up: connect, take every volume's lease, then either collect its regions
-     * ({@code found} non-null: at start) or sort them into lost-and-found and stale (a memserver coming back later).
+     * A memserver coming back while the bridge serves: each region is judged against what the volumes serve now, its
+     * manifest copies are written at once, and a lease held by another connection is waited out or fences the volume
+     * ({@link LeaseKeeper#refusedOnReconnect}).
      */
-    private boolean connect(MemserverLink l, Map<String, Map<Integer, List<Replica>>> found) {
+    private final class Reconnect implements Attachment {
+        /** Logged by {@link #connect}; the health duty tries again. */
+        @Override
+        public void refused(MemserverLink l, RemoteMemoryException e) {
+        }
+
+        /** The lease of this bridge's own previous connection, which a reconnect takes over (see LeaseKeeper). */
+        @Override
+        public void tookOver(Volume v) {
+        }
+
+        @Override
+        public void leaseHeld(MemserverLink l, RemoteConnection c, Volume v, RemoteMemoryException r)
+                throws LeaseWait {
+            leases.refusedOnReconnect(l, v, r); // waits (throws LeaseWait) or fences
+        }
+
+        /**
+         * One of the volume's replicas already, or the last replica of a lost slab (adopted again); otherwise stale
+         * (released) or, if not older than what the slab is served at, kept unused for an operator to judge.
+         */
+        @Override
+        public void regionFound(Volume v, Replica r) {
+            MemserverLink l = r.link();
+            RegionDescriptor d = r.region();
+            if (v.holds(r.serverId(), d.id()) || v.adoptLost(r)) {
+                return;
+            }
+            long current = v.currentGeneration(d.tag().slab());
+            if (d.tag().generation() != 0 && d.tag().generation() >= current) {
+                // Not older than what this bridge serves: it may be the newer copy of a slab this bridge
+                // reattached without it. Never used, never freed: an operator decides (rbridge admin).
+                log.warn("memserver {}: region {} of volume {} slab {} carries generation {} (this bridge "
+                                + "serves generation {}); kept but not used; revoke it on the memserver if "
+                                + "it is not needed", l.label(), d.id(), v.name(), d.tag().slab(),
+                        d.tag().generation(), current);
+            } else {
+                log.info("memserver {}: releasing stale region {} of volume {} slab {} (generation {})",
+                        l.label(), d.id(), v.name(), d.tag().slab(), d.tag().generation());
+                r.connection().release(d);
+            }
+        }
+
+        @Override
+        public void manifestsFound(MemserverLink l, RemoteConnection c, Map<Volume, RegionDescriptor> copies,
+                                   long wait) throws Exception {
+            writeManifests(l, c, copies, wait);
+        }
+    }
+
+    /**
+     * One attempt to bring a memserver up: connect, take every volume's lease, open the volume's regions and hand
+     * them to {@code attachment}, mark the memserver up. False if it is to be tried again.
+     */
+    private boolean connect(MemserverLink l, Attachment attachment) {
         RemoteConnection c;
         try {
             c = provider.connect(new ConnectParams().address(l.address()).token(config.token())
@@ -208,9 +341,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
             }
             l.connectFailed(e.getMessage());
             if (e.status() == Status.AUTH_FAILED || e.status() == Status.VERSION_MISMATCH) {
-                if (found != null) {
-                    throw new IllegalStateException("memserver " + l.label() + " refused this bridge: " + e.getMessage());
-                }
+                attachment.refused(l, e);
             }
             return false;
         }
@@ -222,22 +353,15 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     continue;
                 }
                 try {
-                    dev.rbridge.rdma.Lease lease = c.lease(v.name(), config.owner(), config.leaseTtl())
-                            .get(wait, TimeUnit.MILLISECONDS);
-                    leaseGranted(l, v);
+                    Lease lease = c.lease(v.name(), config.owner(), config.leaseTtl()).get(wait, TimeUnit.MILLISECONDS);
+                    leases.granted(l, v);
                     leased.add(v);
-                    if (lease.tookOver() && found != null) {
-                        unclean.add(v);
+                    if (lease.tookOver()) {
+                        attachment.tookOver(v);
                     }
                 } catch (ExecutionException e) {
                     if (cause(e) instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
-                        String msg = "volume '" + v.name() + "' is in use by another bridge (memserver " + l.label()
-                                + ": " + r.getMessage() + "); stop that bridge, or wait for its lease to expire";
-                        if (found != null) {
-                            c.close();
-                            throw new IllegalStateException(msg);
-                        }
-                        leaseHeld(l, v, r); // waits (throws LeaseWait) or fences
+                        attachment.leaseHeld(l, c, v, r);
                         continue;
                     }
                     throw e;
@@ -261,32 +385,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     }
                     continue;
                 }
-                Replica r = new Replica(l, c, info.serverId(), opened);
-                if (found != null) {
-                    found.computeIfAbsent(v.name(), k -> new HashMap<>())
-                            .computeIfAbsent((int) Math.min(Integer.MAX_VALUE, opened.tag().slab()), k -> new ArrayList<>())
-                            .add(r);
-                } else if (!v.holds(info.serverId(), d.id()) && !v.adoptLost(r)) {
-                    long current = v.currentGeneration(d.tag().slab());
-                    if (d.tag().generation() != 0 && d.tag().generation() >= current) {
-                        // Not older than what this bridge serves: it may be the newer copy of a slab this bridge
-                        // reattached without it. Never used, never freed: an operator decides (rbridge admin).
-                        log.warn("memserver {}: region {} of volume {} slab {} carries generation {} (this bridge "
-                                        + "serves generation {}); kept but not used; revoke it on the memserver if "
-                                        + "it is not needed", l.label(), d.id(), v.name(), d.tag().slab(),
-                                d.tag().generation(), current);
-                    } else {
-                        log.info("memserver {}: releasing stale region {} of volume {} slab {} (generation {})",
-                                l.label(), d.id(), v.name(), d.tag().slab(), d.tag().generation());
-                        c.release(opened);
-                    }
-                }
+                attachment.regionFound(v, new Replica(l, c, info.serverId(), opened));
             }
-            if (found != null) {
-                startManifests.put(l, manifests); // written once every memserver's copy has been merged
-            } else {
-                writeManifests(l, c, manifests, wait);
-            }
+            attachment.manifestsFound(l, c, manifests, wait);
             if (!running) {
                 c.close();
                 return false;
@@ -352,7 +453,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                         // On its own thread: a memserver that accepts but never answers must not stall this loop.
                         Thread.ofVirtual().name("bridge-connect-" + l.label()).start(() -> {
                             try {
-                                connect(l, null);
+                                connect(l, reconnect);
                             } finally {
                                 nextAttempt.put(l, System.currentTimeMillis() + RECONNECT_MILLIS);
                                 connecting.remove(l);
@@ -362,7 +463,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 }
                 if (now - lastLease >= leaseEvery) {
                     lastLease = now;
-                    renewLeases();
+                    leases.renew();
                 }
                 if (now - lastInfo >= 1000) {
                     lastInfo = now;
@@ -379,141 +480,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
         }
     }
 
-    private void renewLeases() {
-        for (MemserverLink l : links) {
-            RemoteConnection c = l.connection();
-            if (c == null) {
-                continue;
-            }
-            for (Volume v : volumes.values()) {
-                if (v.fenced() != null) {
-                    continue;
-                }
-                c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, e) -> {
-                    if (e == null) {
-                        if (lease.tookOver()) {
-                            // Only a grant that ended another connection's lease is a takeover: someone held the
-                            // volume between this bridge's renewals, and the keys this bridge uses are gone.
-                            fence(v, "memserver " + l.label() + " granted this bridge's lease renewal as a takeover: "
-                                    + "another client held the volume there since the previous renewal");
-                        } else {
-                            leaseGranted(l, v);
-                        }
-                        return;
-                    }
-                    Throwable t = cause(e);
-                    if (t instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
-                        fence(v, "memserver " + l.label() + " refused this bridge's lease renewal (" + r.getMessage()
-                                + "): another client took the volume over after this bridge's lease lapsed");
-                        return;
-                    }
-                    if (l.connection() == c) {
-                        linkDown(l, "lease renewal failed: " + reason(t));
-                    }
-                });
-            }
-        }
-    }
-
-    /** A lease was granted: the memserver lets it lapse at most its ttl after answering, which is before now. */
-    private void leaseGranted(MemserverLink l, Volume v) {
-        leasedUntil.computeIfAbsent(l, k -> new java.util.concurrent.ConcurrentHashMap<>())
-                .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
-        Map<Volume, Long> refused = refusedSince.get(l);
-        if (refused != null) {
-            refused.remove(v);
-        }
-    }
-
-    /** The link to a memserver stays down, and is tried again, until a lease it was refused may be granted. */
-    private static final class LeaseWait extends Exception {
-        LeaseWait(String message) {
-            super(message, null, false, false);
-        }
-    }
-
-    /**
-     * Memserver {@code l} refused volume {@code v}'s lease with {@code LEASE_HELD} as this bridge (re)connected: waits
-     * (throws {@link LeaseWait}) while the lease may still be this bridge's own, fences {@code v} once it cannot be.
-     * <ul>
-     * <li>This process held the lease there: until that lease has certainly lapsed, the holder may be its own previous
-     * connection, which the memserver has not seen end (a cut network sends no FIN); after, someone took it.</li>
-     * <li>This process never held it there: the holder may be this bridge's previous process, restarted while the
-     * memserver was cut off (the memserver keeps a connection it did not see end, and its lease, until the ttl runs
-     * out). Fencing at once would stop the volume for good over a lease about to lapse; a lease refused for longer than
-     * a ttl after the first refusal is no previous process's, as nothing renewed it since this one started.</li>
-     * </ul>
-     */
-    private void leaseHeld(MemserverLink l, Volume v, RemoteMemoryException r) throws LeaseWait {
-        long now = System.nanoTime();
-        Long since = refusedSince.computeIfAbsent(l, k -> new java.util.concurrent.ConcurrentHashMap<>())
-                .putIfAbsent(v, now);
-        boolean first = since == null;
-        long refusedFor = first ? 0 : now - since;
-        Long until = leasedUntil.getOrDefault(l, Map.of()).get(v);
-        if (until != null) {
-            if (now - until < 0) {
-                if (first) {
-                    log.info("memserver {}: volume {} is still leased to a connection it has not seen end ({}); this "
-                            + "bridge's previous connection, most likely; trying again", l.label(), v.name(),
-                            r.getMessage());
-                }
-                throw new LeaseWait("volume " + v.name() + " is still leased to this bridge's previous connection, "
-                        + "most likely (" + r.getMessage() + "); trying again");
-            }
-            fence(v, "memserver " + l.label() + " refused this bridge's lease when it reconnected (" + r.getMessage()
-                    + ") after its own lease there had lapsed: another client holds the volume");
-            return;
-        }
-        long window = config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS;
-        if (refusedFor < window) {
-            if (first) {
-                log.info("memserver {}: volume {} is leased there to another connection ({}). This bridge never "
-                        + "held it there since it started: it may be this bridge's previous process's lease, which a "
-                        + "memserver keeps until its ttl runs out when it did not see that process go. Trying again "
-                        + "for up to {} ms before concluding that another bridge owns the volume", l.label(), v.name(),
-                        r.getMessage(), TimeUnit.NANOSECONDS.toMillis(window));
-            }
-            throw new LeaseWait("volume " + v.name() + " is leased to another connection (" + r.getMessage()
-                    + "), maybe this bridge's previous process; trying again for "
-                    + TimeUnit.NANOSECONDS.toMillis(window - refusedFor) + " ms more");
-        }
-        fence(v, "memserver " + l.label() + " has refused this bridge the volume's lease for "
-                + TimeUnit.NANOSECONDS.toMillis(refusedFor) + " ms (" + r.getMessage() + "), longer than a lease of "
-                + "this bridge's previous process could last: another client holds the volume");
-    }
-
-    /** Room for the memserver's clock running a little slower than this one over one ttl. */
-    private static final long LEASE_CLOCK_SLACK_NANOS = TimeUnit.SECONDS.toNanos(1);
-
-    /**
-     * Stops serving {@code v} (see the class comment): logged once, as an error an operator must act on, and its
-     * leases on every memserver are given back.
-     */
-    private void fence(Volume v, String why) {
-        if (!v.fence(why)) {
-            return;
-        }
-        log.error("volume {}: {}. This bridge stops serving it: every request on it fails with EIO from now on, "
-                + "rather than writing on to the replicas it still reaches, and it gives its leases on it back. Find "
-                + "out which bridge should serve volume {}, and restart this one once the other is gone.", v.name(),
-                why, v.name());
-        for (MemserverLink l : links) {
-            RemoteConnection c = l.connection();
-            if (c != null) {
-                c.unlease(v.name(), config.owner()).whenComplete((x, e) -> {
-                    if (e != null) {
-                        log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
-                                reason(e));
-                    }
-                });
-            }
-        }
-    }
-
     @Override
     public void leaseLost(Volume v, Replica r, String reason) {
-        fence(v, "memserver " + r.link().label() + " refused this bridge's access to region " + r.region().id()
+        leases.fence(v, "memserver " + r.link().label() + " refused this bridge's access to region " + r.region().id()
                 + " (" + reason + "): another client took the volume's lease over there");
     }
 
@@ -584,7 +553,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         long length = slab.length();
         l.reserved.addAndGet(length);
         int slot = firstSlot + got.size();
-        return c.allocate(new dev.rbridge.rdma.RegionTag(slab.volume().name(), slab.index(), slot, generation), length)
+        return c.allocate(new RegionTag(slab.volume().name(), slab.index(), slot, generation), length)
                 .handle((d, e) -> {
                     if (e == null) {
                         got.add(new Replica(l, c, l.serverId(), d));
@@ -594,8 +563,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     log.debug("memserver {} refused a region for volume {} slab {}: {}", l.label(),
                             slab.volume().name(), slab.index(), reason(e));
                     if (cause(e) instanceof RemoteMemoryException r && r.status() == Status.ACCESS_DENIED) {
-                        fence(slab.volume(), "memserver " + l.label() + " refused this bridge a region of the volume ("
-                                + r.getMessage() + "): another client took the volume's lease over there");
+                        leases.fence(slab.volume(), "memserver " + l.label() + " refused this bridge a region of "
+                                + "the volume (" + r.getMessage() + "): another client took the volume's lease over "
+                                + "there");
                         got.forEach(this::release);
                         return CompletableFuture.<List<Replica>>failedFuture(r);
                     }
@@ -660,19 +630,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         for (MemserverLink l : links) {
             RemoteConnection c = l.connection();
             if (c != null) {
-                for (Volume v : volumes.values()) {
-                    if (v.fenced() != null) {
-                        continue; // given back when it was fenced
-                    }
-                    try {
-                        c.unlease(v.name(), config.owner()).get(1, TimeUnit.SECONDS);
-                    } catch (ExecutionException | TimeoutException e) {
-                        log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
-                                reason(e));
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                    }
-                }
+                leases.giveBack(l, c);
             }
             RemoteConnection old = l.down("bridge stopped");
             if (old != null) {
@@ -681,15 +639,14 @@ public final class Bridge implements SlabHost, AutoCloseable {
         }
     }
 
-    private static Throwable cause(Throwable e) {
-        while ((e instanceof ExecutionException || e instanceof java.util.concurrent.CompletionException)
-                && e.getCause() != null) {
+    static Throwable cause(Throwable e) {
+        while ((e instanceof ExecutionException || e instanceof CompletionException) && e.getCause() != null) {
             e = e.getCause();
         }
         return e;
     }
 
-    private static String reason(Throwable e) {
+    static String reason(Throwable e) {
         Throwable t = cause(e);
         return t.getMessage() == null ? t.toString() : t.getMessage();
     }

@@ -1,11 +1,18 @@
 package dev.rbridge.bridge;
 
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.Lease;
+
+import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
+import java.util.UUID;
 
 /**
  * Everything the bridge core needs, validated once (HikariCP style). Defaults: 5 s operation timeout, a 10 s lease
@@ -57,8 +64,8 @@ public final class BridgeConfig {
         if (leaseTtl.compareTo(Duration.ofSeconds(1)) < 0) {
             throw new IllegalArgumentException("the lease must be at least 1 s");
         }
-        if (leaseTtl.compareTo(dev.rbridge.rdma.Lease.MAX_TTL) > 0) {
-            throw new IllegalArgumentException("the lease must be at most " + dev.rbridge.rdma.Lease.MAX_TTL.toSeconds()
+        if (leaseTtl.compareTo(Lease.MAX_TTL) > 0) {
+            throw new IllegalArgumentException("the lease must be at most " + Lease.MAX_TTL.toSeconds()
                     + " s (memservers refuse longer ones): " + leaseTtl.toSeconds() + " s");
         }
         this.startWait = b.startWait.isNegative() ? Duration.ZERO : b.startWait;
@@ -66,12 +73,12 @@ public final class BridgeConfig {
             throw new IllegalArgumentException("rebuild chunk must be a power of two from 4K to 16M");
         }
         this.rebuildChunk = b.rebuildChunk;
-        if (b.lanes < 1 || b.lanes > dev.rbridge.rdma.ConnectParams.MAX_LANES) {
-            throw new IllegalArgumentException("lanes must be between 1 and " + dev.rbridge.rdma.ConnectParams.MAX_LANES
+        if (b.lanes < 1 || b.lanes > ConnectParams.MAX_LANES) {
+            throw new IllegalArgumentException("lanes must be between 1 and " + ConnectParams.MAX_LANES
                     + ": " + b.lanes);
         }
         this.lanes = b.lanes;
-        this.tcpCongestion = dev.rbridge.rdma.ConnectParams.checkCongestion(b.tcpCongestion);
+        this.tcpCongestion = ConnectParams.checkCongestion(b.tcpCongestion);
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
     }
 
@@ -148,8 +155,8 @@ public final class BridgeConfig {
     }
 
     public static final class Builder {
-        private final List<InetSocketAddress> memservers = new java.util.ArrayList<>();
-        private final List<VolumeSpec> volumes = new java.util.ArrayList<>();
+        private final List<InetSocketAddress> memservers = new ArrayList<>();
+        private final List<VolumeSpec> volumes = new ArrayList<>();
         private String transport = "tcp";
         private String token;
         private String owner = defaultOwner();
@@ -158,7 +165,7 @@ public final class BridgeConfig {
         private Duration startWait = Duration.ofSeconds(10);
         private int rebuildChunk = 1 << 20;
         private int lanes = defaultLanes();
-        private String tcpCongestion = dev.rbridge.rdma.ConnectParams.TCP_CONGESTION_DEFAULT;
+        private String tcpCongestion = ConnectParams.TCP_CONGESTION_DEFAULT;
         private BridgeMetrics metrics = BridgeMetrics.NONE;
 
         public Builder memserver(InetSocketAddress a) {
@@ -239,12 +246,12 @@ public final class BridgeConfig {
         private static String defaultOwner() {
             String host;
             try {
-                host = java.net.InetAddress.getLocalHost().getHostName();
-            } catch (java.io.IOException e) {
+                host = InetAddress.getLocalHost().getHostName();
+            } catch (IOException e) {
                 host = "localhost";
             }
             return "bridge@" + host + ":" + ProcessHandle.current().pid() + ":"
-                    + java.util.UUID.randomUUID().toString().substring(0, 8);
+                    + UUID.randomUUID().toString().substring(0, 8);
         }
     }
 }

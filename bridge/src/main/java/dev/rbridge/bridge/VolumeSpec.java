@@ -1,5 +1,6 @@
 package dev.rbridge.bridge;
 
+import java.nio.charset.StandardCharsets;
 import java.util.Objects;
 
 /**
@@ -14,7 +15,7 @@ public record VolumeSpec(String name, long size, long slabSize, int replicas, bo
     public VolumeSpec {
         Objects.requireNonNull(name, "name");
         description = description == null ? "" : description;
-        if (name.isEmpty() || name.getBytes(java.nio.charset.StandardCharsets.UTF_8).length > 255
+        if (name.isEmpty() || name.getBytes(StandardCharsets.UTF_8).length > 255
                 || name.indexOf('\0') >= 0 || name.indexOf('/') >= 0) {
             throw new IllegalArgumentException("volume name must be 1-255 bytes without NUL or '/': '" + name + "'");
         }

@@ -2,6 +2,7 @@ package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.bridge.volume.VolumeState;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
@@ -109,7 +110,7 @@ class LeaseAfterRestartTest {
         v2.write(MIB, ByteBuffer.allocateDirect(data.length).put(data).flip(), false).get(10, TimeUnit.SECONDS);
         v2.flush().get(10, TimeUnit.SECONDS);
         deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-        while (!v2.status().state().equals("healthy")) {
+        while (v2.status().state() != VolumeState.HEALTHY) {
             assertTrue(System.nanoTime() < deadline, "not healthy again: " + v2.status());
             Thread.sleep(50);
         }

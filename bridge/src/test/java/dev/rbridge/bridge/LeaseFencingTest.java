@@ -1,6 +1,7 @@
 package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.bridge.volume.VolumeState;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.nbd.device.BlockDeviceException;
@@ -151,7 +152,7 @@ class LeaseFencingTest {
         ExecutionException statusFails = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
                 () -> victim.blockStatus(0, 4096, 16).get(10, TimeUnit.SECONDS));
         assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, statusFails.getCause()).errno());
-        assertEquals("fenced", victim.status().state());
+        assertEquals(VolumeState.FENCED, victim.status().state());
         assertTrue(victim.fenced().contains(taken.address().getHostString()), victim.fenced());
 
         // Its lease on the other memserver is given back, so whoever owns the volume now can take that one too.
@@ -198,7 +199,8 @@ class LeaseFencingTest {
         cutBridge(cut);
         // Its new connection takes the lease from its old one: the keys rotate, it reopens the regions, rebuilds.
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-        while (!v.status().state().equals("healthy") || b.memservers().stream().anyMatch(l -> l.connection() == null)) {
+        while (v.status().state() != VolumeState.HEALTHY
+                || b.memservers().stream().anyMatch(l -> l.connection() == null)) {
             assertTrue(System.nanoTime() < deadline, "not healthy again: " + v.status());
             Thread.sleep(50);
         }

@@ -1,5 +1,6 @@
 package dev.rbridge.bridge.memservers;
 
+import dev.rbridge.bridge.BridgeMetrics;
 import dev.rbridge.rdma.RemoteConnection;
 
 import java.net.InetSocketAddress;
@@ -30,7 +31,7 @@ public final class MemserverLink {
     /** Where this memserver's data-path operations are recorded. */
     public final RemoteOpMetrics metrics;
 
-    public MemserverLink(InetSocketAddress address, dev.rbridge.bridge.BridgeMetrics metrics) {
+    public MemserverLink(InetSocketAddress address, BridgeMetrics metrics) {
         this.address = address;
         this.label = address.getHostString() + ":" + address.getPort();
         this.metrics = metrics.memserver(label);

@@ -1,5 +1,7 @@
 package dev.rbridge.bridge.memservers;
 
+import java.util.Locale;
+
 /**
  * Remote operations of the data path on one memserver (rebuild copies are counted by the rebuilder instead). Called
  * once per operation from its completion, so it must be cheap and thread-safe.
@@ -13,7 +15,7 @@ public interface RemoteOpMetrics {
 
         /** The label value. */
         public String label() {
-            return name().toLowerCase(java.util.Locale.ROOT);
+            return name().toLowerCase(Locale.ROOT);
         }
     }
 

@@ -1,7 +1,9 @@
 package dev.rbridge.bridge.volume;
 
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicIntegerArray;
+import java.util.concurrent.locks.LockSupport;
 
 /**
  * Keeps a rebuild's copy of one chunk from racing a write to the same chunk. A writer counts itself into every chunk it
@@ -53,16 +55,16 @@ final class RebuildGate {
     }
 
     /** Copier: no new write may enter {@code chunk} until {@link #open}; returns once the ones inside have left. */
-    void close(int chunk, long timeoutNanos) throws java.util.concurrent.TimeoutException {
+    void close(int chunk, long timeoutNanos) throws TimeoutException {
         reopened = new CompletableFuture<>();
         closedChunk = chunk;
         long deadline = System.nanoTime() + timeoutNanos;
         while (inFlight.get(chunk) != 0) {
             if (System.nanoTime() - deadline > 0) {
                 open();
-                throw new java.util.concurrent.TimeoutException("writes to chunk " + chunk + " did not finish");
+                throw new TimeoutException("writes to chunk " + chunk + " did not finish");
             }
-            java.util.concurrent.locks.LockSupport.parkNanos(20_000);
+            LockSupport.parkNanos(20_000);
         }
     }
 

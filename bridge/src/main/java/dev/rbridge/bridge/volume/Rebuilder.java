@@ -4,14 +4,18 @@ import dev.rbridge.bridge.memservers.MemserverLink;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.LongAdder;
 
 /**
  * The rebuild role: one thread that takes degraded slabs from a queue and copies each onto a new memserver while I/O
@@ -33,17 +37,17 @@ public final class Rebuilder implements Runnable, AutoCloseable {
     private volatile Slab current;
     private volatile long backoffUntilNanos;
     /** Totals since start, for metrics: bytes copied into new or resynchronized replicas, copies done and failed. */
-    private final java.util.concurrent.atomic.LongAdder copiedBytes = new java.util.concurrent.atomic.LongAdder();
+    private final LongAdder copiedBytes = new LongAdder();
     /** Of those, bytes sent as ZERO (the chunk held only zeroes). */
-    private final java.util.concurrent.atomic.LongAdder zeroedBytes = new java.util.concurrent.atomic.LongAdder();
-    private final java.util.concurrent.atomic.LongAdder rebuildsDone = new java.util.concurrent.atomic.LongAdder();
-    private final java.util.concurrent.atomic.LongAdder resyncsDone = new java.util.concurrent.atomic.LongAdder();
-    private final java.util.concurrent.atomic.LongAdder copiesFailed = new java.util.concurrent.atomic.LongAdder();
+    private final LongAdder zeroedBytes = new LongAdder();
+    private final LongAdder rebuildsDone = new LongAdder();
+    private final LongAdder resyncsDone = new LongAdder();
+    private final LongAdder copiesFailed = new LongAdder();
 
     public Rebuilder(SlabHost host, int chunkSize) {
         this.host = host;
         this.chunkSize = chunkSize;
-        this.zeroChunk = java.lang.foreign.Arena.ofAuto().allocate(chunkSize);
+        this.zeroChunk = Arena.ofAuto().allocate(chunkSize);
         this.thread = Thread.ofPlatform().name("bridge-rebuild").daemon().unstarted(this);
     }
 
@@ -164,10 +168,10 @@ public final class Rebuilder implements Runnable, AutoCloseable {
         before.live.forEach(r -> exclude.add(r.link()));
         Replica target;
         long timeout = host.operationTimeout().toNanos() * 2;
-        java.util.concurrent.CompletableFuture<List<Replica>> placing = host.place(s, 1, ReplicaSet.BUILDING, exclude);
+        CompletableFuture<List<Replica>> placing = host.place(s, 1, ReplicaSet.BUILDING, exclude);
         try {
             target = placing.get(timeout, TimeUnit.NANOSECONDS).getFirst();
-        } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+        } catch (ExecutionException | TimeoutException e) {
             placing.thenAccept(late -> late.forEach(host::release)); // answered after we gave up: give it back
             log.debug("volume {} slab {}: no memserver can take a new replica now: {}", s.volume.name(), s.index,
                     Volume.reason(e));
@@ -266,7 +270,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             s.abortRebuild(target, e.getMessage());
             copiesFailed.increment();
             return false;
-        } catch (java.util.concurrent.ExecutionException | TimeoutException | RuntimeException e) {
+        } catch (ExecutionException | TimeoutException | RuntimeException e) {
             s.abortRebuild(target, what + " failed: " + Volume.reason(e));
             copiesFailed.increment();
             return false;
@@ -288,7 +292,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             Replica source = s.resyncWanted.get() ? set.live.getFirst() : set.forRead();
             try {
                 source.connection().read(source.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
-            } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+            } catch (ExecutionException | TimeoutException e) {
                 s.fail(source, Volume.reason(e));
                 continue;
             }
@@ -302,7 +306,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
                     target.connection().write(target.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
                 }
                 return;
-            } catch (java.util.concurrent.ExecutionException | TimeoutException e) {
+            } catch (ExecutionException | TimeoutException e) {
                 throw new RebuildAborted("writing to " + target.describe() + " failed: " + Volume.reason(e));
             }
         }

@@ -1,12 +1,19 @@
 package dev.rbridge.bridge.volume;
 
+import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteConnection;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -24,16 +31,16 @@ public final class Slab {
     volatile ReplicaSet set;
     private CompletableFuture<ReplicaSet> allocating;
     /** True while the slab waits in (or is taken by) the rebuild queue, so it is queued once. */
-    final java.util.concurrent.atomic.AtomicBoolean rebuildQueued = new java.util.concurrent.atomic.AtomicBoolean();
+    final AtomicBoolean rebuildQueued = new AtomicBoolean();
     /** Set when the replicas may differ (unclean exit of the previous bridge) until the rebuilder made them equal. */
-    final java.util.concurrent.atomic.AtomicBoolean resyncWanted = new java.util.concurrent.atomic.AtomicBoolean();
+    final AtomicBoolean resyncWanted = new AtomicBoolean();
     /** Replicas the running resync has already overwritten (rebuild thread only). */
-    final java.util.Set<Replica> resynced = new java.util.HashSet<>();
+    final Set<Replica> resynced = new HashSet<>();
     /** Blocks known to be zero (null until the slab is first zeroed). */
     volatile ZeroMap zeros;
     /** Data writes issued and in flight: a zeroing only vouches for blocks no write raced with. */
     final AtomicLong dataWritesIssued = new AtomicLong();
-    final java.util.concurrent.atomic.AtomicInteger dataWritesInFlight = new java.util.concurrent.atomic.AtomicInteger();
+    final AtomicInteger dataWritesInFlight = new AtomicInteger();
     /** Bytes copied by the running rebuild, for progress reports. */
     final AtomicLong rebuildCopied = new AtomicLong();
 
@@ -83,11 +90,11 @@ public final class Slab {
             int want = volume.replicas();
             // Placed as generation 0 and tagged 1 only once placement succeeded: a grant that answers after the
             // bridge gave up on it (a frozen memserver) is then an orphan that nobody can mistake for a replica.
-            CompletableFuture<ReplicaSet> f = volume.host.place(this, want, ReplicaSet.BUILDING, java.util.Set.of())
+            CompletableFuture<ReplicaSet> f = volume.host.place(this, want, ReplicaSet.BUILDING, Set.of())
                     .thenCompose(rs -> volume.manifest.record(index).handle((v, e) -> {
                         if (e != null) {
                             rs.forEach(volume.host::release);
-                            throw new java.util.concurrent.CompletionException(e);
+                            throw new CompletionException(e);
                         }
                         return rs;
                     }))
@@ -120,7 +127,7 @@ public final class Slab {
 
     /** Tags freshly placed regions with generation 1; keeps the ones that took it (at least one, or fails). */
     private CompletableFuture<List<Replica>> tagFirstGeneration(List<Replica> placed) {
-        List<CompletableFuture<dev.rbridge.rdma.RegionDescriptor>> fs = new ArrayList<>();
+        List<CompletableFuture<RegionDescriptor>> fs = new ArrayList<>();
         for (Replica r : placed) {
             fs.add(r.connection().retag(r.region(), tag(r.region().tag().replica(), 1)));
         }
@@ -139,7 +146,7 @@ public final class Slab {
                 }
             }
             if (ok.isEmpty()) {
-                throw new java.util.concurrent.CompletionException(first);
+                throw new CompletionException(first);
             }
             return ok;
         });
@@ -159,7 +166,7 @@ public final class Slab {
         }
         List<Replica> live = new ArrayList<>();
         List<Replica> stale = new ArrayList<>();
-        java.util.Set<Object> links = new java.util.HashSet<>();
+        Set<Object> links = new HashSet<>();
         for (Replica r : found) {
             if (newest >= 1 && r.region().tag().generation() == newest && live.size() < volume.replicas()
                     && links.add(r.link())) {
@@ -213,7 +220,7 @@ public final class Slab {
     }
 
     /** The replica of this slab on {@code connection}, if it has one (live or building). */
-    Replica replicaOn(dev.rbridge.rdma.RemoteConnection connection) {
+    Replica replicaOn(RemoteConnection connection) {
         ReplicaSet cur = set;
         if (cur == null) {
             return null;

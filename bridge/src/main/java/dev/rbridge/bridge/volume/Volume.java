@@ -1,22 +1,27 @@
 package dev.rbridge.bridge.volume;
 
+import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.memservers.RemoteOpMetrics;
-
-import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.nbd.device.BlockDevice;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.device.Extent;
 import dev.rbridge.nbd.protocol.Errno;
 import dev.rbridge.nbd.protocol.Nbd;
+import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
 
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
 
 /**
@@ -109,7 +114,7 @@ public final class Volume implements BlockDevice {
 
     /** A replica's memserver refused its key or the volume as another client's: its lease went elsewhere. */
     static boolean leaseLost(Throwable t) {
-        return unwrap(t) instanceof RemoteMemoryException e && e.status() == RemoteMemoryException.Status.ACCESS_DENIED;
+        return unwrap(t) instanceof RemoteMemoryException e && e.status() == Status.ACCESS_DENIED;
     }
 
     /** Reports a lost lease to the host (which fences this volume) and fails the request with EIO. */
@@ -223,7 +228,7 @@ public final class Volume implements BlockDevice {
     /** Counts a remote operation as in flight on its memserver until it completes. */
     private static CompletableFuture<Void> counted(Replica r, RemoteOpMetrics.Op kind, long bytes, ReplicaOp op) {
         MemserverLink link = r.link();
-        java.util.concurrent.atomic.AtomicLong n = link.inFlight;
+        AtomicLong n = link.inFlight;
         RemoteOpMetrics metrics = link.metrics;
         boolean timed = metrics != RemoteOpMetrics.NONE;
         n.incrementAndGet();
@@ -358,7 +363,7 @@ public final class Volume implements BlockDevice {
             targets[n - 1] = set.building;
         }
         Throwable[] errors = new Throwable[n];
-        java.util.concurrent.atomic.AtomicInteger pending = new java.util.concurrent.atomic.AtomicInteger(n);
+        AtomicInteger pending = new AtomicInteger(n);
         CompletableFuture<Void> result = new CompletableFuture<>();
         for (int i = 0; i < n; i++) {
             int k = i;
@@ -484,7 +489,7 @@ public final class Volume implements BlockDevice {
      * Reattach at start: {@code found} holds, per slab index, every region of this volume on the reachable
      * memservers (with its key). Returns the regions to release (stale generations, half-built copies).
      */
-    public List<Replica> reattach(java.util.Map<Integer, List<Replica>> found) {
+    public List<Replica> reattach(Map<Integer, List<Replica>> found) {
         List<Replica> release = new ArrayList<>();
         for (var e : found.entrySet()) {
             int index = e.getKey();
@@ -511,7 +516,7 @@ public final class Volume implements BlockDevice {
     }
 
     /** A memserver's connection died: every replica on it fails. */
-    public void connectionLost(dev.rbridge.rdma.RemoteConnection connection, String reason) {
+    public void connectionLost(RemoteConnection connection, String reason) {
         for (Slab s : slabs) {
             Replica r = s.replicaOn(connection);
             if (r != null) {
@@ -596,23 +601,33 @@ public final class Volume implements BlockDevice {
     // ------------------------------------------------------------------------------------------------- status
 
     /** One slab as an operator sees it. */
-    public record SlabStatus(int index, long start, long length, String state, long generation, List<String> replicas,
+    public record SlabStatus(int index, long start, long length, SlabState state, long generation, List<String> replicas,
                              String building, long rebuildCopiedBytes) {
     }
 
     /**
-     * The volume as an operator sees it. {@code state}: {@code fenced} (its lease was lost: every request fails, see
-     * {@link #fenced()}), {@code lost}, {@code rebuilding}, {@code degraded} or {@code healthy}.
+     * The volume as an operator sees it: its {@link VolumeState} and how many of its slabs are in each
+     * {@link SlabState} ({@code allocated}: every slab but the unallocated ones).
      */
-    public record VolumeStatus(String name, long size, long slabSize, int replicas, String state, int slabs,
+    public record VolumeStatus(String name, long size, long slabSize, int replicas, VolumeState state, int slabs,
                                int allocated, int healthy, int degraded, int rebuilding, int lost) {
+        /** How many slabs are in {@code state}. */
+        public int count(SlabState state) {
+            return switch (state) {
+                case UNALLOCATED -> slabs - allocated;
+                case HEALTHY -> healthy;
+                case DEGRADED -> degraded;
+                case REBUILDING -> rebuilding;
+                case LOST -> lost;
+            };
+        }
     }
 
     public SlabStatus slabStatus(int index) {
         Slab s = slabs[index];
         ReplicaSet set = s.set;
         if (set == null) {
-            return new SlabStatus(index, s.start, s.length, "unallocated", 0, List.of(), null, 0);
+            return new SlabStatus(index, s.start, s.length, SlabState.UNALLOCATED, 0, List.of(), null, 0);
         }
         List<String> rs = new ArrayList<>();
         set.live.forEach(r -> rs.add(r.describe()));
@@ -620,14 +635,14 @@ public final class Volume implements BlockDevice {
                 set.building == null ? null : set.building.describe(), set.building == null ? 0 : s.rebuildCopied.get());
     }
 
-    private String state(ReplicaSet set) {
+    private SlabState state(ReplicaSet set) {
         if (set.lost()) {
-            return "lost";
+            return SlabState.LOST;
         }
         if (set.building != null) {
-            return "rebuilding";
+            return SlabState.REBUILDING;
         }
-        return set.live.size() >= spec.replicas() ? "healthy" : "degraded";
+        return set.live.size() >= spec.replicas() ? SlabState.HEALTHY : SlabState.DEGRADED;
     }
 
     public VolumeStatus status() {
@@ -639,14 +654,14 @@ public final class Volume implements BlockDevice {
             }
             allocated++;
             switch (state(set)) {
-                case "lost" -> lost++;
-                case "rebuilding" -> rebuilding++;
-                case "healthy" -> healthy++;
-                default -> degraded++;
+                case LOST -> lost++;
+                case REBUILDING -> rebuilding++;
+                case HEALTHY -> healthy++;
+                case DEGRADED -> degraded++;
             }
         }
-        String state = fenced != null ? "fenced" : lost > 0 ? "lost" : rebuilding > 0 ? "rebuilding"
-                : degraded > 0 ? "degraded" : "healthy";
+        VolumeState state = fenced != null ? VolumeState.FENCED : lost > 0 ? VolumeState.LOST
+                : rebuilding > 0 ? VolumeState.REBUILDING : degraded > 0 ? VolumeState.DEGRADED : VolumeState.HEALTHY;
         return new VolumeStatus(spec.name(), spec.size(), spec.slabSize(), spec.replicas(), state, slabs.length,
                 allocated, healthy, degraded, rebuilding, lost);
     }
@@ -665,7 +680,7 @@ public final class Volume implements BlockDevice {
     }
 
     static Throwable unwrap(Throwable t) {
-        while ((t instanceof CompletionException || t instanceof java.util.concurrent.ExecutionException)
+        while ((t instanceof CompletionException || t instanceof ExecutionException)
                 && t.getCause() != null) {
             t = t.getCause();
         }
@@ -694,7 +709,7 @@ public final class Volume implements BlockDevice {
         if (cause instanceof BlockDeviceException b) {
             return b;
         }
-        Errno errno = cause instanceof RemoteMemoryException e && e.status() == RemoteMemoryException.Status.NO_CAPACITY
+        Errno errno = cause instanceof RemoteMemoryException e && e.status() == Status.NO_CAPACITY
                 ? Errno.ENOSPC : Errno.EIO;
         return new BlockDeviceException(errno, "no memory for volume " + spec.name() + " slab " + s.index + ": "
                 + reason(cause), cause);

@@ -23,7 +23,7 @@ import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -95,7 +95,7 @@ class ResyncAfterUncleanExitTest {
             for (int s = 0; s < w.slabCount(); s++) {
                 pending |= w.slab(s).resyncWanted.get() || w.slab(s).set.building != null;
             }
-            if (!pending && w.status().state().equals("healthy")) {
+            if (!pending && w.status().state() == VolumeState.HEALTHY) {
                 break;
             }
             assertTrue(System.nanoTime() < deadline, "resync did not finish: " + w.status());
@@ -113,6 +113,6 @@ class ResyncAfterUncleanExitTest {
         System.arraycopy(torn, 0, expectedTorn, 4096, torn.length);
         assertTrue(java.util.Arrays.equals(slab2, expectedOld) || java.util.Arrays.equals(slab2, expectedTorn),
                 "the slab holds either version of the torn write, never a mix");
-        assertFalse(next.volume("disk").status().state().equals("lost"));
+        assertNotEquals(VolumeState.LOST, next.volume("disk").status().state());
     }
 }

@@ -3,6 +3,7 @@ package dev.rbridge.ops.admin;
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Slab;
+import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.ops.http.AdminRules;
 import dev.rbridge.ops.http.ErrorPage;
@@ -92,7 +93,7 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
         List<VolumeJson> out = new ArrayList<>();
         for (Volume v : bridge.volumes()) {
             Volume.VolumeStatus s = v.status();
-            out.add(new VolumeJson(s.name(), s.size(), s.slabSize(), s.replicas(), s.state(), s.slabs(),
+            out.add(new VolumeJson(s.name(), s.size(), s.slabSize(), s.replicas(), s.state().label(), s.slabs(),
                     s.allocated(), s.healthy(), s.degraded(), s.rebuilding(), s.lost()));
         }
         return out;
@@ -108,8 +109,8 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
         List<SlabJson> out = new ArrayList<>();
         for (int i = 0; i < v.slabCount(); i++) {
             Volume.SlabStatus s = v.slabStatus(i);
-            if (all || !s.state().equals("unallocated")) {
-                out.add(new SlabJson(s.index(), s.start(), s.state(), s.generation(), String.join(" ", s.replicas()),
+            if (all || s.state() != SlabState.UNALLOCATED) {
+                out.add(new SlabJson(s.index(), s.start(), s.state().label(), s.generation(), String.join(" ", s.replicas()),
                         s.building() == null ? "" : s.building(), s.rebuildCopiedBytes(), s.length()));
             }
         }

@@ -5,6 +5,7 @@ import dev.rbridge.bridge.BridgeMetrics;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.memservers.RemoteOpMetrics;
 import dev.rbridge.bridge.volume.Rebuilder;
+import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.FunctionCounter;
@@ -12,7 +13,6 @@ import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
 
-import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.function.ToDoubleFunction;
 
@@ -41,8 +41,6 @@ import java.util.function.ToDoubleFunction;
  * </pre>
  */
 public final class BridgeMeters implements BridgeMetrics {
-    static final List<String> SLAB_STATES = List.of("unallocated", "healthy", "degraded", "rebuilding", "lost");
-
     private final MeterRegistry registry;
 
     public BridgeMeters(MeterRegistry registry) {
@@ -78,9 +76,9 @@ public final class BridgeMeters implements BridgeMetrics {
                     .description("1 when this bridge lost the volume's lease to another client and fails every "
                             + "request on it with EIO").strongReference(true).register(registry);
             CachedStatus status = new CachedStatus(v);
-            for (String state : SLAB_STATES) {
+            for (SlabState state : SlabState.values()) {
                 Gauge.builder("rbridge.volume.slabs", status, s -> s.count(state)).tag("export", name)
-                        .tag("state", state).description("Slabs of the volume by replica state")
+                        .tag("state", state.label()).description("Slabs of the volume by replica state")
                         .strongReference(true).register(registry);
             }
         }
@@ -117,21 +115,13 @@ public final class BridgeMeters implements BridgeMetrics {
             this.volume = volume;
         }
 
-        synchronized double count(String state) {
+        synchronized double count(SlabState state) {
             long now = System.nanoTime();
             if (last == null || now - readAtNanos > TimeUnit.MILLISECONDS.toNanos(200)) {
                 last = volume.status();
                 readAtNanos = now;
             }
-            Volume.VolumeStatus s = last;
-            return switch (state) {
-                case "unallocated" -> s.slabs() - s.allocated();
-                case "healthy" -> s.healthy();
-                case "degraded" -> s.degraded();
-                case "rebuilding" -> s.rebuilding();
-                case "lost" -> s.lost();
-                default -> throw new IllegalArgumentException(state);
-            };
+            return last.count(state);
         }
     }
 

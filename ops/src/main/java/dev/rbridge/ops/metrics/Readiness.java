@@ -3,6 +3,7 @@ package dev.rbridge.ops.metrics;
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.bridge.volume.VolumeState;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.nbd.server.NbdServer;
 import dev.rbridge.ops.metrics.Telemetry.Problem;
@@ -41,8 +42,8 @@ public final class Readiness {
                 out.add(Problem.warning("volume " + s.name() + " fenced, failing with EIO: " + v.fenced()));
             } else if (s.lost() > 0) {
                 out.add(Problem.fatal("volume " + s.name() + ": " + s.lost() + " slab(s) without a live replica"));
-            } else if (!s.state().equals("healthy")) {
-                out.add(Problem.warning("volume " + s.name() + " " + s.state() + " (" + s.degraded()
+            } else if (s.state() != VolumeState.HEALTHY) {
+                out.add(Problem.warning("volume " + s.name() + " " + s.state().label() + " (" + s.degraded()
                         + " degraded, " + s.rebuilding() + " rebuilding)"));
             }
         }

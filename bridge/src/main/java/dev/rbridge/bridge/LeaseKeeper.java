@@ -1,0 +1,208 @@
+package dev.rbridge.bridge;
+
+import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.rdma.RemoteConnection;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.Collection;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.BiConsumer;
+
+/**
+ * The bridge's ownership of its volumes on the memservers: renews the leases, decides what a refused lease means and
+ * fences a volume whose lease went to someone else.
+ *
+ * <p>A lease is a connection's, so a reconnect takes it over from this bridge's own previous connection (the keys
+ * rotate; the regions are opened again). Losing it to anyone else fences the volume ({@link Volume#fence}): a renewal
+ * refused with {@code LEASE_HELD} or granted as a takeover (someone held it in between), a reconnect refused with
+ * {@code LEASE_HELD} once the previous connection's lease has certainly lapsed, or, on a memserver where this process
+ * never held it, refused for longer than a ttl (the holder may be this bridge's previous process until then: see
+ * {@link #refusedOnReconnect}), a key or a region refused as another client's ({@code ACCESS_DENIED}). The fenced
+ * volume fails every request with EIO, is logged once, shows as {@code fenced}, and its leases elsewhere are given
+ * back so that its new owner can have them.
+ */
+final class LeaseKeeper {
+    private static final Logger log = LoggerFactory.getLogger(LeaseKeeper.class);
+    /** Room for the memserver's clock running a little slower than this one over one ttl. */
+    private static final long LEASE_CLOCK_SLACK_NANOS = TimeUnit.SECONDS.toNanos(1);
+
+    private final BridgeConfig config;
+    private final List<MemserverLink> links;
+    private final Collection<Volume> volumes;
+    /** Takes a memserver down (its connection closed, its replicas failed) with a reason. */
+    private final BiConsumer<MemserverLink, String> linkDown;
+    /**
+     * Per memserver and volume, when the lease last granted there lapses at the latest (System.nanoTime): until then a
+     * LEASE_HELD after a reconnect may be this bridge's own previous connection, which the memserver has not yet seen
+     * end (a cut network sends no FIN); after it, it is someone else.
+     */
+    private final Map<MemserverLink, Map<Volume, Long>> leasedUntil = new ConcurrentHashMap<>();
+    /**
+     * Per memserver and volume, when it first refused this bridge the lease with LEASE_HELD since the lease was last
+     * granted there (System.nanoTime); see {@link #refusedOnReconnect}.
+     */
+    private final Map<MemserverLink, Map<Volume, Long>> refusedSince = new ConcurrentHashMap<>();
+
+    LeaseKeeper(BridgeConfig config, List<MemserverLink> links, Collection<Volume> volumes,
+                BiConsumer<MemserverLink, String> linkDown) {
+        this.config = config;
+        this.links = links;
+        this.volumes = volumes;
+        this.linkDown = linkDown;
+    }
+
+    /** The link to a memserver stays down, and is tried again, until a lease it was refused may be granted. */
+    static final class LeaseWait extends Exception {
+        LeaseWait(String message) {
+            super(message, null, false, false);
+        }
+    }
+
+    /** Renews every served volume's lease on every memserver that is up (the health duty, every third of a ttl). */
+    void renew() {
+        for (MemserverLink l : links) {
+            RemoteConnection c = l.connection();
+            if (c == null) {
+                continue;
+            }
+            for (Volume v : volumes) {
+                if (v.fenced() != null) {
+                    continue;
+                }
+                c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, e) -> {
+                    if (e == null) {
+                        if (lease.tookOver()) {
+                            // Only a grant that ended another connection's lease is a takeover: someone held the
+                            // volume between this bridge's renewals, and the keys this bridge uses are gone.
+                            fence(v, "memserver " + l.label() + " granted this bridge's lease renewal as a takeover: "
+                                    + "another client held the volume there since the previous renewal");
+                        } else {
+                            granted(l, v);
+                        }
+                        return;
+                    }
+                    Throwable t = Bridge.cause(e);
+                    if (t instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
+                        fence(v, "memserver " + l.label() + " refused this bridge's lease renewal (" + r.getMessage()
+                                + "): another client took the volume over after this bridge's lease lapsed");
+                        return;
+                    }
+                    if (l.connection() == c) {
+                        linkDown.accept(l, "lease renewal failed: " + Bridge.reason(t));
+                    }
+                });
+            }
+        }
+    }
+
+    /** A lease was granted: the memserver lets it lapse at most its ttl after answering, which is before now. */
+    void granted(MemserverLink l, Volume v) {
+        leasedUntil.computeIfAbsent(l, k -> new ConcurrentHashMap<>())
+                .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
+        Map<Volume, Long> refused = refusedSince.get(l);
+        if (refused != null) {
+            refused.remove(v);
+        }
+    }
+
+    /**
+     * Memserver {@code l} refused volume {@code v}'s lease with {@code LEASE_HELD} as this bridge reconnected: waits
+     * (throws {@link LeaseWait}) while the lease may still be this bridge's own, fences {@code v} once it cannot be.
+     * <ul>
+     * <li>This process held the lease there: until that lease has certainly lapsed, the holder may be its own previous
+     * connection, which the memserver has not seen end (a cut network sends no FIN); after, someone took it.</li>
+     * <li>This process never held it there: the holder may be this bridge's previous process, restarted while the
+     * memserver was cut off (the memserver keeps a connection it did not see end, and its lease, until the ttl runs
+     * out). Fencing at once would stop the volume for good over a lease about to lapse; a lease refused for longer than
+     * a ttl after the first refusal is no previous process's, as nothing renewed it since this one started.</li>
+     * </ul>
+     */
+    void refusedOnReconnect(MemserverLink l, Volume v, RemoteMemoryException r) throws LeaseWait {
+        long now = System.nanoTime();
+        Long since = refusedSince.computeIfAbsent(l, k -> new ConcurrentHashMap<>()).putIfAbsent(v, now);
+        boolean first = since == null;
+        long refusedFor = first ? 0 : now - since;
+        Long until = leasedUntil.getOrDefault(l, Map.of()).get(v);
+        if (until != null) {
+            if (now - until < 0) {
+                if (first) {
+                    log.info("memserver {}: volume {} is still leased to a connection it has not seen end ({}); this "
+                            + "bridge's previous connection, most likely; trying again", l.label(), v.name(),
+                            r.getMessage());
+                }
+                throw new LeaseWait("volume " + v.name() + " is still leased to this bridge's previous connection, "
+                        + "most likely (" + r.getMessage() + "); trying again");
+            }
+            fence(v, "memserver " + l.label() + " refused this bridge's lease when it reconnected (" + r.getMessage()
+                    + ") after its own lease there had lapsed: another client holds the volume");
+            return;
+        }
+        long window = config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS;
+        if (refusedFor < window) {
+            if (first) {
+                log.info("memserver {}: volume {} is leased there to another connection ({}). This bridge never "
+                        + "held it there since it started: it may be this bridge's previous process's lease, which a "
+                        + "memserver keeps until its ttl runs out when it did not see that process go. Trying again "
+                        + "for up to {} ms before concluding that another bridge owns the volume", l.label(), v.name(),
+                        r.getMessage(), TimeUnit.NANOSECONDS.toMillis(window));
+            }
+            throw new LeaseWait("volume " + v.name() + " is leased to another connection (" + r.getMessage()
+                    + "), maybe this bridge's previous process; trying again for "
+                    + TimeUnit.NANOSECONDS.toMillis(window - refusedFor) + " ms more");
+        }
+        fence(v, "memserver " + l.label() + " has refused this bridge the volume's lease for "
+                + TimeUnit.NANOSECONDS.toMillis(refusedFor) + " ms (" + r.getMessage() + "), longer than a lease of "
+                + "this bridge's previous process could last: another client holds the volume");
+    }
+
+    /**
+     * Stops serving {@code v} (see the class comment): logged once, as an error an operator must act on, and its
+     * leases on every memserver are given back.
+     */
+    void fence(Volume v, String why) {
+        if (!v.fence(why)) {
+            return;
+        }
+        log.error("volume {}: {}. This bridge stops serving it: every request on it fails with EIO from now on, "
+                + "rather than writing on to the replicas it still reaches, and it gives its leases on it back. Find "
+                + "out which bridge should serve volume {}, and restart this one once the other is gone.", v.name(),
+                why, v.name());
+        for (MemserverLink l : links) {
+            RemoteConnection c = l.connection();
+            if (c != null) {
+                c.unlease(v.name(), config.owner()).whenComplete((x, e) -> {
+                    if (e != null) {
+                        log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
+                                Bridge.reason(e));
+                    }
+                });
+            }
+        }
+    }
+
+    /** At close: gives back, on {@code c}, the lease of every volume not fenced (a fenced one's went back then). */
+    void giveBack(MemserverLink l, RemoteConnection c) {
+        for (Volume v : volumes) {
+            if (v.fenced() != null) {
+                continue;
+            }
+            try {
+                c.unlease(v.name(), config.owner()).get(1, TimeUnit.SECONDS);
+            } catch (ExecutionException | TimeoutException e) {
+                log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
+                        Bridge.reason(e));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+}
