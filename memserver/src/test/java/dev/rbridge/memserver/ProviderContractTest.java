@@ -84,6 +84,12 @@ abstract class ProviderContractTest {
 
         /** Peers the memserver turned away, by reason (its own count). */
         Map<String, Long> refused() throws Exception;
+
+        /** Whether the memserver still runs (a process that aborted does not). */
+        boolean alive();
+
+        /** What the memserver logged, for a failure message (empty where it logs into the test's own output). */
+        String logText() throws Exception;
     }
 
     /** A memserver in its own JVM, as {@link Target}. */
@@ -119,6 +125,14 @@ abstract class ProviderContractTest {
 
             public Map<String, Long> refused() throws Exception {
                 return p.refused();
+            }
+
+            public boolean alive() {
+                return p.process.isAlive();
+            }
+
+            public String logText() throws Exception {
+                return p.logText();
             }
 
             public void close() throws Exception {
@@ -914,6 +928,62 @@ abstract class ProviderContractTest {
             assertTrue(waited < TIMEOUT.toNanos() * 3, "detected too late: " + waited / 1_000_000 + " ms");
             assertFalse(c.isOpen());
             victim.thaw();
+        }
+    }
+
+    /**
+     * Clients that leave as soon as they are in, before any data moved: a transport that sets up more than the
+     * control connection (UCX's endpoint wire-up) must neither make them wait on the memserver nor let their leaving
+     * take it down. Some only connect, some lease, some lease and allocate (which, on ucx, maps the region); eight
+     * threads at a time.
+     */
+    @Test
+    void clientsThatLeaveRightAfterConnectingHurtNoOne() throws Exception {
+        int clients = 50;
+        int threads = 8;
+        try (Target m = start(64L << 20); Arena arena = Arena.ofShared()) {
+            List<Throwable> errors = java.util.Collections.synchronizedList(new ArrayList<>());
+            List<Thread> workers = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                int first = t;
+                workers.add(Thread.ofPlatform().start(() -> {
+                    for (int i = first; i < clients; i += threads) {
+                        String vol = "brief-" + i;
+                        try (RemoteConnection c = connect(m, TOKEN)) {
+                            if (i % 3 > 0) {
+                                get(c.lease(vol, "bridge-" + i, Duration.ofMinutes(1)));
+                            }
+                            if (i % 3 > 1) {
+                                get(c.allocate(new RegionTag(vol, 0, 0, 1), 64 << 10));
+                            }
+                        } catch (Throwable e) {
+                            errors.add(new AssertionError("client " + i + ": " + e, e));
+                        }
+                    }
+                }));
+            }
+            for (Thread w : workers) {
+                w.join(TimeUnit.SECONDS.toMillis(60));
+                assertFalse(w.isAlive(), "a client of the storm still runs after 60 s");
+            }
+            // What the last of them left in flight is handled after they closed: give the memserver a moment.
+            Thread.sleep(1000);
+            assertTrue(m.alive(), "the memserver died under clients that left right after connecting; its log:\n"
+                    + m.logText());
+            if (!errors.isEmpty()) {
+                throw new AssertionError(errors.size() + " of " + clients + " short-lived clients failed; the "
+                        + "first: " + errors.get(0).getMessage(), errors.get(0));
+            }
+            try (RemoteConnection c = connect(m, TOKEN)) {
+                RegionDescriptor r = get(c.allocate(RegionTag.scratch("after-the-storm"), 1 << 20));
+                MemorySegment src = arena.allocate(4096).fill((byte) 0x5A);
+                get(c.write(r, 8192, src));
+                MemorySegment dst = arena.allocate(4096);
+                get(c.read(r, 8192, dst));
+                assertArrayEquals(bytes(src), bytes(dst));
+                get(c.release(r));
+            }
+            assertTrue(m.alive(), "the memserver died after the storm; its log:\n" + m.logText());
         }
     }
 

@@ -30,6 +30,7 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
@@ -42,8 +43,10 @@ import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
@@ -55,6 +58,12 @@ import java.util.function.Consumer;
  * queued, then one endpoint flush for the PUTs of that batch: a write completes when that flush does (remote
  * completion: the bytes are in the memserver's memory), so a burst of writes costs one flush, not one each.
  *
+ * <p>Connecting ends with UCX's wire-up over both ways: the client reads the memserver's probe word over its new
+ * endpoint and flushes it before {@link #connect} returns, so no client of this provider ever leaves while the
+ * memserver still owes its endpoint a wire-up reply (UCX 1.13 aborts the memserver's process when such a client goes
+ * away). A close that comes before the wire-up is over lets it finish, within the connect timeout, before the
+ * endpoint goes.
+ *
  * <p>Remote keys come from MAP (the memserver checks the access key) and are cached per region; an INVALIDATE
  * from the memserver (a release, a lease takeover) drops them, flushes what was issued
  * with them, and only then answers. A watchdog fails everything when any operation is older than the operation
@@ -62,6 +71,8 @@ import java.util.function.Consumer;
  */
 final class UcxConnection implements RemoteConnection {
     private static final Logger log = LoggerFactory.getLogger(UcxConnection.class);
+    /** The probe word as it is in the memserver's memory (see {@link Protocol#UCX_PROBE_WORD}). */
+    private static final ValueLayout.OfLong PROBE_WORD = ValueLayout.JAVA_LONG.withOrder(ByteOrder.LITTLE_ENDIAN);
 
     /** The control connection. */
     private final SocketChannel channel;
@@ -85,6 +96,17 @@ final class UcxConnection implements RemoteConnection {
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
     private final Thread reader;
+    /** The probe word's remote key while the probe may use it; the progress thread's only. */
+    private UcpRemoteKey probeKey;
+    /** Where the probe word lands; reachable while UCX may write it. */
+    private final MemorySegment probeBuffer = Arena.ofAuto().allocate(8, 8);
+    /**
+     * Completed by UCX, success or failure, when the wire-up flush is over: until then the memserver may owe this
+     * endpoint a wire-up reply, and the endpoint is not closed (see {@link #closeWith}).
+     */
+    private final CompletableFuture<Void> wiredUp = new CompletableFuture<>();
+    /** How long a close waits for the wire-up to be over: the connect timeout. */
+    private final long lingerMillis;
 
     private record MapKey(long region, long key, long length) {
     }
@@ -115,6 +137,8 @@ final class UcxConnection implements RemoteConnection {
         /** Kept reachable until completion: the caller's segment, or a native copy of a heap one. */
         final MemorySegment buffer;
         final Runnable after;
+        /** Run on the progress thread when UCX is done with the operation, whether it or the connection failed. */
+        Runnable settled;
 
         Op(long id, Kind kind, long deadline, long remote, UcpRemoteKey rkey, MemorySegment buffer, Runnable after) {
             super(id, (kind == Kind.GET ? Opcode.READ : kind == Kind.PUT ? Opcode.WRITE : Opcode.FLUSH).code(),
@@ -138,6 +162,7 @@ final class UcxConnection implements RemoteConnection {
         this.channel = channel;
         this.peer = peer;
         this.timeoutNanos = params.operationTimeout().toNanos();
+        this.lingerMillis = params.connectTimeout().toMillis();
         this.control = new ControlClient(peer);
         this.server = server;
         this.loop = loop;
@@ -165,6 +190,7 @@ final class UcxConnection implements RemoteConnection {
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
             ServerInfo info = ControlClient.greet(ch, peer, params.token(), params.clientName());
             ByteBuffer serverAddress = ucxConnect(ch, peer);
+            Message.UcxProbeReply probe = ucxProbe(ch, peer);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
             }
@@ -181,6 +207,7 @@ final class UcxConnection implements RemoteConnection {
                 throw new RemoteMemoryException(Status.CONNECT_FAILED, "UCX could not connect to memserver " + peer
                         + ": " + e.getMessage(), e);
             }
+            c.wireUp(probe, params.connectTimeout().toMillis());
             c.reader.start();
             return c;
         } catch (IOException e) {
@@ -218,6 +245,87 @@ final class UcxConnection implements RemoteConnection {
                     + " refused the connection: " + e.message());
             case Message other -> throw new IOException(peer + " sent a malformed UCX_CONNECT reply (" + other + ")");
         };
+    }
+
+    /**
+     * Where the memserver's probe word is, asked right after UCX_CONNECT; null from a memserver that predates
+     * UCX_PROBE (its wire-up is then awaited with the endpoint flush alone).
+     */
+    private static Message.UcxProbeReply ucxProbe(SocketChannel ch, String peer)
+            throws IOException, RemoteMemoryException {
+        return switch (ControlClient.exchange(ch, peer, new Message.UcxProbe(0))) {
+            case Message.UcxProbeReply r -> r;
+            case Message.Error e when e.message().contains("unexpected OP_" + Opcode.UCX_PROBE.code()) -> {
+                log.debug("memserver {} predates UCX_PROBE: waiting for the UCX wire-up with a flush alone", peer);
+                yield null;
+            }
+            case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
+                    + " refused the connection: " + e.message());
+            case Message other -> throw new IOException(peer + " sent a malformed UCX_PROBE reply (" + other + ")");
+        };
+    }
+
+    /**
+     * Finishes connecting: reads the probe word over the new endpoint and flushes the endpoint, on the progress
+     * thread, and waits for both. A read needs the memserver's endpoint ID, which comes with its wire-up reply, so UCX
+     * holds it until that reply is in; the flush waits for every lane still in wire-up. Either failing, or taking
+     * longer than the connect timeout (the operations themselves are bounded by the operation timeout), closes the
+     * connection and fails the connect.
+     */
+    private void wireUp(Message.UcxProbeReply probe, long timeoutMillis) throws RemoteMemoryException {
+        long deadline = System.nanoTime() + timeoutNanos;
+        CompletableFuture<Void> read = new CompletableFuture<>();
+        CompletableFuture<Void> flushed = new CompletableFuture<>();
+        loop.execute(() -> {
+            try {
+                if (probe == null) {
+                    read.complete(null);
+                } else {
+                    probeKey = endpoint.unpackRemoteKey(direct(probe.remoteKey()));
+                    submit(new Op(control.nextId(), Kind.GET, deadline, probe.address(), probeKey, probeBuffer,
+                            () -> loop.execute(this::closeProbeKey))).whenComplete((v, e) -> settle(read, e));
+                }
+                Op flush = new Op(control.nextId(), Kind.FLUSH, deadline, 0, null, null, null);
+                flush.settled = () -> wiredUp.complete(null);
+                submit(flush).whenComplete((v, e) -> settle(flushed, e));
+            } catch (RuntimeException e) { // UCX would not take the probe's key: nothing of it was posted
+                wiredUp.complete(null);
+                read.completeExceptionally(e);
+                flushed.completeExceptionally(e);
+            }
+        });
+        try {
+            CompletableFuture.allOf(read, flushed).get(timeoutMillis, TimeUnit.MILLISECONDS);
+        } catch (TimeoutException e) {
+            close();
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "UCX wire-up with memserver " + peer
+                    + " did not complete within " + timeoutMillis + " ms");
+        } catch (ExecutionException e) {
+            close();
+            Throwable why = e.getCause();
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "UCX wire-up with memserver " + peer
+                    + " failed: " + why.getMessage(), why);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            close();
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "interrupted while UCX wired up with memserver "
+                    + peer);
+        }
+        long word = probeBuffer.get(PROBE_WORD, 0);
+        if (probe != null && word != Protocol.UCX_PROBE_WORD) {
+            close();
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, "memserver " + peer + "'s probe word read over "
+                    + "UCX as 0x" + Long.toHexString(word) + ", not 0x" + Long.toHexString(Protocol.UCX_PROBE_WORD)
+                    + ": UCX does not reach the memory the memserver registered");
+        }
+    }
+
+    private static void settle(CompletableFuture<Void> f, Throwable e) {
+        if (e == null) {
+            f.complete(null);
+        } else {
+            f.completeExceptionally(e);
+        }
     }
 
     /** A copy in native memory: what JUCX wants for addresses and keys. */
@@ -527,6 +635,8 @@ final class UcxConnection implements RemoteConnection {
     private CompletableFuture<Void> submit(Op op) {
         if (control.register(op)) {
             enqueue(op);
+        } else if (op.settled != null) {
+            op.settled.run(); // closed: never posted
         }
         return (CompletableFuture<Void>) (CompletableFuture<?>) op.future();
     }
@@ -545,7 +655,7 @@ final class UcxConnection implements RemoteConnection {
         Op op;
         while ((op = queue.poll()) != null) {
             if (closed.get() != null) {
-                fail(op, closed.get());
+                unposted(op, closed.get());
                 continue;
             }
             try {
@@ -564,7 +674,7 @@ final class UcxConnection implements RemoteConnection {
                     }
                 }
             } catch (RuntimeException e) {
-                fail(op, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "UCX refused a " + op.kind
+                unposted(op, closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "UCX refused a " + op.kind
                         + " to memserver " + peer + ": " + e.getMessage(), e)));
             }
         }
@@ -590,6 +700,9 @@ final class UcxConnection implements RemoteConnection {
         return new UcxCallback() {
             @Override
             public void onSuccess(UcpRequest request) {
+                if (op != null && op.settled != null) {
+                    op.settled.run();
+                }
                 if (onSuccess != null) {
                     onSuccess.accept(request);
                 } else if (op.kind != Kind.PUT) {
@@ -599,6 +712,9 @@ final class UcxConnection implements RemoteConnection {
 
             @Override
             public void onError(int ucsStatus, String errorMsg) {
+                if (op != null && op.settled != null) {
+                    op.settled.run();
+                }
                 RemoteMemoryException e = closed.get() != null ? closed.get()
                         : Ucx.failure(op == null ? "a flush" : "a " + op.kind, peer, ucsStatus, errorMsg);
                 if (op != null) {
@@ -626,6 +742,14 @@ final class UcxConnection implements RemoteConnection {
     private void fail(Op op, RemoteMemoryException e) {
         if (control.remove(op)) {
             op.future().completeExceptionally(e);
+        }
+    }
+
+    /** Fails an operation UCX never saw: UCX is done with it too. */
+    private void unposted(Op op, RemoteMemoryException e) {
+        fail(op, e);
+        if (op.settled != null) {
+            op.settled.run();
         }
     }
 
@@ -666,6 +790,10 @@ final class UcxConnection implements RemoteConnection {
      * Closes once: the control connection, then (on the progress thread) the endpoint, forcibly, so UCX lets go of
      * every buffer, then fails everything pending and stops the worker. A backstop fails what is left a second later
      * should the progress thread be stuck. Returns the cause in force.
+     *
+     * <p>While the wire-up is not over (a close during connect), the endpoint stays, and the worker keeps progressing,
+     * until it is or for the connect timeout: the memserver may be about to send this endpoint its wire-up reply, and
+     * UCX 1.13 aborts the memserver's process when the endpoint it sends to goes away with that reply still queued.
      */
     private RemoteMemoryException closeWith(RemoteMemoryException cause) {
         if (!closed.compareAndSet(null, cause)) {
@@ -674,41 +802,65 @@ final class UcxConnection implements RemoteConnection {
         watchdog.cancel(false);
         closeQuietly(channel);
         loop.execute(() -> {
-            UcpEndpoint ep = endpoint;
-            if (ep != null) {
-                try {
-                    UcpRequest r = ep.closeNonBlockingForce();
-                    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
-                    while (r != null && !r.isCompleted() && System.nanoTime() < until) {
-                        loop.worker.progress();
-                    }
-                } catch (Exception e) {
-                    log.debug("closing the UCX endpoint to {} failed: {}", peer, e.toString());
-                }
+            if (endpoint != null && !wiredUp.isDone()) {
+                wiredUp.completeOnTimeout(null, lingerMillis, TimeUnit.MILLISECONDS)
+                        .whenComplete((v, e) -> loop.execute(() -> closeEndpoint(cause)));
+            } else {
+                closeEndpoint(cause);
             }
-            failAll(cause);
-            for (CompletableFuture<Mapping> f : mappings.values()) {
-                Mapping m = doneOrNull(f);
-                if (m != null) {
-                    try {
-                        m.rkey.close();
-                    } catch (RuntimeException e) {
-                        log.debug("rkey destroy failed", e);
-                    }
-                }
-            }
-            mappings.clear();
         });
-        loop.execute(loop::close);
         UcxListener.TIMER.schedule(() -> failAll(cause), 1, TimeUnit.SECONDS);
         return cause;
+    }
+
+    /** On the progress thread: the endpoint goes, forcibly; what is pending fails; the worker stops. */
+    private void closeEndpoint(RemoteMemoryException cause) {
+        UcpEndpoint ep = endpoint;
+        if (ep != null) {
+            try {
+                UcpRequest r = ep.closeNonBlockingForce();
+                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+                while (r != null && !r.isCompleted() && System.nanoTime() < until) {
+                    loop.worker.progress();
+                }
+            } catch (Exception e) {
+                log.debug("closing the UCX endpoint to {} failed: {}", peer, e.toString());
+            }
+        }
+        failAll(cause);
+        closeProbeKey();
+        for (CompletableFuture<Mapping> f : mappings.values()) {
+            Mapping m = doneOrNull(f);
+            if (m != null) {
+                try {
+                    m.rkey.close();
+                } catch (RuntimeException e) {
+                    log.debug("rkey destroy failed", e);
+                }
+            }
+        }
+        mappings.clear();
+        loop.close();
+    }
+
+    /** On the progress thread: the probe word's remote key, once the probe no longer needs it. */
+    private void closeProbeKey() {
+        UcpRemoteKey k = probeKey;
+        probeKey = null;
+        if (k != null) {
+            try {
+                k.close();
+            } catch (RuntimeException e) {
+                log.debug("rkey destroy failed", e);
+            }
+        }
     }
 
     private void failAll(RemoteMemoryException cause) {
         int failed = control.failAll(cause);
         Op op;
         while ((op = queue.poll()) != null) {
-            fail(op, cause);
+            unposted(op, cause);
         }
         if (cause.status() != Status.CONNECTION_LOST || failed > 0) {
             log.warn("{} ({} pending operation(s) failed)", cause.getMessage(), failed);

@@ -69,6 +69,8 @@ final class UcxListener implements RemoteListener {
     final UcxLoop loop;
     /** The worker's UCX address, sent to every client (UCX_CONNECT). */
     final ByteBuffer workerAddress;
+    /** What every client reads over its new endpoint before its connect completes (UCX_PROBE). */
+    final UcxProbeWord probe;
     private final Set<UcxServerConnection> connections = ConcurrentHashMap.newKeySet();
     private GatedAcceptor acceptor;
     /** Registered region memory by (region, key, length); guarded by itself. */
@@ -110,7 +112,13 @@ final class UcxListener implements RemoteListener {
         this.service = service;
         this.context = context;
         this.loop = new UcxLoop(context, "rdma-ucx-server-progress");
-        this.workerAddress = loop.call(loop.worker::getAddress, 10_000);
+        try {
+            this.workerAddress = loop.call(loop.worker::getAddress, 10_000);
+            this.probe = loop.call(() -> new UcxProbeWord(context), REGISTER_TIMEOUT_MILLIS);
+        } catch (Exception e) {
+            loop.close();
+            throw e;
+        }
     }
 
     /** Control connections come through the shared {@link GatedAcceptor}, as the tcp provider's. */
@@ -383,6 +391,7 @@ final class UcxListener implements RemoteListener {
         for (Registration r : all) {
             drop(r, 0);
         }
+        loop.execute(probe::close);
         loop.close();
     }
 }

@@ -32,7 +32,7 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * The memserver end of one ucx-provider control connection, on its own thread: the control protocol of the {@code
  * wire} package (the greeting, the region and lease operations, ZERO and FLUSH, as every transport serves them) plus
- * UCX_CONNECT and MAP. Replies that wait for other clients to forget a key (RELEASE, a LEASE that rotated a volume's
+ * UCX_CONNECT, UCX_PROBE and MAP. Replies that wait for other clients to forget a key (RELEASE, a LEASE that rotated a volume's
  * keys) are sent when they have, without holding up this connection's other requests.
  *
  * <p>Whatever another connection's thread (or the timer) has to send to this client, a deferred reply or an
@@ -202,6 +202,8 @@ final class UcxServerConnection implements Runnable {
                     }
                 }
                 case Message.UcxConnect u -> send(new Message.UcxConnectReply(u.id(), listener.workerAddress));
+                case Message.UcxProbe p -> send(new Message.UcxProbeReply(p.id(), listener.probe.address(),
+                        listener.probe.remoteKey()));
                 case Message.MapRegion r -> map(s, r);
                 default -> send(ControlDispatcher.answer(s, m));
             }

@@ -158,6 +158,13 @@ public sealed interface Message {
         }
     }
 
+    /** Where the memserver's probe word is, for the client to read over its new UCX endpoint. */
+    record UcxProbe(long id) implements Message {
+        public int code() {
+            return Opcode.UCX_PROBE.code();
+        }
+    }
+
     // ------------------------------------------------------------------------- replies: memserver to client
 
     record HelloReply(long id, String serverId, long capacityBytes, long freeBytes) implements Message {
@@ -294,6 +301,22 @@ public sealed interface Message {
 
         public int code() {
             return Opcode.MAP.code();
+        }
+    }
+
+    /** Where the probe word ({@link Protocol#UCX_PROBE_WORD}, 8 bytes) is for UCX, and its packed remote key. */
+    record UcxProbeReply(long id, long address, ByteBuffer remoteKey) implements Message {
+        public UcxProbeReply {
+            remoteKey = readOnlyCopy(remoteKey);
+        }
+
+        @Override
+        public ByteBuffer remoteKey() {
+            return remoteKey.duplicate();
+        }
+
+        public int code() {
+            return Opcode.UCX_PROBE.code();
         }
     }
 

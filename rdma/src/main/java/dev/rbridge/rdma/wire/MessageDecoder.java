@@ -387,6 +387,7 @@ public final class MessageDecoder {
             case UCX_CONNECT -> new Message.UcxConnect(id);
             case MAP -> new Message.MapRegion(id, b.getLong(), b.getLong(), b.getLong());
             case INVALIDATE -> new Message.InvalidateDone(id);
+            case UCX_PROBE -> new Message.UcxProbe(id);
         };
     }
 
@@ -418,6 +419,10 @@ public final class MessageDecoder {
                 long address = b.getLong();
                 long n = b.getLong();
                 yield new Message.MapReply(id, address, n, getBytes(b));
+            }
+            case UCX_PROBE -> {
+                long address = b.getLong();
+                yield new Message.UcxProbeReply(id, address, getBytes(b));
             }
             case INVALIDATE -> {
                 int n = b.getInt();

@@ -53,6 +53,7 @@ public final class MessageEncoder {
             case Message.UcxConnect u -> 0;
             case Message.MapRegion m2 -> 24;
             case Message.InvalidateDone d -> 0;
+            case Message.UcxProbe p -> 0;
             case Message.HelloReply h -> stringLength(h.serverId()) + 16;
             case Message.AllocateReply a -> descriptorLength(a.region());
             case Message.OpenReply o -> descriptorLength(o.region());
@@ -64,6 +65,7 @@ public final class MessageEncoder {
             case Message.InfoReply i -> stringLength(i.serverId()) + 16;
             case Message.UcxConnectReply u -> 4 + u.workerAddress().remaining();
             case Message.MapReply m2 -> 16 + 4 + m2.remoteKey().remaining();
+            case Message.UcxProbeReply p -> 8 + 4 + p.remoteKey().remaining();
             case Message.Invalidate i -> 4 + 8L * i.regionIds().size();
             case Message.Error e -> stringLength(e.message());
             case Message.Unreadable u -> throw new IllegalArgumentException("an unreadable message is not sent: "
@@ -138,6 +140,10 @@ public final class MessageEncoder {
                 dst.putLong(r.address()).putLong(r.length());
                 putBytes(dst, r.remoteKey());
             }
+            case Message.UcxProbeReply p -> {
+                dst.putLong(p.address());
+                putBytes(dst, p.remoteKey());
+            }
             case Message.Invalidate i -> {
                 dst.putInt(i.regionIds().size());
                 for (long region : i.regionIds()) {
@@ -156,6 +162,8 @@ public final class MessageEncoder {
             case Message.UcxConnect u -> {
             }
             case Message.InvalidateDone d -> {
+            }
+            case Message.UcxProbe p -> {
             }
             case Message.ReleaseReply r -> {
             }

@@ -3,7 +3,8 @@ package dev.rbridge.rdma.wire;
 /**
  * The operations of the control protocol, by wire code. Codes 1-19 are the region, lease and data operations every
  * memserver serves (READ and WRITE travel on this connection for the tcp transport only); 32-34 are the ucx
- * transport's additions. A code not listed here is an operation this build predates.
+ * transport's additions (35 came later: a client that knows it asks for it, a memserver that predates it answers
+ * "unexpected OP_35"). A code not listed here is an operation this build predates.
  */
 public enum Opcode {
     HELLO(1), ALLOCATE(2), OPEN(3), LIST(4), RELEASE(5), RETAG(6), LEASE(7), UNLEASE(8), INFO(9),
@@ -13,9 +14,14 @@ public enum Opcode {
     /** Client to memserver: a region's remote address and packed UCX remote key (key and range checked). */
     MAP(33),
     /** Memserver to client: forget these regions' remote keys; the client answers once nothing of it is in flight. */
-    INVALIDATE(34);
+    INVALIDATE(34),
+    /**
+     * Client to memserver, after UCX_CONNECT: where the memserver's probe word is and its packed UCX remote key. The
+     * client reads the word over its new endpoint before its connect completes, so UCX's wire-up is over both ways.
+     */
+    UCX_PROBE(35);
 
-    private static final Opcode[] BY_CODE = new Opcode[35];
+    private static final Opcode[] BY_CODE = new Opcode[36];
 
     static {
         for (Opcode o : values()) {

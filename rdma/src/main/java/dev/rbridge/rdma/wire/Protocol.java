@@ -35,6 +35,11 @@ public final class Protocol {
     public static final int READ_BODY = DATA_ADDRESS + 4;
     /** A ZERO request's body: the data address and a 64-bit length. */
     public static final int ZERO_BODY = DATA_ADDRESS + 8;
+    /**
+     * What a ucx memserver's probe word holds (the bytes "UCXPROBE"): a client reads it over its new UCX endpoint
+     * (UCX_PROBE) and checks it, so its connect proves the data path and leaves no UCX wire-up half done.
+     */
+    public static final long UCX_PROBE_WORD = 0x45424F5250584355L;
     /** Strings are a 16-bit length and that many bytes of UTF-8; longer ones are cut. */
     public static final int MAX_STRING = 0xFFFF;
 }

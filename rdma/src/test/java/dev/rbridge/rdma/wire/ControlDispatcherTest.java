@@ -72,6 +72,9 @@ class ControlDispatcherTest {
         assertEquals(new Message.Error(2, 32, Status.BAD_REQUEST.code(), "unexpected OP_32"),
                 ControlDispatcher.answer(session, new Message.UcxConnect(2)),
                 "a ucx client learns from this that the memserver serves another transport");
+        assertEquals(new Message.Error(4, 35, Status.BAD_REQUEST.code(), "unexpected OP_35"),
+                ControlDispatcher.answer(session, new Message.UcxProbe(4)),
+                "what a ucx memserver that predates UCX_PROBE answers too: its clients then wire up without it");
         assertEquals(new Message.Error(3, 1, Status.BAD_REQUEST.code(), "unexpected HELLO"),
                 ControlDispatcher.answer(session, new Message.Hello(3, "t", "again")));
     }

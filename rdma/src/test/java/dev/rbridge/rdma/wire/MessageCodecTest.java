@@ -128,7 +128,8 @@ class MessageCodecTest {
                 new Case(new Message.UcxConnect(15), message(32, 15, new Bytes())),
                 new Case(new Message.MapRegion(16, 42, KEY, 1 << 20),
                         message(33, 16, new Bytes().u64(42).u64(KEY).u64(1 << 20))),
-                new Case(new Message.InvalidateDone(17), message(34, 17, new Bytes())));
+                new Case(new Message.InvalidateDone(17), message(34, 17, new Bytes())),
+                new Case(new Message.UcxProbe(18), message(35, 18, new Bytes())));
     }
 
     static List<Case> replies() {
@@ -161,6 +162,8 @@ class MessageCodecTest {
                         message(32, 15, new Bytes().u32(address.length).raw(address))),
                 new Case(new Message.MapReply(16, 0x7F00_0000_1000L, 1 << 20, ByteBuffer.wrap(rkey)),
                         message(33, 16, new Bytes().u64(0x7F00_0000_1000L).u64(1 << 20).u32(rkey.length).raw(rkey))),
+                new Case(new Message.UcxProbeReply(18, 0x7F00_0000_2000L, ByteBuffer.wrap(rkey)),
+                        message(35, 18, new Bytes().u64(0x7F00_0000_2000L).u32(rkey.length).raw(rkey))),
                 new Case(new Message.Invalidate(900, List.of(42L, 43L)),
                         message(34, 900, new Bytes().u32(2).u64(42).u64(43))),
                 new Case(new Message.Error(18, 2, 6, "cannot grant"),
