@@ -3,6 +3,8 @@ package dev.rbridge.cli;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
+import java.util.Set;
+
 /** The {@code rbridge} executable: one command with a subcommand per role. */
 @Command(name = "rbridge",
         mixinStandardHelpOptions = true,
@@ -42,23 +44,41 @@ public final class Main implements Runnable {
 
     /**
      * slf4j-simple reads its settings once, so they are set from the raw arguments before the first logger exists,
-     * and so before picocli knows the command: without --log-level every command logs at the servers' level.
+     * and so before picocli knows the command: {@link #logLevel} finds the command's default itself.
      */
     private static void configureLogging(String[] args) {
-        String level = Defaults.SERVER_LOG_LEVEL;
-        for (int i = 0; i < args.length; i++) {
-            if (args[i].equals("--log-level") && i + 1 < args.length) {
-                level = args[i + 1];
-            } else if (args[i].startsWith("--log-level=")) {
-                level = args[i].substring("--log-level=".length());
-            }
-        }
-        setIfAbsent("org.slf4j.simpleLogger.defaultLogLevel", level);
+        setIfAbsent("org.slf4j.simpleLogger.defaultLogLevel", logLevel(args));
         setIfAbsent("org.slf4j.simpleLogger.showDateTime", "true");
         setIfAbsent("org.slf4j.simpleLogger.dateTimeFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX");
         setIfAbsent("org.slf4j.simpleLogger.showThreadName", "false");
         setIfAbsent("org.slf4j.simpleLogger.showShortLogName", "true");
         setIfAbsent("org.slf4j.simpleLogger.levelInBrackets", "true");
+    }
+
+    /**
+     * The commands that mix in {@link LogLevelOption.Tool}: they log at its level unless told otherwise. Named here
+     * because the level is needed before picocli may build the commands (building them loads classes whose loggers
+     * would fix slf4j-simple's settings too early); {@code LogLevelDefaultTest} checks it against the commands.
+     */
+    static final Set<String> TOOLS = Set.of("ping", "bench", "mem", "admin");
+
+    /** The level the command line asks for: {@code --log-level}, else the default of the command it runs. */
+    static String logLevel(String[] args) {
+        String level = null;
+        String command = null;
+        for (int i = 0; i < args.length; i++) {
+            if (args[i].equals("--log-level") && i + 1 < args.length) {
+                level = args[++i];
+            } else if (args[i].startsWith("--log-level=")) {
+                level = args[i].substring("--log-level=".length());
+            } else if (command == null && !args[i].startsWith("-")) {
+                command = args[i];
+            }
+        }
+        if (level != null) {
+            return level;
+        }
+        return command != null && TOOLS.contains(command) ? Defaults.TOOL_LOG_LEVEL : Defaults.SERVER_LOG_LEVEL;
     }
 
     private static void setIfAbsent(String key, String value) {
