@@ -233,11 +233,9 @@ public final class BridgeConfig {
         }
 
         /**
-         * One lane per two CPUs, at most four. Raw provider transfers gain from more (1 MiB QD8: one lane ~3.7 GB/s,
-         * bound by the memserver thread serving it; four ~5 GB/s, the plain-NIO baseline's eight sockets' figure), but
-         * through the bridge on a 2-core host, where fio, bridge and memserver share the cores, four lanes wrote 1 MiB
-         * QD8 11 % slower than one (bench/fio-bridge.sh --targets rb1,rb1l1): extra lanes only pay with cores to run
-         * them.
+         * One lane per two CPUs, at most four. Raw provider transfers gain from more lanes (one memserver thread serves
+         * each), but through the bridge on a small host, where the client, bridge and memserver share the cores, extra
+         * lanes only pay with cores to run them (bench/README.md, the lanes runs of fio-bridge.sh and rdma-tcp.sh).
          */
         static int defaultLanes() {
             return Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors() / 2));
