@@ -7,11 +7,11 @@ import java.util.function.LongSupplier;
 /**
  * Spin-then-block for the one thread that reads a connection (the client's reader, the memserver's connection
  * thread): before a read that would block, poll the socket for input for a bounded time, yielding the CPU between
- * polls. A thread blocked in a read is woken by the kernel, and in the VMs this was measured on, a wake-up across CPUs
- * costs ~40 µs each way: with the two ends on different CPUs, 4K QD1 took ~90 µs per operation blocking and ~11 µs
- * polling (bench/rdma-tcp.sh --pin split; the same on both ends matters, either alone gets ~33 µs). With both ends on
- * one CPU polling costs (4K read p50 ~35 µs against ~24 blocking, 2026-11-25, bench/README.md): that placement is not
- * the one this serves.
+ * polls. A thread blocked in a read is woken by the kernel, and on small VMs a wake-up across CPUs costs tens of
+ * microseconds each way, several times a 4K round trip without wake-ups; polling takes both wake-ups out when the two
+ * ends run on different CPUs (both ends must poll: either alone keeps one wake-up). With both ends on one CPU polling
+ * costs instead, since the poller takes the CPU its peer needs: that placement is not the one this serves. The
+ * measurements are in bench/README.md (rdma-tcp.sh --pin split and --pin same).
  *
  * <p>It never burns a CPU while idle: after the budget the thread blocks as before, and every poll that ends empty
  * doubles the number of following waits that block at once (up to {@link #MAX_SKIP}), so a sparse load, whose input
@@ -19,8 +19,9 @@ import java.util.function.LongSupplier;
  */
 final class Spinner {
     /**
-     * How long to poll before blocking. A QD1 round trip without wake-ups is ~10 µs, so input that comes at all comes
-     * well within it; 100 µs measured no better than 50 µs and burns twice as long after the last message.
+     * How long to poll before blocking: several QD1 round trips without wake-ups, so input that comes at all comes
+     * well within it; twice as long measured no better (bench/README.md) and burns twice as long after the last
+     * message.
      */
     static final long BUDGET_NANOS = 50_000;
     /**

@@ -27,9 +27,9 @@ import java.util.stream.Stream;
  *
  * <p>Why it matters: BBR, the default on many cloud images (this project's CI VMs among them), sizes a flow's window
  * from its bandwidth times its minimum round trip. On a path of a few microseconds that window is ~1.5 MB, so a
- * connection with several 1 MiB writes queued is paced from timers and acknowledgements instead of being sent at once;
- * measured on a 2-CPU VM: 1 MiB writes, 2 in flight, client and memserver on one CPU: 1.7 GB/s under BBR, 6.4 under
- * CUBIC; unpinned, 8 in flight: 4.3 vs 8.1 GB/s. CUBIC's window grows with what the path delivers.
+ * connection with several 1 MiB writes queued is paced from timers and acknowledgements instead of being sent at once,
+ * at a fraction of what CUBIC moves on the same path (bench/README.md has the runs). CUBIC's window grows with what
+ * the path delivers.
  *
  * <p>The JDK hides a channel's file descriptor, so it is found by its addresses: the process's socket descriptors are
  * asked for their local and peer address ({@code getsockname}/{@code getpeername}) until one matches the channel's.
