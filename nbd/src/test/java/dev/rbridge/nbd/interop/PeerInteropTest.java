@@ -5,6 +5,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
 import org.junit.jupiter.api.Timeout;
@@ -19,6 +20,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * nbd engine, and an ext4 filesystem through nbdfuse and a loop device. Each check is a script in
  * {@code src/test/resources/interop} that verifies every byte itself and fails with the first difference.
  */
+@Tag("interop")
 @Timeout(600)
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
 class PeerInteropTest {

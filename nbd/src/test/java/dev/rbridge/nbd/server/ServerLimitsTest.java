@@ -1,6 +1,7 @@
 package dev.rbridge.nbd.server;
 
 import dev.rbridge.nbd.protocol.Nbd;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -23,6 +24,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * test plays the misbehaving client with {@link RawClient} (from other loopback addresses where it plays another
  * peer) and checks both that the limit holds and that a well-behaved client beside it is served.
  */
+@Tag("fault")
 @Timeout(60)
 class ServerLimitsTest {
     private static final int MiB = 1 << 20;

@@ -1,6 +1,7 @@
 package dev.rbridge.ops.http;
 
 import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -32,6 +33,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * loaded 2-core VM: no test relies on timing tighter than a few seconds, and an order between server events is
  * waited for (a latch, a counter), never assumed from a sleep.
  */
+@Tag("fault")
 @Timeout(60)
 class OpsHttpServerTest {
     /**
