@@ -9,6 +9,7 @@ import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.tcp.TcpProvider;
 import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -32,6 +33,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * past the ttl is. Memservers in this JVM over tcp, one behind a {@link PartitionRelay}.
  */
 @Timeout(120)
+@Tag("fault")
 class LeaseAfterRestartTest {
     private static final long MIB = 1 << 20;
     private static final Duration TTL = Duration.ofSeconds(10);

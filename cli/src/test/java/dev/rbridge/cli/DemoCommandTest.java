@@ -2,6 +2,7 @@ package dev.rbridge.cli;
 
 import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.Assertions;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -31,6 +32,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code rbridge demo} as a real process: it serves real clients and stops gracefully on SIGTERM. */
 @Timeout(120)
+@Tag("interop")
 class DemoCommandTest {
     private static final Pattern SERVING = Pattern.compile("rbridge demo: serving (\\S+)");
 

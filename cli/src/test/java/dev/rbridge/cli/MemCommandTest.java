@@ -5,6 +5,7 @@ import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.tcp.TcpProvider;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -36,6 +37,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * and cross-checked through this JVM's own connection.
  */
 @Timeout(90)
+@Tag("interop")
 class MemCommandTest {
     private static final Pattern LENDING = Pattern.compile("lending \\S+ at (\\S+)");
 

@@ -6,6 +6,7 @@ import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.tcp.TcpProvider;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -28,6 +29,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code rbridge admin} against a memserver process: list, revoke, disconnect, drain. */
 @Timeout(120)
+@Tag("interop")
 class MemServerAdminTest {
     private static final Pattern LINE = Pattern.compile("at (\\S+):(\\d+) admin (\\S+)");
 

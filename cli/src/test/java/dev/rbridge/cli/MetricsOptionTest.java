@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import dev.rbridge.nbd.interop.PeerTool;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 import java.io.BufferedReader;
@@ -28,6 +29,7 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /** The --metrics option of memserver and demo: what each counts, and how a taken address is handled. */
+@Tag("interop")
 class MetricsOptionTest {
     private static final Pattern LENDING = Pattern.compile("lending \\S+ at (\\S+)");
     private static final Pattern METRICS = Pattern.compile("metrics http://(\\S+)/metrics");

@@ -1,5 +1,6 @@
 package dev.rbridge.cli;
 
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -17,6 +18,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code rbridge memserver} and {@code rbridge ping} as separate processes, as an operator runs them. */
 @Timeout(120)
+@Tag("interop")
 class RemoteMemoryCommandsTest {
     private static final Pattern LENDING = Pattern.compile("lending \\S+ at (\\S+)");
 

@@ -2,6 +2,7 @@ package dev.rbridge.cli;
 
 import dev.rbridge.cli.serve.ServeCluster;
 import dev.rbridge.nbd.interop.PeerTool;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -19,6 +20,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code rbridge serve} and {@code rbridge admin --bridge} as an operator uses them: config file, errors, admin views. */
 @Timeout(180)
+@Tag("interop")
 class ServeCommandTest {
     private static final Pattern SERVING = Pattern.compile("rbridge serve: serving (\\S+)");
 

@@ -5,6 +5,7 @@ import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.tcp.TcpProvider;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -31,6 +32,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * the memserver little, leave its accept loop running, and never keep a client with the token out.
  */
 @Timeout(180)
+@Tag("fault")
 class MemServerFloodTest {
     static final String TOKEN = "flood-secret";
 

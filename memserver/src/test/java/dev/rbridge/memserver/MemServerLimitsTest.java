@@ -9,6 +9,7 @@ import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.tcp.TcpProvider;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -33,6 +34,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The memserver's limits on what clients may make it hold, each hit by a real client over tcp. */
 @Timeout(120)
+@Tag("fault")
 class MemServerLimitsTest {
     static final String TOKEN = MemServerFloodTest.TOKEN;
 

@@ -1,5 +1,6 @@
 package dev.rbridge.memserver;
 
+import org.junit.jupiter.api.Tag;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.ucx.UcxProvider;
 
@@ -10,6 +11,7 @@ import java.util.List;
  * The provider contract over the ucx provider (JUCX), the memserver in its own JVM (killed and frozen for real), with
  * UCX_TLS=tcp on both sides: UCX emulates GET/PUT with active messages there, which is what this host can run.
  */
+@Tag("fault")
 class UcxProviderContractTest extends ProviderContractTest {
     @Override
     RemoteMemoryProvider provider() {

@@ -1,6 +1,7 @@
 package dev.rbridge.cli.adversarial;
 
 import dev.rbridge.cli.serve.ServeCluster;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
 import java.io.Closeable;
@@ -27,8 +28,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * What the memserver and lease attacks share: a cluster under attack (two memservers with a token and metrics, a
  * bridge serving a replicated volume), the well-behaved client beside the attack, a raw client speaking the memserver's
- * wire (version 1, rdma/README.md) to do what real clients never do, and the checks every attack must pass.
+ * wire (version 1, docs/wire-formats.md) to do what real clients never do, and the checks every attack must pass.
  */
+@Tag("fault")
 abstract class MemserverAttackTest {
     @RegisterExtension
     static final ServeCluster.LogsOnFailure LOGS = new ServeCluster.LogsOnFailure();

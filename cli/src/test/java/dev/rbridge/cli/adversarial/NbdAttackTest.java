@@ -3,6 +3,7 @@ package dev.rbridge.cli.adversarial;
 import dev.rbridge.cli.serve.ServeCluster;
 import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -22,6 +23,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * alone cannot be what saves it.
  */
 @Timeout(300)
+@Tag("fault")
 class NbdAttackTest {
     private static final long MiB = 1 << 20;
     private static final Duration SERVED_WITHIN = Duration.ofSeconds(2);

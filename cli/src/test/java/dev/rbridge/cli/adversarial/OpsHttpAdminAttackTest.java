@@ -5,6 +5,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
@@ -28,6 +29,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 @Timeout(180)
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
+@Tag("fault")
 class OpsHttpAdminAttackTest {
     @RegisterExtension
     static final ServeCluster.LogsOnFailure LOGS = new ServeCluster.LogsOnFailure();

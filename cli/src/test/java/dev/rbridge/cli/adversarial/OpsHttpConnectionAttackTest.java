@@ -5,6 +5,7 @@ import dev.rbridge.ops.http.OpsHttpConfig;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
@@ -36,6 +37,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 @Timeout(240)
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
+@Tag("fault")
 class OpsHttpConnectionAttackTest {
     private static final String TOKEN = "attack-test-token";
 

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 import dev.rbridge.cli.Main;
 import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.yaml.snakeyaml.Yaml;
@@ -29,6 +30,7 @@ import java.util.function.UnaryOperator;
  * annotations point at the ports the processes serve metrics on.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
+@Tag("deploy")
 class KubernetesManifestsTest {
     private static final Path K8S = Deploy.DEPLOY.resolve("kubernetes");
     private Path validator;

@@ -4,6 +4,7 @@ import dev.rbridge.cli.Main;
 import dev.rbridge.cli.serve.ServeCluster;
 import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -33,6 +34,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * while real NBD clients (fio's nbd engine, libnbd) drive I/O and check every byte.
  */
 @Timeout(300)
+@Tag("fault")
 class ServeFaultTest {
     private static final long MiB = 1 << 20;
     private static final Pattern PROBE = Pattern.compile(

@@ -2,6 +2,7 @@ package dev.rbridge.cli.kernel;
 
 import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
@@ -21,6 +22,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * (misplaced), a verify expecting a newer run (stale), a zeroed block.
  */
 @Timeout(120)
+@Tag("guest")
 class WriteDataTest {
     private static final int BLOCK = 4096;
     private static final String SIZE = "8M";

@@ -5,6 +5,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
 import org.junit.jupiter.api.Timeout;
@@ -28,6 +29,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 @Timeout(300)
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
+@Tag("fault")
 class ServeClusterTest {
     private static final int MiB = 1 << 20;
     private static final Duration SETTLE = Duration.ofSeconds(60);

@@ -3,7 +3,7 @@ package dev.rbridge.rdma.wire;
 /**
  * The remote-memory control protocol, version {@value #VERSION}: the constants every peer shares. Little-endian; every
  * message is a {@value #HEADER}-byte header (magic, version, opcode, request id, status, body length) and that many
- * bytes of body. The layouts are tabled in {@code rdma/README.md}.
+ * bytes of body. The layouts are tabled in {@code docs/wire-formats.md}.
  *
  * <p>Version 1 is extended only by adding opcodes: no message of an existing opcode changes layout or meaning, so
  * peers of any v1 build keep working together for the operations both know. A memserver that predates an opcode
