@@ -8,6 +8,7 @@ import dev.rbridge.bridge.volume.Replica;
 import dev.rbridge.bridge.volume.Slab;
 import dev.rbridge.bridge.volume.SlabHost;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.common.Failures;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.Providers;
@@ -15,8 +16,8 @@ import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
-import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.ServerInfo;
 import org.slf4j.Logger;
@@ -205,7 +206,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 try {
                     Bridge.this.writeManifests(l, c, e.getValue(), config.operationTimeout().toMillis() * 2);
                 } catch (Exception ex) {
-                    linkDown(l, "could not write the allocation manifest: " + reason(ex));
+                    linkDown(l, "could not write the allocation manifest: " + Failures.reason(ex));
                 }
             }
             manifests.clear();
@@ -360,7 +361,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                         attachment.tookOver(v);
                     }
                 } catch (ExecutionException e) {
-                    if (cause(e) instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
+                    if (Failures.cause(e) instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
                         attachment.leaseHeld(l, c, v, r);
                         continue;
                     }
@@ -410,7 +411,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 return false;
             }
             String why = e instanceof TimeoutException ? "no answer within " + config.operationTimeout().toMillis() * 2
-                    + " ms" : reason(e);
+                    + " ms" : Failures.reason(e);
             log.warn("memserver {}: could not attach: {}", l.label(), why);
             l.connectFailed(why);
             c.close();
@@ -542,7 +543,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
             }
             String why = "no reachable memserver has " + slab.length() + " bytes free for volume "
                     + slab.volume().name() + " slab " + slab.index()
-                    + (lastError == null ? "" : " (last refusal: " + reason(lastError) + ")");
+                    + (lastError == null ? "" : " (last refusal: " + Failures.reason(lastError) + ")");
             return CompletableFuture.failedFuture(new RemoteMemoryException(Status.NO_CAPACITY, why));
         }
         tried.add(l);
@@ -561,15 +562,15 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     }
                     l.reserved.addAndGet(-length);
                     log.debug("memserver {} refused a region for volume {} slab {}: {}", l.label(),
-                            slab.volume().name(), slab.index(), reason(e));
-                    if (cause(e) instanceof RemoteMemoryException r && r.status() == Status.ACCESS_DENIED) {
+                            slab.volume().name(), slab.index(), Failures.reason(e));
+                    if (Failures.cause(e) instanceof RemoteMemoryException r && r.status() == Status.ACCESS_DENIED) {
                         leases.fence(slab.volume(), "memserver " + l.label() + " refused this bridge a region of "
                                 + "the volume (" + r.getMessage() + "): another client took the volume's lease over "
                                 + "there");
                         got.forEach(this::release);
                         return CompletableFuture.<List<Replica>>failedFuture(r);
                     }
-                    return placeNext(slab, count, generation, tried, got, cause(e), firstSlot);
+                    return placeNext(slab, count, generation, tried, got, Failures.cause(e), firstSlot);
                 }).thenCompose(Function.identity());
     }
 
@@ -608,7 +609,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         if (r.connection().isOpen()) {
             r.connection().release(r.region()).whenComplete((v, e) -> {
                 if (e != null) {
-                    log.debug("could not release {}: {}", r.describe(), reason(e));
+                    log.debug("could not release {}: {}", r.describe(), Failures.reason(e));
                 }
             });
         }
@@ -637,18 +638,6 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 old.close();
             }
         }
-    }
-
-    static Throwable cause(Throwable e) {
-        while ((e instanceof ExecutionException || e instanceof CompletionException) && e.getCause() != null) {
-            e = e.getCause();
-        }
-        return e;
-    }
-
-    static String reason(Throwable e) {
-        Throwable t = cause(e);
-        return t.getMessage() == null ? t.toString() : t.getMessage();
     }
 
     private static void sleep(long millis) {

@@ -2,6 +2,7 @@ package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.common.Failures;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
@@ -90,14 +91,14 @@ final class LeaseKeeper {
                         }
                         return;
                     }
-                    Throwable t = Bridge.cause(e);
+                    Throwable t = Failures.cause(e);
                     if (t instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
                         fence(v, "memserver " + l.label() + " refused this bridge's lease renewal (" + r.getMessage()
                                 + "): another client took the volume over after this bridge's lease lapsed");
                         return;
                     }
                     if (l.connection() == c) {
-                        linkDown.accept(l, "lease renewal failed: " + Bridge.reason(t));
+                        linkDown.accept(l, "lease renewal failed: " + Failures.reason(t));
                     }
                 });
             }
@@ -182,7 +183,7 @@ final class LeaseKeeper {
                 c.unlease(v.name(), config.owner()).whenComplete((x, e) -> {
                     if (e != null) {
                         log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
-                                Bridge.reason(e));
+                                Failures.reason(e));
                     }
                 });
             }
@@ -199,7 +200,7 @@ final class LeaseKeeper {
                 c.unlease(v.name(), config.owner()).get(1, TimeUnit.SECONDS);
             } catch (ExecutionException | TimeoutException e) {
                 log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
-                        Bridge.reason(e));
+                        Failures.reason(e));
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }

@@ -6,9 +6,8 @@ import java.lang.invoke.VarHandle;
 /**
  * Which 4 KiB pages of a mapping hold data written to them, one bit each. Memory never written reads as zeroes, and
  * reading it through the mapping is not free on every kernel: most map the shared zero page on a read fault, but some
- * give the reader a page of its own (measured on this project's CI VMs, Linux 6.18: reading 256 MiB of untouched
- * anonymous memory raised the process's anonymous RSS by 256 MiB). A server that read a fresh volume end to end would
- * back all of it. So whoever serves reads asks for the runs that were written and sends zeroes for the rest without
+ * give the reader a page of its own, so that reading untouched anonymous memory raises the process's resident memory
+ * by as much as was read. A server that read a fresh volume end to end would back all of it. So whoever serves reads asks for the runs that were written and sends zeroes for the rest without
  * touching them.
  *
  * <p>Marks and clears are atomic per word of 64 pages and visible to every thread at once. A read racing a write of

@@ -160,17 +160,17 @@ final class Leases {
             return new Lease(volume, owner, ttlMillis, false);
         }
         int rotated = rotateKeys.applyAsInt(volume);
-        String v = MemServer.printable(volume, RegionTag.MAX_VOLUME_NAME);
+        String v = Printable.cut(volume, RegionTag.MAX_VOLUME_NAME);
         if (tookOver) {
             Holder from = previous.holder();
             log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); {} region "
-                            + "key(s) rotated", v, MemServer.printable(owner, MAX_OWNER), c.id(), c.peer(),
-                    MemServer.printable(previous.owner(), MAX_OWNER), from.id(), from.peer(),
+                            + "key(s) rotated", v, Printable.cut(owner, MAX_OWNER), c.id(), c.peer(),
+                    Printable.cut(previous.owner(), MAX_OWNER), from.id(), from.peer(),
                     previous.state() == State.RELEASED || from.ended() ? "connection ended" : "lease expired "
                             + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos()) + " ms ago", rotated);
         } else {
             log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms{}", v,
-                    MemServer.printable(owner, MAX_OWNER), c.id(), c.peer(), ttlMillis,
+                    Printable.cut(owner, MAX_OWNER), c.id(), c.peer(), ttlMillis,
                     rotated == 0 ? "" : "; " + rotated + " region key(s) rotated");
         }
         return new Lease(volume, owner, ttlMillis, tookOver);
@@ -204,7 +204,7 @@ final class Leases {
             table.put(volume, l.in(State.GIVEN_BACK));
             held.computeIfPresent(c, (h, n) -> n > 1 ? n - 1 : null);
             log.info("volume '{}': lease of '{}' given back by client {} at {}",
-                    MemServer.printable(volume, RegionTag.MAX_VOLUME_NAME), MemServer.printable(owner, MAX_OWNER),
+                    Printable.cut(volume, RegionTag.MAX_VOLUME_NAME), Printable.cut(owner, MAX_OWNER),
                     c.id(), c.peer());
         }
     }
@@ -216,8 +216,8 @@ final class Leases {
             if (l.holder() == c && l.state() == State.HELD) {
                 e.setValue(l.in(State.RELEASED));
                 log.info("volume '{}': lease of '{}' released: client {} at {} disconnected",
-                        MemServer.printable(e.getKey(), RegionTag.MAX_VOLUME_NAME),
-                        MemServer.printable(l.owner(), MAX_OWNER), c.id(), c.peer());
+                        Printable.cut(e.getKey(), RegionTag.MAX_VOLUME_NAME),
+                        Printable.cut(l.owner(), MAX_OWNER), c.id(), c.peer());
             }
         }
         held.remove(c);

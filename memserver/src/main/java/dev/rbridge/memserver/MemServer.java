@@ -114,7 +114,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         server.listener = provider.listen(new ListenParams().address(config.listen())
                 .tcpCongestion(config.tcpCongestion()).limits(config.connections()).helloTimeout(helloTimeout),
                 server);
-        if (config.token() == null) {
+        if (config.token() == null && !provider.name().equals("local")) { // local: only this process reaches it
             log.warn("no token configured: any client that can reach {} may use this memory", server.address());
         }
         log.info("memserver {} lending up to {} bytes over {} at {}:{}{}", server.serverId, config.capacityBytes(),
@@ -198,13 +198,13 @@ public final class MemServer implements RegionService, AutoCloseable {
                 token.getBytes(StandardCharsets.UTF_8))) {
             refusedAuth.incrementAndGet();
             refused.computeIfAbsent("token", k -> new AtomicLong()).incrementAndGet();
-            limited.warn("token", "refused client '{}' from {}: wrong token", printable(clientName, MAX_CLIENT_NAME),
+            limited.warn("token", "refused client '{}' from {}: wrong token", Printable.cut(clientName, MAX_CLIENT_NAME),
                     peer);
             throw new RemoteMemoryException(Status.AUTH_FAILED, "wrong token");
         }
         String address = peer instanceof InetSocketAddress i ? i.getHostString() + ":" + i.getPort()
                 : String.valueOf(peer);
-        Client c = new Client(nextClientId.getAndIncrement(), printable(clientName, MAX_CLIENT_NAME), address);
+        Client c = new Client(nextClientId.getAndIncrement(), Printable.cut(clientName, MAX_CLIENT_NAME), address);
         clients.add(c);
         log.info("client {} '{}' connected from {}", c.id, c.name, peer);
         return c;
@@ -212,29 +212,6 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /** Client names are cut to this many bytes (UTF-8): they are listed with every region the client allocated. */
     public static final int MAX_CLIENT_NAME = 128;
-
-    /**
-     * {@code s} fit for a log line and a listing: control characters (a forged log line's newline) shown as '?', cut
-     * to {@code maxBytes} of UTF-8 at a character boundary.
-     */
-    static String printable(String s, int maxBytes) {
-        StringBuilder b = new StringBuilder(Math.min(s.length(), maxBytes));
-        int bytes = 0;
-        for (int i = 0; i < s.length(); ) {
-            int cp = s.codePointAt(i);
-            i += Character.charCount(cp);
-            if (Character.isISOControl(cp) || Character.getType(cp) == Character.FORMAT) {
-                cp = '?';
-            }
-            int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-            if (bytes + n > maxBytes) {
-                break;
-            }
-            bytes += n;
-            b.appendCodePoint(cp);
-        }
-        return b.toString();
-    }
 
     private ServerInfo info() {
         return new ServerInfo(serverId, 1, config.capacityBytes(), config.capacityBytes() - granted.get());

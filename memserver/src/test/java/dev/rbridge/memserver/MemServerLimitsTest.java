@@ -312,9 +312,9 @@ class MemServerLimitsTest {
 
     @Test
     void namesArePrintableAndCutAtACharacterBoundary() {
-        assertEquals("a?b?c", MemServer.printable("a\nb\u202Ec", 100));
-        assertEquals("ab", MemServer.printable("ab\u00e9", 3), "é takes two bytes, one is left");
-        assertEquals("ab\u00e9", MemServer.printable("ab\u00e9", 4));
+        assertEquals("a?b?c", Printable.cut("a\nb\u202Ec", 100));
+        assertEquals("ab", Printable.cut("ab\u00e9", 3), "é takes two bytes, one is left");
+        assertEquals("ab\u00e9", Printable.cut("ab\u00e9", 4));
     }
 
     @Test

@@ -4,6 +4,7 @@ import dev.rbridge.bridge.BridgeMetrics;
 import dev.rbridge.rdma.RemoteConnection;
 
 import java.net.InetSocketAddress;
+import java.util.Locale;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -12,7 +13,14 @@ import java.util.concurrent.atomic.AtomicLong;
  * reconnect never revives a replica that was failed on the old one.
  */
 public final class MemserverLink {
-    public enum State { CONNECTING, UP, DOWN }
+    public enum State {
+        CONNECTING, UP, DOWN;
+
+        /** The state as admin shows it: connecting, up, down. */
+        public String label() {
+            return name().toLowerCase(Locale.ROOT);
+        }
+    }
 
     private final String label;
     private final InetSocketAddress address;

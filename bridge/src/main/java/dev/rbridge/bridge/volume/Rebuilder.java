@@ -1,6 +1,7 @@
 package dev.rbridge.bridge.volume;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.common.Failures;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -174,7 +175,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
         } catch (ExecutionException | TimeoutException e) {
             placing.thenAccept(late -> late.forEach(host::release)); // answered after we gave up: give it back
             log.debug("volume {} slab {}: no memserver can take a new replica now: {}", s.volume.name(), s.index,
-                    Volume.reason(e));
+                    Failures.reason(e));
             return false;
         }
         RebuildGate gate = new RebuildGate(s.length, chunkSize);
@@ -271,7 +272,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             copiesFailed.increment();
             return false;
         } catch (ExecutionException | TimeoutException | RuntimeException e) {
-            s.abortRebuild(target, what + " failed: " + Volume.reason(e));
+            s.abortRebuild(target, what + " failed: " + Failures.reason(e));
             copiesFailed.increment();
             return false;
         }
@@ -293,7 +294,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             try {
                 source.connection().read(source.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
             } catch (ExecutionException | TimeoutException e) {
-                s.fail(source, Volume.reason(e));
+                s.fail(source, Failures.reason(e));
                 continue;
             }
             try {
@@ -307,7 +308,7 @@ public final class Rebuilder implements Runnable, AutoCloseable {
                 }
                 return;
             } catch (ExecutionException | TimeoutException e) {
-                throw new RebuildAborted("writing to " + target.describe() + " failed: " + Volume.reason(e));
+                throw new RebuildAborted("writing to " + target.describe() + " failed: " + Failures.reason(e));
             }
         }
     }

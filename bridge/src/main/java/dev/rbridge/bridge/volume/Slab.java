@@ -1,5 +1,6 @@
 package dev.rbridge.bridge.volume;
 
+import dev.rbridge.common.Failures;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
@@ -138,7 +139,7 @@ public final class Slab {
                 if (fs.get(i).isCompletedExceptionally()) {
                     first = first == null ? fs.get(i).exceptionNow() : first;
                     if (Volume.leaseLost(fs.get(i).exceptionNow())) {
-                        volume.host.leaseLost(volume, placed.get(i), Volume.reason(fs.get(i).exceptionNow()));
+                        volume.host.leaseLost(volume, placed.get(i), Failures.reason(fs.get(i).exceptionNow()));
                     }
                     volume.host.release(placed.get(i));
                 } else {
@@ -324,11 +325,11 @@ public final class Slab {
             CompletableFuture<Void> next = null;
             for (int i = 0; i < survivors.size(); i++) {
                 if (fs.get(i).isCompletedExceptionally() && Volume.leaseLost(fs.get(i).exceptionNow())) {
-                    volume.host.leaseLost(volume, survivors.get(i), Volume.reason(fs.get(i).exceptionNow()));
+                    volume.host.leaseLost(volume, survivors.get(i), Failures.reason(fs.get(i).exceptionNow()));
                 }
                 if (fs.get(i).isCompletedExceptionally()) {
                     next = fail(survivors.get(i), "could not record generation " + generation + ": "
-                            + Volume.reason(fs.get(i).exceptionNow()));
+                            + Failures.reason(fs.get(i).exceptionNow()));
                 }
             }
             if (next == null || next == tagged) {

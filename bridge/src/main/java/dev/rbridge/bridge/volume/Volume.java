@@ -3,14 +3,15 @@ package dev.rbridge.bridge.volume;
 import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.memservers.RemoteOpMetrics;
+import dev.rbridge.common.Failures;
 import dev.rbridge.nbd.device.BlockDevice;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.device.Extent;
 import dev.rbridge.nbd.protocol.Errno;
 import dev.rbridge.nbd.protocol.Nbd;
 import dev.rbridge.rdma.RemoteConnection;
-import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.RemoteMemoryException;
 
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
@@ -114,14 +115,14 @@ public final class Volume implements BlockDevice {
 
     /** A replica's memserver refused its key or the volume as another client's: its lease went elsewhere. */
     static boolean leaseLost(Throwable t) {
-        return unwrap(t) instanceof RemoteMemoryException e && e.status() == Status.ACCESS_DENIED;
+        return Failures.cause(t) instanceof RemoteMemoryException e && e.status() == Status.ACCESS_DENIED;
     }
 
     /** Reports a lost lease to the host (which fences this volume) and fails the request with EIO. */
     <T> CompletableFuture<T> failFenced(Replica r, Throwable cause) {
-        host.leaseLost(this, r, reason(cause));
+        host.leaseLost(this, r, Failures.reason(cause));
         return CompletableFuture.failedFuture(fenced != null ? fencedError()
-                : new BlockDeviceException(Errno.EIO, "volume " + spec.name() + ": " + reason(cause), cause));
+                : new BlockDeviceException(Errno.EIO, "volume " + spec.name() + ": " + Failures.reason(cause), cause));
     }
 
     // ------------------------------------------------------------------------------------------------ data path
@@ -167,14 +168,14 @@ public final class Volume implements BlockDevice {
             if (e == null) {
                 return CompletableFuture.<Void>completedFuture(null);
             }
-            Throwable cause = unwrap(e);
+            Throwable cause = Failures.cause(e);
             if (leaseLost(cause)) {
                 return this.<Void>failFenced(r, cause); // not from another replica: this volume is not ours now
             }
             if (!replicaFault(cause) || attempt >= spec.replicas() + 1) {
                 return CompletableFuture.<Void>failedFuture(ioError(s, "read", cause));
             }
-            s.fail(r, reason(cause)); // takes it out at once; the retry need not wait for the re-tagging
+            s.fail(r, Failures.reason(cause)); // takes it out at once; the retry need not wait for the re-tagging
             return readSlab(s, offset, dst, attempt + 1);
         }).thenCompose(Function.identity());
     }
@@ -323,7 +324,7 @@ public final class Volume implements BlockDevice {
                 return CompletableFuture.completedFuture(null); // never written: it reads as zeroes already
             }
             return s.allocate().handle((x, e) -> e == null ? mutateSlab(s, offset, length, false, op)
-                    : CompletableFuture.<Void>failedFuture(allocationError(s, unwrap(e)))).thenCompose(Function.identity());
+                    : CompletableFuture.<Void>failedFuture(allocationError(s, Failures.cause(e)))).thenCompose(Function.identity());
         }
         set.writesInFlight.incrementAndGet();
         if (s.set != set) { // a rebuild may be waiting for this state's writes to drain: use the new one
@@ -352,7 +353,7 @@ public final class Volume implements BlockDevice {
                 if (e == null) {
                     return set.tagged;
                 }
-                return afterFailures(s, List.of(only), 1, new Throwable[]{unwrap(e)}, zero);
+                return afterFailures(s, List.of(only), 1, new Throwable[]{Failures.cause(e)}, zero);
             }).thenCompose(Function.identity());
         }
         Replica[] targets = new Replica[n];
@@ -370,7 +371,7 @@ public final class Volume implements BlockDevice {
             counted(targets[i], zero ? RemoteOpMetrics.Op.ZERO : RemoteOpMetrics.Op.WRITE, length, op)
                     .whenComplete((v, e) -> {
                 if (e != null) {
-                    errors[k] = unwrap(e);
+                    errors[k] = Failures.cause(e);
                 }
                 if (pending.decrementAndGet() == 0) {
                     if (gate != null) {
@@ -388,7 +389,7 @@ public final class Volume implements BlockDevice {
                         if (y == null) {
                             result.complete(null);
                         } else {
-                            result.completeExceptionally(unwrap(y));
+                            result.completeExceptionally(Failures.cause(y));
                         }
                     });
                 }
@@ -424,7 +425,7 @@ public final class Volume implements BlockDevice {
                 first = t;
             }
             // Whatever the error, a live replica that missed an acknowledged write must not serve reads again.
-            removals.add(s.fail(targets.get(i), reason(t)));
+            removals.add(s.fail(targets.get(i), Failures.reason(t)));
         }
         if (okLive == 0) {
             return CompletableFuture.failedFuture(ioError(s, zero ? "zero" : "write", first));
@@ -679,19 +680,6 @@ public final class Volume implements BlockDevice {
         return false;
     }
 
-    static Throwable unwrap(Throwable t) {
-        while ((t instanceof CompletionException || t instanceof ExecutionException)
-                && t.getCause() != null) {
-            t = t.getCause();
-        }
-        return t;
-    }
-
-    static String reason(Throwable t) {
-        t = unwrap(t);
-        return t.getMessage() == null ? t.toString() : t.getMessage();
-    }
-
     BlockDeviceException lostError(Slab s) {
         return new BlockDeviceException(Errno.EIO, "volume " + spec.name() + " slab " + s.index + " (bytes " + s.start
                 + "-" + (s.start + s.length - 1) + ") has no live replica");
@@ -702,7 +690,7 @@ public final class Volume implements BlockDevice {
             return b;
         }
         return new BlockDeviceException(Errno.EIO, op + " on volume " + spec.name() + " slab " + s.index + " failed: "
-                + reason(cause), cause);
+                + Failures.reason(cause), cause);
     }
 
     private BlockDeviceException allocationError(Slab s, Throwable cause) {
@@ -712,6 +700,6 @@ public final class Volume implements BlockDevice {
         Errno errno = cause instanceof RemoteMemoryException e && e.status() == Status.NO_CAPACITY
                 ? Errno.ENOSPC : Errno.EIO;
         return new BlockDeviceException(errno, "no memory for volume " + spec.name() + " slab " + s.index + ": "
-                + reason(cause), cause);
+                + Failures.reason(cause), cause);
     }
 }

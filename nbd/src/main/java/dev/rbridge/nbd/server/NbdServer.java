@@ -26,9 +26,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * The NBD server: one acceptor thread per listening address, one platform thread per connection (measured faster
- * than virtual threads or a shared selector for a few busy connections), and a housekeeper that enforces the time
- * limits.
+ * The NBD server: one acceptor thread per listening address, one platform thread per connection (for a few busy
+ * connections that beats virtual threads and one shared selector: docs/transports.md), and a housekeeper that enforces
+ * the time limits.
  *
  * <p>Slots: at most {@code maxConnections} connections, {@code maxConnectionsPerPeer} from one address. A connection
  * that would pass either takes the slot of the longest-idle connection of that address (for the global limit, of the

@@ -20,7 +20,6 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 
 /**
@@ -120,7 +119,7 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
     private List<MemserverJson> memservers() {
         List<MemserverJson> out = new ArrayList<>();
         for (MemserverLink l : bridge.memservers()) {
-            out.add(new MemserverJson(l.label(), l.state().name().toLowerCase(Locale.ROOT), l.serverId(),
+            out.add(new MemserverJson(l.label(), l.state().label(), l.serverId(),
                     l.capacityBytes(), l.freeBytes(), l.inFlight.get(), l.downForMillis(), l.lastError()));
         }
         return out;
