@@ -2,6 +2,7 @@ package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -39,7 +40,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * INVALIDATE, goes out on a virtual thread of its own: a client that stops reading blocks its own sends only, never a
  * thread that serves someone else.
  */
-final class UcxServerConnection implements Runnable {
+final class UcxServerConnection implements GatedListener.Connection {
     private static final Logger log = LoggerFactory.getLogger(UcxServerConnection.class);
     private static final RateLimitedLog limited = new RateLimitedLog(log);
     /** Input buffer: a whole HELLO, and a burst of small requests after it. */
@@ -66,23 +67,8 @@ final class UcxServerConnection implements Runnable {
         this.peer = admission.peer();
     }
 
-    String peer() {
-        return peer;
-    }
-
-    /** Starts the hello guard: a client that has not been admitted within the hello timeout is cut off. */
-    void guard() {
-        admission.guard(UcxListener.TIMER, listener.params.helloTimeout().toMillis(), this::close);
-    }
-
-    /** The listener could not start this connection's thread: undo what it did. */
-    void abandon() {
-        close();
-        admission.closed();
-        listener.ended(this);
-    }
-
-    void close() {
+    @Override
+    public void close() {
         try {
             channel.close();
         } catch (IOException e) {
@@ -248,7 +234,7 @@ final class UcxServerConnection implements Runnable {
                 f.complete(false);
             }
         });
-        long timeout = listener.params.helloTimeout().toMillis();
+        long timeout = listener.helloTimeoutMillis();
         UcxListener.TIMER.schedule(() -> {
             if (pushes.remove(id) != null) {
                 log.warn("client {} did not forget the keys of region(s) {} within {} ms; disconnected", peer,
@@ -273,7 +259,7 @@ final class UcxServerConnection implements Runnable {
         }
         try (RegionService.Listing listing = listed.listing()) {
             List<RegionInfo> regions = listing.regions();
-            long timeout = listener.params.helloTimeout().toMillis();
+            long timeout = listener.helloTimeoutMillis();
             ScheduledFuture<?> deadline = UcxListener.TIMER.schedule(() -> {
                 limited.info("listing_timeout", "client {} did not read its region listing within {} ms; "
                         + "disconnected", peer, timeout);
