@@ -380,22 +380,10 @@ final class UcxConnection extends ControlPlaneConnection {
 
     /** The reader thread: replies complete their calls; INVALIDATE drops remote keys. */
     private void readLoop() {
-        ByteBuffer in = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
+        MessageReader replies = new MessageReader(channel, decoder, 64 << 10);
         try {
             while (true) {
-                Message m;
-                while ((m = decoder.next(in)) == null) {
-                    in.compact();
-                    int r;
-                    try {
-                        r = channel.read(in);
-                    } finally {
-                        in.flip();
-                    }
-                    if (r < 0) {
-                        throw new EOFException();
-                    }
-                }
+                Message m = replies.next();
                 stats.recvMessages.increment();
                 stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
                 if (m instanceof Message.Invalidate i) {

@@ -17,7 +17,6 @@ import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -55,7 +54,7 @@ final class UcxServerConnection implements GatedListener.Connection {
     private final String peer;
     private final ConnectionStats stats = new ConnectionStats();
     private final MessageDecoder decoder = MessageDecoder.forMemserver();
-    private final ByteBuffer in = ByteBuffer.allocate(INPUT).order(ByteOrder.LITTLE_ENDIAN).flip();
+    private final MessageReader requests;
     private final Object writeLock = new Object();
     private final AtomicLong pushIds = new AtomicLong();
     private final Map<Long, CompletableFuture<Boolean>> pushes = new ConcurrentHashMap<>();
@@ -65,6 +64,7 @@ final class UcxServerConnection implements GatedListener.Connection {
         this.channel = channel;
         this.admission = admission;
         this.peer = admission.peer();
+        this.requests = new MessageReader(channel, decoder, INPUT);
     }
 
     @Override
@@ -112,27 +112,9 @@ final class UcxServerConnection implements GatedListener.Connection {
         }
     }
 
-    /** The next message from the client. */
-    private Message next() throws IOException, MalformedMessageException {
-        Message m;
-        while ((m = decoder.next(in)) == null) {
-            in.compact();
-            int r;
-            try {
-                r = channel.read(in);
-            } finally {
-                in.flip();
-            }
-            if (r < 0) {
-                throw new EOFException();
-            }
-        }
-        return m;
-    }
-
     /** The admitted client's session, or null when the greeting ended the connection. */
     private RegionService.Session greet() throws IOException, MalformedMessageException {
-        switch (admission.greet(next())) {
+        switch (admission.greet(requests.next())) {
             case Admission.Refused r -> {
                 if (r.reply() != null) {
                     trySend(r.reply());
@@ -149,7 +131,7 @@ final class UcxServerConnection implements GatedListener.Connection {
 
     private void serve(RegionService.Session s) throws IOException, MalformedMessageException {
         while (true) {
-            Message m = next();
+            Message m = requests.next();
             stats.recvMessages.increment();
             stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
             switch (m) {
