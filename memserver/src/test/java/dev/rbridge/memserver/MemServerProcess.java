@@ -1,5 +1,7 @@
 package dev.rbridge.memserver;
 
+import dev.rbridge.rdma.ChildJvm;
+
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
@@ -25,6 +27,7 @@ import java.util.concurrent.TimeoutException;
 
 /** A memserver JVM started by a test, with the signals a test needs: SIGKILL, SIGSTOP, SIGCONT. */
 final class MemServerProcess implements AutoCloseable {
+    private final ChildJvm jvm;
     final Process process;
     final InetSocketAddress address;
     /** Where the memserver's own counters are read (see {@link StandaloneMemServer}). */
@@ -34,9 +37,10 @@ final class MemServerProcess implements AutoCloseable {
     /** The memserver's answers to {@link #revoke} (its stdout; its log goes to {@link #log}). */
     private final BufferedReader answers;
 
-    private MemServerProcess(Process process, InetSocketAddress address, InetSocketAddress stats, String token,
+    private MemServerProcess(ChildJvm jvm, InetSocketAddress address, InetSocketAddress stats, String token,
                              Path log) {
-        this.process = process;
+        this.jvm = jvm;
+        this.process = jvm.process();
         this.address = address;
         this.stats = stats;
         this.token = token;
@@ -70,28 +74,15 @@ final class MemServerProcess implements AutoCloseable {
         Path dir = Files.createTempDirectory("memserver");
         Path portFile = dir.resolve("port");
         Path log = dir.resolve("memserver.log");
-        List<String> cmd = new ArrayList<>(List.of(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "-Xmx256m"));
-        cmd.addAll(jvmArgs);
-        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"),
-                StandaloneMemServer.class.getName(), portFile.toString(), String.valueOf(capacity), token, transport));
+        List<String> args = new ArrayList<>(List.of(portFile.toString(), String.valueOf(capacity), token, transport));
         if (helloTimeout != null) {
-            cmd.add(String.valueOf(helloTimeout.toMillis()));
+            args.add(String.valueOf(helloTimeout.toMillis()));
         }
-        ProcessBuilder pb = new ProcessBuilder(cmd);
+        ProcessBuilder pb = new ProcessBuilder(ChildJvm.command(jvmArgs, StandaloneMemServer.class, args));
         ucxEnvironment(pb.environment());
-        Process p = pb.redirectError(log.toFile()).start();
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-        while (!Files.exists(portFile)) {
-            if (!p.isAlive() || System.nanoTime() > deadline) {
-                p.destroyForcibly();
-                throw new IOException("memserver did not start; log:\n" + Files.readString(log));
-            }
-            Thread.sleep(20);
-        }
+        ChildJvm jvm = ChildJvm.start("memserver", pb.redirectError(log.toFile()), portFile, log);
         String[] ports = Files.readString(portFile).trim().split(" ");
-        return new MemServerProcess(p, new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[0])),
+        return new MemServerProcess(jvm, new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[0])),
                 new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[1])), token, log);
     }
 
@@ -158,47 +149,12 @@ final class MemServerProcess implements AutoCloseable {
     }
 
     void kill() throws InterruptedException {
-        process.destroyForcibly(); // SIGKILL
-        process.waitFor(10, TimeUnit.SECONDS);
+        jvm.kill(); // SIGKILL
     }
 
+    /** SIGSTOP (returning once every thread has stopped), SIGCONT, ... */
     void signal(String name) throws IOException, InterruptedException {
-        new ProcessBuilder("kill", "-" + name, String.valueOf(process.pid())).inheritIO().start().waitFor();
-        if (name.equals("STOP")) {
-            awaitStopped();
-        }
-    }
-
-    /**
-     * A stop signal is only queued when kill returns; on a loaded host a thread of the target may still run for a
-     * moment (and answer a request sent right after). Frozen means every thread shows state T.
-     */
-    private void awaitStopped() throws IOException, InterruptedException {
-        java.nio.file.Path tasks = java.nio.file.Path.of("/proc", String.valueOf(process.pid()), "task");
-        long deadline = System.nanoTime() + 5_000_000_000L;
-        while (System.nanoTime() < deadline) {
-            boolean all = true;
-            try (var list = Files.list(tasks)) {
-                for (java.nio.file.Path t : (Iterable<java.nio.file.Path>) list::iterator) {
-                    String stat;
-                    try {
-                        stat = Files.readString(t.resolve("stat"));
-                    } catch (IOException gone) {
-                        continue; // a thread that just ended
-                    }
-                    char state = stat.charAt(stat.lastIndexOf(')') + 2);
-                    if (state != 'T' && state != 't' && state != 'Z' && state != 'X') {
-                        all = false;
-                        break;
-                    }
-                }
-            }
-            if (all) {
-                return;
-            }
-            Thread.sleep(5);
-        }
-        throw new IllegalStateException("memserver " + process.pid() + " did not stop within 5 s of SIGSTOP");
+        jvm.signal(name);
     }
 
     String logText() throws IOException {
@@ -207,9 +163,6 @@ final class MemServerProcess implements AutoCloseable {
 
     @Override
     public void close() throws Exception {
-        if (process.isAlive()) {
-            signal("CONT");
-            kill();
-        }
+        jvm.close();
     }
 }

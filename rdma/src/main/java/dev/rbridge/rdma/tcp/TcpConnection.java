@@ -2,15 +2,12 @@ package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionStats;
-import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
-import dev.rbridge.rdma.RegionInfo;
-import dev.rbridge.rdma.RegionTag;
-import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.ServerInfo;
 import dev.rbridge.rdma.wire.ControlClient;
+import dev.rbridge.rdma.wire.ControlPlaneConnection;
 import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageEncoder;
@@ -22,7 +19,6 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.channels.SocketChannel;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -41,7 +37,7 @@ import java.util.function.Consumer;
  * CallerDrivenReading}); the {@link Watchdog} declares the peer dead when any request waits longer than the operation
  * timeout, and everything pending then fails at once.
  */
-final class TcpConnection implements RemoteConnection {
+final class TcpConnection extends ControlPlaneConnection {
     private static final Logger log = LoggerFactory.getLogger(TcpConnection.class);
     /** Queued bytes beyond which the thread reading replies writes what it issued from callbacks at once. */
     private static final long FLUSH_AT_BYTES = 1 << 20;
@@ -49,7 +45,6 @@ final class TcpConnection implements RemoteConnection {
     private final SocketChannel channel;
     private final String peer;
     private final long timeoutNanos;
-    private final ServerInfo server;
     /** Shared by the lanes of one {@link TcpLanes} connection. */
     private final ConnectionStats stats;
     /** Bytes of requests and replies not yet answered: how busy this connection is, for choosing a lane. */
@@ -68,10 +63,10 @@ final class TcpConnection implements RemoteConnection {
 
     private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server,
                           ConnectionStats stats, boolean callerDriven) throws IOException {
+        super(server);
         this.channel = channel;
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
-        this.server = server;
         this.stats = stats;
         this.control = new ControlClient(peer);
         this.writer = new RequestWriter(channel, peer, this::isOpen, e -> closeWith(new RemoteMemoryException(
@@ -128,52 +123,7 @@ final class TcpConnection implements RemoteConnection {
         }
     }
 
-    // ------------------------------------------------------------------------------------------------ the API
-
-    @Override
-    public ServerInfo server() {
-        return server;
-    }
-
-    @Override
-    public CompletableFuture<RegionDescriptor> allocate(RegionTag tag, long length) {
-        return call(ControlClient.allocate(tag, length));
-    }
-
-    @Override
-    public CompletableFuture<RegionDescriptor> open(long regionId) {
-        return call(ControlClient.open(regionId));
-    }
-
-    @Override
-    public CompletableFuture<List<RegionInfo>> list() {
-        return call(ControlClient.list());
-    }
-
-    @Override
-    public CompletableFuture<Void> release(RegionDescriptor region) {
-        return call(ControlClient.release(region));
-    }
-
-    @Override
-    public CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
-        return call(ControlClient.retag(region, tag));
-    }
-
-    @Override
-    public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
-        return call(ControlClient.lease(volume, owner, ttl));
-    }
-
-    @Override
-    public CompletableFuture<Void> unlease(String volume, String owner) {
-        return call(ControlClient.unlease(volume, owner));
-    }
-
-    @Override
-    public CompletableFuture<ServerInfo> info() {
-        return call(ControlClient.info());
-    }
+    // -------------------------------------------------------------------------------------------- data plane
 
     @Override
     public CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst) {
@@ -271,7 +221,8 @@ final class TcpConnection implements RemoteConnection {
         return CallerDrivenReading.allOf(parts.toArray(CompletableFuture[]::new));
     }
 
-    private <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
+    @Override
+    protected <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
         return send(op.request().apply(control.nextId()), null, null, op.result());
     }
 

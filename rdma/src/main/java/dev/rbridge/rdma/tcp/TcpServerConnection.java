@@ -2,6 +2,7 @@ package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -42,7 +43,7 @@ import java.util.function.Consumer;
  * <p>An error in one request (bad key, out of range, no capacity) is answered and the connection goes on; a message
  * that cannot be framed (bad magic, impossible length) closes this connection only.
  */
-final class TcpServerConnection implements Runnable {
+final class TcpServerConnection implements GatedListener.Connection {
     private static final Logger log = LoggerFactory.getLogger(TcpServerConnection.class);
     /** What peers can make this class log (listings not read) is logged at most once per reason often. */
     private static final RateLimitedLog limited = new RateLimitedLog(log);
@@ -90,24 +91,9 @@ final class TcpServerConnection implements Runnable {
         this.peer = admission.peer();
     }
 
-    String peer() {
-        return peer;
-    }
-
-    /** Starts the hello guard: a client that has not been admitted within the hello timeout is cut off. */
-    void guard() {
-        admission.guard(TcpProvider.TIMER, helloTimeoutMillis, this::close);
-    }
-
-    void close() {
+    @Override
+    public void close() {
         TcpSockets.closeQuietly(channel);
-    }
-
-    /** The listener could not start this connection's thread: undo what it did. */
-    void abandon() {
-        close();
-        admission.closed();
-        onEnd.accept(this);
     }
 
     @Override

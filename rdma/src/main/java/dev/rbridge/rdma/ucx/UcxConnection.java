@@ -2,15 +2,13 @@ package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionStats;
-import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
-import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
-import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.ServerInfo;
 import dev.rbridge.rdma.wire.ControlClient;
+import dev.rbridge.rdma.wire.ControlPlaneConnection;
 import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
@@ -34,7 +32,6 @@ import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
@@ -69,7 +66,7 @@ import java.util.function.Consumer;
  * with them, and only then answers. A watchdog fails everything when any operation is older than the operation
  * timeout; a lost control connection or a UCX endpoint error fails everything at once.
  */
-final class UcxConnection implements RemoteConnection {
+final class UcxConnection extends ControlPlaneConnection {
     private static final Logger log = LoggerFactory.getLogger(UcxConnection.class);
     /** The probe word as it is in the memserver's memory (see {@link Protocol#UCX_PROBE_WORD}). */
     private static final ValueLayout.OfLong PROBE_WORD = ValueLayout.JAVA_LONG.withOrder(ByteOrder.LITTLE_ENDIAN);
@@ -78,7 +75,6 @@ final class UcxConnection implements RemoteConnection {
     private final SocketChannel channel;
     private final String peer;
     private final long timeoutNanos;
-    private final ServerInfo server;
     private final ConnectionStats stats = new ConnectionStats();
     private final UcxLoop loop;
     /** Held for the life of the connection: JUCX keeps only a weak reference for its error handler. */
@@ -159,12 +155,12 @@ final class UcxConnection implements RemoteConnection {
     }
 
     private UcxConnection(SocketChannel channel, String peer, ConnectParams params, ServerInfo server, UcxLoop loop) {
+        super(server);
         this.channel = channel;
         this.peer = peer;
         this.timeoutNanos = params.operationTimeout().toNanos();
         this.lingerMillis = params.connectTimeout().toMillis();
         this.control = new ControlClient(peer);
-        this.server = server;
         this.loop = loop;
         long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
         this.watchdog = UcxListener.TIMER.scheduleWithFixedDelay(this::checkDeadlines, period, period,
@@ -336,18 +332,13 @@ final class UcxConnection implements RemoteConnection {
     // ------------------------------------------------------------------------------------------ control plane
 
     @Override
-    public ServerInfo server() {
-        return server;
-    }
-
-    @Override
     public CompletableFuture<RegionDescriptor> allocate(RegionTag tag, long length) {
-        return call(ControlClient.allocate(tag, length)).thenCompose(this::mapped);
+        return super.allocate(tag, length).thenCompose(this::mapped);
     }
 
     @Override
     public CompletableFuture<RegionDescriptor> open(long regionId) {
-        return call(ControlClient.open(regionId)).thenCompose(this::mapped);
+        return super.open(regionId).thenCompose(this::mapped);
     }
 
     /** The descriptor once its remote key is at hand (so the first data operation needs no round trip). */
@@ -356,37 +347,8 @@ final class UcxConnection implements RemoteConnection {
     }
 
     @Override
-    public CompletableFuture<List<RegionInfo>> list() {
-        return call(ControlClient.list());
-    }
-
-    @Override
-    public CompletableFuture<Void> release(RegionDescriptor region) {
-        return call(ControlClient.release(region));
-    }
-
-    @Override
-    public CompletableFuture<RegionDescriptor> retag(RegionDescriptor region, RegionTag tag) {
-        return call(ControlClient.retag(region, tag));
-    }
-
-    @Override
-    public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
-        return call(ControlClient.lease(volume, owner, ttl));
-    }
-
-    @Override
-    public CompletableFuture<Void> unlease(String volume, String owner) {
-        return call(ControlClient.unlease(volume, owner));
-    }
-
-    @Override
-    public CompletableFuture<ServerInfo> info() {
-        return call(ControlClient.info());
-    }
-
     @SuppressWarnings("unchecked")
-    private <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
+    protected <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
         RemoteMemoryException dead = closed.get();
         if (dead != null) {
             return CompletableFuture.failedFuture(dead);
@@ -418,22 +380,10 @@ final class UcxConnection implements RemoteConnection {
 
     /** The reader thread: replies complete their calls; INVALIDATE drops remote keys. */
     private void readLoop() {
-        ByteBuffer in = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
+        MessageReader replies = new MessageReader(channel, decoder, 64 << 10);
         try {
             while (true) {
-                Message m;
-                while ((m = decoder.next(in)) == null) {
-                    in.compact();
-                    int r;
-                    try {
-                        r = channel.read(in);
-                    } finally {
-                        in.flip();
-                    }
-                    if (r < 0) {
-                        throw new EOFException();
-                    }
-                }
+                Message m = replies.next();
                 stats.recvMessages.increment();
                 stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
                 if (m instanceof Message.Invalidate i) {

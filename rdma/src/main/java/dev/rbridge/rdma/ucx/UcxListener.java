@@ -1,10 +1,9 @@
 package dev.rbridge.rdma.ucx;
 
-import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.GatedAcceptor;
+import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionService;
-import dev.rbridge.rdma.RemoteListener;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.wire.Admission;
 import org.openucx.jucx.ucp.UcpContext;
@@ -14,7 +13,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
@@ -26,7 +24,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 
@@ -42,7 +39,7 @@ import java.util.concurrent.TimeUnit;
  * key is in flight; a client that does not answer within the hello timeout is disconnected, and its registrations are
  * kept for a grace period before the memory may be unmapped.
  */
-final class UcxListener implements RemoteListener {
+final class UcxListener extends GatedListener<UcxServerConnection> {
     /** How long registering a region with UCX, or waiting for another connection to, may take. */
     private static final long REGISTER_TIMEOUT_MILLIS = 30_000;
     private static final Logger log = LoggerFactory.getLogger(UcxListener.class);
@@ -63,16 +60,12 @@ final class UcxListener implements RemoteListener {
         return t;
     }
 
-    final ListenParams params;
-    final RegionService service;
     final UcpContext context;
     final UcxLoop loop;
     /** The worker's UCX address, sent to every client (UCX_CONNECT). */
     final ByteBuffer workerAddress;
     /** What every client reads over its new endpoint before its connect completes (UCX_PROBE). */
     final UcxProbeWord probe;
-    private final Set<UcxServerConnection> connections = ConcurrentHashMap.newKeySet();
-    private GatedAcceptor acceptor;
     /** Registered region memory by (region, key, length); guarded by itself. */
     private final Map<RegKey, Registration> registrations = new HashMap<>();
     private volatile boolean closed;
@@ -108,8 +101,7 @@ final class UcxListener implements RemoteListener {
     }
 
     private UcxListener(ListenParams params, RegionService service, UcpContext context) throws Exception {
-        this.params = params;
-        this.service = service;
+        super("ucx", params, service, TIMER);
         this.context = context;
         this.loop = new UcxLoop(context, "rdma-ucx-server-progress");
         try {
@@ -121,7 +113,7 @@ final class UcxListener implements RemoteListener {
         }
     }
 
-    /** Control connections come through the shared {@link GatedAcceptor}, as the tcp provider's. */
+    /** Control connections come through the shared {@link GatedListener}, as the tcp provider's. */
     static UcxListener start(ListenParams params, RegionService service) throws IOException {
         UcpContext context;
         try {
@@ -137,23 +129,18 @@ final class UcxListener implements RemoteListener {
             ch.close();
             throw new IOException("UCX could not start a worker: " + e.getMessage(), e);
         }
-        l.acceptor = GatedAcceptor.start("ucx", ch, params.limits(), service, l::serve);
+        l.accept(ch);
         return l;
     }
 
-    /** Starts an admitted connection's thread, its hello guard running. */
-    private void serve(SocketChannel ch, InetSocketAddress remote, ConnectionGate.Slot slot) {
-        UcxServerConnection c = new UcxServerConnection(this, ch, new Admission(service, remote, slot));
-        connections.add(c);
-        try {
-            c.guard();
-            Thread t = new Thread(c, "rdma-ucx-conn-" + c.peer());
-            t.setDaemon(true);
-            t.start();
-        } catch (Throwable e) {
-            c.abandon();
-            throw e;
-        }
+    @Override
+    protected UcxServerConnection connection(SocketChannel channel, Admission admission) {
+        return new UcxServerConnection(this, channel, admission);
+    }
+
+    /** How long a client may take to greet, to read a listing, or to forget the keys it is told to. */
+    long helloTimeoutMillis() {
+        return params().helloTimeout().toMillis();
     }
 
     // ------------------------------------------------------------------------------------------- registrations
@@ -322,8 +309,9 @@ final class UcxListener implements RemoteListener {
     }
 
     /** A connection ended: registrations nobody else maps are withdrawn after the grace period. */
-    void ended(UcxServerConnection c) {
-        connections.remove(c);
+    @Override
+    protected void ended(UcxServerConnection c) {
+        super.ended(c);
         List<Registration> orphans = new ArrayList<>();
         synchronized (registrations) {
             registrations.values().removeIf(r -> {
@@ -360,28 +348,12 @@ final class UcxListener implements RemoteListener {
     // ------------------------------------------------------------------------------------------------- listener
 
     @Override
-    public InetSocketAddress address() {
-        return acceptor.address();
-    }
-
-    @Override
-    public int connectionCount() {
-        return connections.size();
-    }
-
-    @Override
-    public String problem() {
-        return acceptor.problem();
-    }
-
-    @Override
     public void close() {
         if (closed) {
             return;
         }
         closed = true;
-        acceptor.close();
-        connections.forEach(UcxServerConnection::close);
+        super.close();
         List<Registration> all;
         synchronized (registrations) {
             all = new ArrayList<>(registrations.values());

@@ -2,6 +2,7 @@ package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -16,7 +17,6 @@ import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -39,7 +39,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * INVALIDATE, goes out on a virtual thread of its own: a client that stops reading blocks its own sends only, never a
  * thread that serves someone else.
  */
-final class UcxServerConnection implements Runnable {
+final class UcxServerConnection implements GatedListener.Connection {
     private static final Logger log = LoggerFactory.getLogger(UcxServerConnection.class);
     private static final RateLimitedLog limited = new RateLimitedLog(log);
     /** Input buffer: a whole HELLO, and a burst of small requests after it. */
@@ -54,7 +54,7 @@ final class UcxServerConnection implements Runnable {
     private final String peer;
     private final ConnectionStats stats = new ConnectionStats();
     private final MessageDecoder decoder = MessageDecoder.forMemserver();
-    private final ByteBuffer in = ByteBuffer.allocate(INPUT).order(ByteOrder.LITTLE_ENDIAN).flip();
+    private final MessageReader requests;
     private final Object writeLock = new Object();
     private final AtomicLong pushIds = new AtomicLong();
     private final Map<Long, CompletableFuture<Boolean>> pushes = new ConcurrentHashMap<>();
@@ -64,25 +64,11 @@ final class UcxServerConnection implements Runnable {
         this.channel = channel;
         this.admission = admission;
         this.peer = admission.peer();
+        this.requests = new MessageReader(channel, decoder, INPUT);
     }
 
-    String peer() {
-        return peer;
-    }
-
-    /** Starts the hello guard: a client that has not been admitted within the hello timeout is cut off. */
-    void guard() {
-        admission.guard(UcxListener.TIMER, listener.params.helloTimeout().toMillis(), this::close);
-    }
-
-    /** The listener could not start this connection's thread: undo what it did. */
-    void abandon() {
-        close();
-        admission.closed();
-        listener.ended(this);
-    }
-
-    void close() {
+    @Override
+    public void close() {
         try {
             channel.close();
         } catch (IOException e) {
@@ -126,27 +112,9 @@ final class UcxServerConnection implements Runnable {
         }
     }
 
-    /** The next message from the client. */
-    private Message next() throws IOException, MalformedMessageException {
-        Message m;
-        while ((m = decoder.next(in)) == null) {
-            in.compact();
-            int r;
-            try {
-                r = channel.read(in);
-            } finally {
-                in.flip();
-            }
-            if (r < 0) {
-                throw new EOFException();
-            }
-        }
-        return m;
-    }
-
     /** The admitted client's session, or null when the greeting ended the connection. */
     private RegionService.Session greet() throws IOException, MalformedMessageException {
-        switch (admission.greet(next())) {
+        switch (admission.greet(requests.next())) {
             case Admission.Refused r -> {
                 if (r.reply() != null) {
                     trySend(r.reply());
@@ -163,7 +131,7 @@ final class UcxServerConnection implements Runnable {
 
     private void serve(RegionService.Session s) throws IOException, MalformedMessageException {
         while (true) {
-            Message m = next();
+            Message m = requests.next();
             stats.recvMessages.increment();
             stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
             switch (m) {
@@ -248,7 +216,7 @@ final class UcxServerConnection implements Runnable {
                 f.complete(false);
             }
         });
-        long timeout = listener.params.helloTimeout().toMillis();
+        long timeout = listener.helloTimeoutMillis();
         UcxListener.TIMER.schedule(() -> {
             if (pushes.remove(id) != null) {
                 log.warn("client {} did not forget the keys of region(s) {} within {} ms; disconnected", peer,
@@ -273,7 +241,7 @@ final class UcxServerConnection implements Runnable {
         }
         try (RegionService.Listing listing = listed.listing()) {
             List<RegionInfo> regions = listing.regions();
-            long timeout = listener.params.helloTimeout().toMillis();
+            long timeout = listener.helloTimeoutMillis();
             ScheduledFuture<?> deadline = UcxListener.TIMER.schedule(() -> {
                 limited.info("listing_timeout", "client {} did not read its region listing within {} ms; "
                         + "disconnected", peer, timeout);

@@ -1,23 +1,17 @@
 package dev.rbridge.rdma.tcp;
 
-import dev.rbridge.rdma.ArenaRegionServiceForTests;
 import dev.rbridge.rdma.ConnectParams;
-import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
-import dev.rbridge.rdma.RemoteListener;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -34,21 +28,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * memserver's replies were stuck behind (the operation timeout would then end the connection).
  */
 @Timeout(120)
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class TcpCompletionChainsTest {
     static final String TOKEN = "chains";
-    RemoteListener memserver;
-
-    @BeforeAll
-    void start() throws Exception {
-        memserver = new TcpProvider().listen(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
-                new ArenaRegionServiceForTests(TOKEN));
-    }
-
-    @AfterAll
-    void stop() {
-        memserver.close();
-    }
+    @RegisterExtension
+    static final LoopbackTcpListener memserver = new LoopbackTcpListener(TOKEN);
 
     @ParameterizedTest(name = "callerDriven={0}")
     @ValueSource(booleans = {false, true})

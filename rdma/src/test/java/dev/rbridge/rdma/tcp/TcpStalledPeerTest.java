@@ -1,19 +1,14 @@
 package dev.rbridge.rdma.tcp;
 
-import dev.rbridge.rdma.ArenaRegionServiceForTests;
 import dev.rbridge.rdma.ConnectParams;
-import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
-import dev.rbridge.rdma.RemoteListener;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -42,22 +37,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * did not watch a reply being read, and it ran failure callbacks on the one timer thread every watchdog shares.
  */
 @Timeout(120)
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class TcpStalledPeerTest {
     static final String TOKEN = "stalled";
     static final Duration OP_TIMEOUT = Duration.ofSeconds(1);
-    RemoteListener memserver;
-
-    @BeforeAll
-    void start() throws Exception {
-        memserver = new TcpProvider().listen(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
-                new ArenaRegionServiceForTests(TOKEN));
-    }
-
-    @AfterAll
-    void stop() {
-        memserver.close();
-    }
+    @RegisterExtension
+    static final LoopbackTcpListener memserver = new LoopbackTcpListener(TOKEN);
 
     RemoteConnection connect(InetSocketAddress address, boolean callerDriven) throws RemoteMemoryException {
         return new TcpProvider().connect(new ConnectParams().address(address).token(TOKEN).clientName("stalled")
