@@ -16,6 +16,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.ClosedByInterruptException;
+import java.nio.channels.ClosedChannelException;
 import java.nio.channels.SocketChannel;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.BooleanSupplier;
@@ -100,24 +101,31 @@ final class ReplyReader {
         return current;
     }
 
-    /** Reads one reply, whose header is in (see {@link #awaitHeader}), and completes its call. */
+    /**
+     * Reads one reply, whose header is in (see {@link #awaitHeader}), and completes its call. The reply is checked
+     * against its call before the call is taken: one that does not fit (READ data of another size, or for another
+     * request) closes the connection with the call still waiting, so the close fails it.
+     */
     void readOne() throws IOException, MalformedMessageException {
         Message m;
         while ((m = decoder.next(in)) == null) {
             TcpSockets.readMore(channel, in); // the rest of a body: a reply is sent whole, so it is coming
         }
-        if (!(control.take(m.id()) instanceof TcpCall c)) {
+        if (!(control.waiting(m.id()) instanceof TcpCall c)) {
             throw new MalformedMessageException("reply to unknown request " + m.id());
+        }
+        if (m instanceof Message.ReadReply r && (c.dst == null || r.length() != c.dst.byteSize())) {
+            throw new MalformedMessageException("READ reply of " + r.length() + " bytes for "
+                    + (c.dst == null ? "a " + c.what() : c.dst.byteSize() + " requested"));
+        }
+        if (!control.remove(c)) {
+            throw new ClosedChannelException(); // failed meanwhile: the connection is closing
         }
         busyBytes.addAndGet(-c.weight);
         writer.answered(c);
         stats.recvMessages.increment();
         stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
         if (m instanceof Message.ReadReply r) {
-            if (c.dst == null || r.length() != c.dst.byteSize()) {
-                throw new MalformedMessageException("READ reply of " + r.length() + " bytes for "
-                        + (c.dst == null ? "a " + c.what() : c.dst.byteSize() + " requested"));
-            }
             current = c; // watched by the watchdog while its data comes in
             ByteBuffer dst = c.dst.asByteBuffer();
             int buffered = Math.min(in.remaining(), r.length());

@@ -116,7 +116,7 @@ public final class Admission {
                 }
                 yield new Admitted(s, h.id());
             }
-            default -> throw new IllegalArgumentException("a greeting is a HELLO, not " + first);
+            default -> throw new IllegalArgumentException("a greeting is a HELLO, not " + Opcode.name(first.code()));
         };
     }
 

@@ -119,6 +119,13 @@ class ControlClientTest {
     }
 
     @Test
+    void aHelloShownInALogOrAnErrorWithholdsItsToken() {
+        String shown = new Message.Hello(7, "SUPER-SECRET-TOKEN", "probe").toString();
+        assertFalse(shown.contains("SUPER-SECRET-TOKEN"), shown);
+        assertTrue(shown.contains("probe"), shown);
+    }
+
+    @Test
     void theWatchdogFindsTheOverdueCallAndNamesIt() {
         long now = System.nanoTime();
         ControlClient.Call late = new ControlClient.Call(client.nextId(), Opcode.READ.code(), now - 1,
