@@ -79,6 +79,8 @@ final class TcpServerConnection implements GatedListener.Connection {
     /** Polls briefly before this thread blocks for input; made on first use. */
     private Spinner spinner;
     private long queuedBytes;
+    /** Reads from the socket so far; written by this connection's thread only (tests count them). */
+    private volatile long socketReads;
 
     TcpServerConnection(SocketChannel channel, Admission admission, BufferPool buffers, String congestion,
                         long helloTimeoutMillis, Consumer<TcpServerConnection> onEnd) {
@@ -289,6 +291,11 @@ final class TcpServerConnection implements GatedListener.Connection {
 
     // ------------------------------------------------------------------------------------------ input
 
+    /** Reads from the socket so far. */
+    long socketReads() {
+        return socketReads;
+    }
+
     /**
      * The next request. A message that fits the input buffer is read in whole first (a WRITE up to its data), so the
      * decoder reads it where it lies and allocates nothing for it.
@@ -306,27 +313,32 @@ final class TcpServerConnection implements GatedListener.Connection {
         }
         Message m;
         while ((m = decoder.next(in)) == null) {
-            readMore(Protocol.HEADER); // what is skipped, or a body larger than the buffer
+            // Bytes being skipped (a refused WRITE's data, an unknown opcode's body): as much as the buffer takes,
+            // whatever came before; they go nowhere, so there is no copy to save by reading little.
+            readMore(Integer.MAX_VALUE);
         }
         return m;
     }
 
-    /** Makes at least {@code n} bytes readable in {@code in}. */
+    /**
+     * Makes at least {@code n} bytes readable in {@code in}. After a large WRITE it reads no more than the next
+     * header and address, so that the next WRITE's data, likely large too, goes from the socket straight to memory.
+     */
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
-            readMore(n);
+            readMore(afterLarge ? Math.max(n, Protocol.HEADER + Protocol.DATA_ADDRESS) : Integer.MAX_VALUE);
         }
     }
 
-    /** Reads more input; before blocking for it, sends queued replies. */
-    private void readMore(int n) throws IOException {
+    /** Reads more input, up to {@code upTo} unread bytes in all; before blocking for it, sends queued replies. */
+    private void readMore(int upTo) throws IOException {
         flushReplies();
         if (spinner == null) {
             spinner = new Spinner(channel.socket().getInputStream(), null);
         }
         spinner.await();
-        TcpSockets.readMore(channel, in, afterLarge ? Math.max(n, Protocol.HEADER + Protocol.DATA_ADDRESS)
-                : Integer.MAX_VALUE);
+        socketReads++;
+        TcpSockets.readMore(channel, in, upTo);
     }
 
     // ------------------------------------------------------------------------------------------------ replies
