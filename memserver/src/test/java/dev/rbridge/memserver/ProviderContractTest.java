@@ -887,6 +887,38 @@ abstract class ProviderContractTest {
         }
     }
 
+    @Test
+    void aWriteTooShortForItsAddressIsRefusedAndTheConnectionGoesOn() throws Exception {
+        Assumptions.assumeTrue(memserver.hasWire(), "an in-process provider has no wire to corrupt");
+        byte[] token = TOKEN.getBytes(StandardCharsets.UTF_8);
+        ByteBuffer out = littleEndian(24 + 2 + token.length + 2 + 24 + 8 + 24);
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 1).putLong(1).putInt(0)
+                .putInt(2 + token.length + 2).putShort((short) token.length).put(token).putShort((short) 0);
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 17).putLong(2).putInt(0).putInt(8) // WRITE
+                .putLong(0x5a5a5a5a5a5a5a5aL); // 8 bytes: not even a region id and key
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 19).putLong(3).putInt(0).putInt(0); // FLUSH
+        try (Socket s = new Socket(memserver.address().getAddress(), memserver.address().getPort())) {
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(out.array());
+            DataInputStream in = new DataInputStream(s.getInputStream());
+            for (long id = 1; id <= 3; id++) {
+                byte[] header = new byte[24];
+                in.readFully(header);
+                ByteBuffer h = ByteBuffer.wrap(header).order(ByteOrder.LITTLE_ENDIAN);
+                byte[] body = new byte[h.getInt(20)];
+                in.readFully(body);
+                assertEquals(id, h.getLong(8));
+                if (id == 2) {
+                    assertEquals(Status.BAD_REQUEST.code(), h.getInt(16));
+                    String message = new String(body, 2, body.length - 2, StandardCharsets.UTF_8);
+                    assertTrue(message.contains("no room for its address"), message);
+                } else {
+                    assertEquals(0, h.getInt(16), "reply " + id + " succeeds");
+                }
+            }
+        }
+    }
+
     /**
      * A memserver's answer (made wrong by a relay: no memserver sends it) that does not fit the request it answers:
      * the client closes the connection, and the operation fails at once rather than wait for a reply that will never
