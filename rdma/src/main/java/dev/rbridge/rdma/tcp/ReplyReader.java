@@ -7,6 +7,7 @@ import dev.rbridge.rdma.wire.ControlClient;
 import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
+import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -40,6 +41,8 @@ final class ReplyReader {
     private final AtomicLong busyBytes;
     private final MessageDecoder decoder = MessageDecoder.forClient();
     private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
+    /** Reads the rest of a reply whose header is in: a reply is sent whole, so it is coming. */
+    private final MessageReader replies;
     /** The last reply carried large READ data: read only the next header, so that its data skips {@code in}. */
     private boolean afterLarge;
     private final Spinner spinner;
@@ -60,6 +63,7 @@ final class ReplyReader {
         this.stats = stats;
         this.busyBytes = busyBytes;
         this.spinner = new Spinner(channel.socket().getInputStream(), control::issued);
+        this.replies = new MessageReader(channel, decoder, in);
     }
 
     /**
@@ -78,11 +82,11 @@ final class ReplyReader {
             }
             int upTo = afterLarge ? Protocol.HEADER : Integer.MAX_VALUE;
             if (spinner.await(stepAside)) {
-                TcpSockets.readMore(channel, in, upTo);
+                MessageReader.readMore(channel, in, upTo);
             } else if (stepAside == null || !stepAside.getAsBoolean()) {
                 blocked = true;
                 try {
-                    TcpSockets.readMore(channel, in, upTo);
+                    MessageReader.readMore(channel, in, upTo);
                 } finally {
                     blocked = false;
                 }
@@ -107,10 +111,7 @@ final class ReplyReader {
      * request) closes the connection with the call still waiting, so the close fails it.
      */
     void readOne() throws IOException, MalformedMessageException {
-        Message m;
-        while ((m = decoder.next(in)) == null) {
-            TcpSockets.readMore(channel, in); // the rest of a body: a reply is sent whole, so it is coming
-        }
+        Message m = replies.next();
         if (!(control.waiting(m.id()) instanceof TcpCall c)) {
             throw new MalformedMessageException("reply to unknown request " + m.id());
         }

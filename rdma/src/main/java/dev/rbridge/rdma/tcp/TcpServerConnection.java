@@ -12,6 +12,7 @@ import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Opcode;
 import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
@@ -236,7 +237,7 @@ final class TcpServerConnection implements GatedListener.Connection {
             return;
         }
         pins.add(pin); // held until the reply data is on the wire
-        queue(new Message.ReadReply(r.id(), length));
+        queue(new Message.ReadReply(r.id(), length), length);
         pin.runs((at, n, written) -> {
             if (written) {
                 replies.add(pin.memory().asSlice(at, n).asByteBuffer());
@@ -338,16 +339,21 @@ final class TcpServerConnection implements GatedListener.Connection {
         }
         spinner.await();
         socketReads++;
-        TcpSockets.readMore(channel, in, upTo);
+        MessageReader.readMore(channel, in, upTo);
     }
 
     // ------------------------------------------------------------------------------------------------ replies
 
-    /** Queues a reply: its header and body in the reply buffer (READ data is queued after it by the caller). */
+    /** Queues a reply: its header and body in the reply buffer. */
     private void queue(Message reply) throws IOException {
-        MessageEncoder.encode(reply, queueSlot(MessageEncoder.size(reply)));
+        queue(reply, 0);
+    }
+
+    /** Queues a reply followed by {@code dataBytes} of READ data, which the caller queues after it. */
+    private void queue(Message reply, int dataBytes) throws IOException {
+        int written = MessageEncoder.encode(reply, queueSlot(MessageEncoder.size(reply)));
         stats.sendMessages.increment();
-        stats.sendBytes.add(Protocol.HEADER + MessageEncoder.bodyLength(reply));
+        stats.sendBytes.add(written + (long) dataBytes);
     }
 
     /**

@@ -13,6 +13,7 @@ import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Opcode;
 import dev.rbridge.rdma.wire.Protocol;
 import org.openucx.jucx.UcxCallback;
@@ -382,7 +383,8 @@ final class UcxConnection extends ControlPlaneConnection {
 
     /** The reader thread: replies complete their calls; INVALIDATE drops remote keys. */
     private void readLoop() {
-        MessageReader replies = new MessageReader(channel, decoder, 64 << 10);
+        MessageReader replies = new MessageReader(channel, decoder,
+                ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN).flip());
         try {
             while (true) {
                 Message m = replies.next();

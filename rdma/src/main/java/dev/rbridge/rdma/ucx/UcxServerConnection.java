@@ -13,6 +13,7 @@ import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -64,7 +65,8 @@ final class UcxServerConnection implements GatedListener.Connection {
         this.channel = channel;
         this.admission = admission;
         this.peer = admission.peer();
-        this.requests = new MessageReader(channel, decoder, INPUT);
+        this.requests = new MessageReader(channel, decoder,
+                ByteBuffer.allocate(INPUT).order(ByteOrder.LITTLE_ENDIAN).flip());
     }
 
     @Override

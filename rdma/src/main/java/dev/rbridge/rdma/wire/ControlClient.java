@@ -148,11 +148,6 @@ public final class ControlClient {
         return pending.isEmpty();
     }
 
-    /** The cause the connection closed with, or null while it is open. */
-    public RemoteMemoryException closedCause() {
-        return closed;
-    }
-
     /**
      * Completes {@code c} with its reply: an error reply fails it with the status and the memserver's reason (an
      * opcode the memserver predates says so); a reply that cannot be read, or to another opcode, fails it with

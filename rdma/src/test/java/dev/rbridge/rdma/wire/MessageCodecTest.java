@@ -195,6 +195,9 @@ class MessageCodecTest {
             assertEquals(expected.length, MessageEncoder.size(c.message()), c.message().toString());
             assertEquals(c.wire().length - Protocol.HEADER, MessageEncoder.bodyLength(c.message()),
                     c.message().toString());
+            ByteBuffer into = ByteBuffer.allocate(expected.length + 8).order(ByteOrder.LITTLE_ENDIAN).position(8);
+            assertEquals(expected.length, MessageEncoder.encode(c.message(), into), "bytes written");
+            assertEquals(8 + expected.length, into.position());
         }
     }
 
