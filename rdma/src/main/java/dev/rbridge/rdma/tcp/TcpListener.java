@@ -1,10 +1,10 @@
 package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.rdma.GatedAcceptor;
-import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.wire.Admission;
+import dev.rbridge.rdma.wire.GatedListener;
 
 import java.io.IOException;
 import java.nio.channels.ServerSocketChannel;

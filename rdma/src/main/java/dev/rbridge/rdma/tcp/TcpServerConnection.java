@@ -2,12 +2,12 @@ package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionStats;
-import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.wire.Admission;
 import dev.rbridge.rdma.wire.ControlDispatcher;
+import dev.rbridge.rdma.wire.GatedListener;
 import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
