@@ -124,11 +124,6 @@ public final class ControlClient {
         return true;
     }
 
-    /** The call waiting for the reply with this id, no longer waiting; null when there is none. */
-    public Call take(long id) {
-        return pending.remove(id);
-    }
-
     /**
      * The call waiting for the reply with this id, still waiting; null when there is none. A transport checks that a
      * reply fits its call before it takes the call ({@link #remove}): a reply that does not closes the connection, and
@@ -138,7 +133,10 @@ public final class ControlClient {
         return pending.get(id);
     }
 
-    /** Removes {@code c} (completed some other way); true if it was still waiting. */
+    /**
+     * Takes {@code c} off the waiting calls, to answer it with its reply or to complete it some other way; true if it
+     * was still waiting (false: the close failed it meanwhile).
+     */
     public boolean remove(Call c) {
         return pending.remove(c.id(), c);
     }
