@@ -10,6 +10,8 @@ import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.wire.Message;
+import dev.rbridge.rdma.wire.MessageEncoder;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
@@ -35,6 +37,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
@@ -47,6 +50,7 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -881,6 +885,84 @@ abstract class ProviderContractTest {
                 }
             }
         }
+    }
+
+    @Test
+    void aWriteTooShortForItsAddressIsRefusedAndTheConnectionGoesOn() throws Exception {
+        Assumptions.assumeTrue(memserver.hasWire(), "an in-process provider has no wire to corrupt");
+        byte[] token = TOKEN.getBytes(StandardCharsets.UTF_8);
+        ByteBuffer out = littleEndian(24 + 2 + token.length + 2 + 24 + 8 + 24);
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 1).putLong(1).putInt(0)
+                .putInt(2 + token.length + 2).putShort((short) token.length).put(token).putShort((short) 0);
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 17).putLong(2).putInt(0).putInt(8) // WRITE
+                .putLong(0x5a5a5a5a5a5a5a5aL); // 8 bytes: not even a region id and key
+        out.putInt(0x4D524252).putShort((short) 1).putShort((short) 19).putLong(3).putInt(0).putInt(0); // FLUSH
+        try (Socket s = new Socket(memserver.address().getAddress(), memserver.address().getPort())) {
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(out.array());
+            DataInputStream in = new DataInputStream(s.getInputStream());
+            for (long id = 1; id <= 3; id++) {
+                byte[] header = new byte[24];
+                in.readFully(header);
+                ByteBuffer h = ByteBuffer.wrap(header).order(ByteOrder.LITTLE_ENDIAN);
+                byte[] body = new byte[h.getInt(20)];
+                in.readFully(body);
+                assertEquals(id, h.getLong(8));
+                if (id == 2) {
+                    assertEquals(Status.BAD_REQUEST.code(), h.getInt(16));
+                    String message = new String(body, 2, body.length - 2, StandardCharsets.UTF_8);
+                    assertTrue(message.contains("no room for its address"), message);
+                } else {
+                    assertEquals(0, h.getInt(16), "reply " + id + " succeeds");
+                }
+            }
+        }
+    }
+
+    /**
+     * A memserver's answer (made wrong by a relay: no memserver sends it) that does not fit the request it answers:
+     * the client closes the connection, and the operation fails at once rather than wait for a reply that will never
+     * come (it was taken off the waiting calls before the reply was checked, and so missed by the close).
+     */
+    @Test
+    void aReplyThatDoesNotFitItsRequestFailsTheOperationPromptly() throws Exception {
+        Assumptions.assumeTrue(memserver.hasWire(), "an in-process provider has no wire to corrupt");
+        try (InjectingRelay relay = new InjectingRelay(memserver.address());
+             RemoteConnection c = connect(relay, TOKEN, Duration.ofMinutes(2))) {
+            relay.holdReplies();
+            CompletableFuture<Lease> lease = c.lease("misanswered", "owner", Duration.ofSeconds(30));
+            InjectingRelay.Request asked = relay.awaitRequest(Message.Lease.class);
+            asked.from().inject(withData(new Message.ReadReply(asked.message().id(), 8), 8));
+            RemoteMemoryException e = failure(lease, Duration.ofSeconds(10));
+            assertEquals(Status.CONNECTION_LOST, e.status(), e.getMessage());
+            assertFalse(c.isOpen());
+        }
+    }
+
+    /** {@code m} as the memserver sends it, and {@code dataBytes} of (zero) data after it. */
+    static byte[] withData(Message m, int dataBytes) {
+        ByteBuffer head = MessageEncoder.encode(m);
+        byte[] b = new byte[head.remaining() + dataBytes];
+        head.get(b, 0, head.remaining());
+        return b;
+    }
+
+    RemoteConnection connect(InjectingRelay relay, String token, Duration operationTimeout)
+            throws RemoteMemoryException {
+        return provider().connect(new ConnectParams().address(relay.address()).token(token).clientName("contract")
+                .lanes(lanes()).callerDriven(callerDriven())
+                .operationTimeout(operationTimeout).connectTimeout(Duration.ofSeconds(5)));
+    }
+
+    /**
+     * How {@code f} failed, within {@code promptly}; waited on with join, in a thread of its own (so a caller-driven
+     * one reads its replies).
+     */
+    static RemoteMemoryException failure(CompletableFuture<?> f, Duration promptly) {
+        return assertTimeoutPreemptively(promptly, () -> {
+            CompletionException e = assertThrows(CompletionException.class, f::join);
+            return assertInstanceOf(RemoteMemoryException.class, e.getCause());
+        }, "the operation must fail once its reply turned out wrong, not wait for ever");
     }
 
     @Test

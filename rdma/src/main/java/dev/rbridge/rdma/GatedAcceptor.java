@@ -1,9 +1,6 @@
 package dev.rbridge.rdma;
 
 import dev.rbridge.common.RateLimitedLog;
-import dev.rbridge.rdma.wire.Message;
-import dev.rbridge.rdma.wire.MessageEncoder;
-import dev.rbridge.rdma.wire.Opcode;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -43,13 +40,10 @@ public final class GatedAcceptor implements AutoCloseable {
         void start(SocketChannel channel, InetSocketAddress remote, ConnectionGate.Slot slot) throws IOException;
 
         /**
-         * What a refused peer reads: the reply to its greeting, failed with NO_CAPACITY and {@code message}, in the
-         * control protocol every transport here speaks.
+         * What a refused peer reads before the close: {@code message} (which limit refused it) in the words of the
+         * transport's protocol, as the answer to the greeting it sent or is about to send.
          */
-        default ByteBuffer refusal(String message) {
-            return MessageEncoder.encode(new Message.Error(0, Opcode.HELLO.code(),
-                    RemoteMemoryException.Status.NO_CAPACITY.code(), message));
-        }
+        ByteBuffer refusal(String message);
     }
 
     private final String name;

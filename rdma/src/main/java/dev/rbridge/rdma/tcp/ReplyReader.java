@@ -7,6 +7,7 @@ import dev.rbridge.rdma.wire.ControlClient;
 import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
+import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -16,6 +17,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.ClosedByInterruptException;
+import java.nio.channels.ClosedChannelException;
 import java.nio.channels.SocketChannel;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.BooleanSupplier;
@@ -39,6 +41,8 @@ final class ReplyReader {
     private final AtomicLong busyBytes;
     private final MessageDecoder decoder = MessageDecoder.forClient();
     private final ByteBuffer in = ByteBuffer.allocateDirect(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
+    /** Reads the rest of a reply whose header is in: a reply is sent whole, so it is coming. */
+    private final MessageReader replies;
     /** The last reply carried large READ data: read only the next header, so that its data skips {@code in}. */
     private boolean afterLarge;
     private final Spinner spinner;
@@ -59,6 +63,7 @@ final class ReplyReader {
         this.stats = stats;
         this.busyBytes = busyBytes;
         this.spinner = new Spinner(channel.socket().getInputStream(), control::issued);
+        this.replies = new MessageReader(channel, decoder, in);
     }
 
     /**
@@ -77,11 +82,11 @@ final class ReplyReader {
             }
             int upTo = afterLarge ? Protocol.HEADER : Integer.MAX_VALUE;
             if (spinner.await(stepAside)) {
-                TcpSockets.readMore(channel, in, upTo);
+                MessageReader.readMore(channel, in, upTo);
             } else if (stepAside == null || !stepAside.getAsBoolean()) {
                 blocked = true;
                 try {
-                    TcpSockets.readMore(channel, in, upTo);
+                    MessageReader.readMore(channel, in, upTo);
                 } finally {
                     blocked = false;
                 }
@@ -100,24 +105,28 @@ final class ReplyReader {
         return current;
     }
 
-    /** Reads one reply, whose header is in (see {@link #awaitHeader}), and completes its call. */
+    /**
+     * Reads one reply, whose header is in (see {@link #awaitHeader}), and completes its call. The reply is checked
+     * against its call before the call is taken: one that does not fit (READ data of another size, or for another
+     * request) closes the connection with the call still waiting, so the close fails it.
+     */
     void readOne() throws IOException, MalformedMessageException {
-        Message m;
-        while ((m = decoder.next(in)) == null) {
-            TcpSockets.readMore(channel, in); // the rest of a body: a reply is sent whole, so it is coming
-        }
-        if (!(control.take(m.id()) instanceof TcpCall c)) {
+        Message m = replies.next();
+        if (!(control.waiting(m.id()) instanceof TcpCall c)) {
             throw new MalformedMessageException("reply to unknown request " + m.id());
+        }
+        if (m instanceof Message.ReadReply r && (c.dst == null || r.length() != c.dst.byteSize())) {
+            throw new MalformedMessageException("READ reply of " + r.length() + " bytes for "
+                    + (c.dst == null ? "a " + c.what() : c.dst.byteSize() + " requested"));
+        }
+        if (!control.remove(c)) {
+            throw new ClosedChannelException(); // failed meanwhile: the connection is closing
         }
         busyBytes.addAndGet(-c.weight);
         writer.answered(c);
         stats.recvMessages.increment();
         stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
         if (m instanceof Message.ReadReply r) {
-            if (c.dst == null || r.length() != c.dst.byteSize()) {
-                throw new MalformedMessageException("READ reply of " + r.length() + " bytes for "
-                        + (c.dst == null ? "a " + c.what() : c.dst.byteSize() + " requested"));
-            }
             current = c; // watched by the watchdog while its data comes in
             ByteBuffer dst = c.dst.asByteBuffer();
             int buffered = Math.min(in.remaining(), r.length());

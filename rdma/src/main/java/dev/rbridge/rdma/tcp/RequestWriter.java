@@ -1,6 +1,7 @@
 package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.Protocol;
 
 import java.io.IOException;
 import java.net.StandardSocketOptions;
@@ -34,6 +35,8 @@ final class RequestWriter {
     private final BooleanSupplier open;
     /** The connection lost its socket while writing: it closes. */
     private final Consumer<IOException> lost;
+    /** A queued request too large for the batch buffer, taken off the queue unsent: its call fails. */
+    private final Consumer<TcpCall> unsendable;
     private final ReentrantLock writeLock = new ReentrantLock();
     private final ConcurrentLinkedQueue<TcpCall> outgoing = new ConcurrentLinkedQueue<>();
     private final AtomicLong outgoingBytes = new AtomicLong();
@@ -56,18 +59,23 @@ final class RequestWriter {
      * the socket's send buffer as reported, so that the write fits in it whatever the memserver does.
      */
     private final long safeRequestBytes;
-    /** Where a batch's requests are encoded (WRITE data apart); used only under writeLock. */
-    private final ByteBuffer out = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+    /**
+     * Where a batch's requests are encoded (WRITE data apart): room for the largest request a connection sends (it
+     * refuses larger ones before they are queued); used only under writeLock.
+     */
+    private final ByteBuffer out = ByteBuffer.allocateDirect(Protocol.HEADER + Protocol.MAX_CONTROL_BODY)
+            .order(ByteOrder.LITTLE_ENDIAN);
     /** The gathering write's buffers; used only under writeLock. */
     private final ByteBuffer[] vector = new ByteBuffer[MAX_VECTOR];
     /** Writes what the reader may not write itself (see {@link #writeBesideReplies}). */
     private final Thread flusher;
 
-    RequestWriter(SocketChannel channel, String peer, BooleanSupplier open, Consumer<IOException> lost)
-            throws IOException {
+    RequestWriter(SocketChannel channel, String peer, BooleanSupplier open, Consumer<IOException> lost,
+                  Consumer<TcpCall> unsendable) throws IOException {
         this.channel = channel;
         this.open = open;
         this.lost = lost;
+        this.unsendable = unsendable;
         this.safeReplyBytes = channel.getOption(StandardSocketOptions.SO_RCVBUF) / 4;
         this.safeRequestBytes = channel.getOption(StandardSocketOptions.SO_SNDBUF) / 4;
         this.flusher = new Thread(this::flushLoop, "rdma-tcp-flusher-" + peer);
@@ -156,8 +164,8 @@ final class RequestWriter {
             }
             writeLock.lock(); // the flusher may wait: it is not the thread that reads replies
             try {
-                while (!outgoing.isEmpty()) {
-                    writeBatch(Long.MAX_VALUE, Long.MAX_VALUE);
+                while (!outgoing.isEmpty() && open.getAsBoolean()) {
+                    writeBatch(Long.MAX_VALUE, Long.MAX_VALUE); // takes at least the head, without budgets
                 }
             } catch (IOException e) {
                 lost.accept(e);
@@ -172,7 +180,8 @@ final class RequestWriter {
      * Writes queued requests, encoded together into one direct buffer, WRITE data straight from the caller; taking
      * requests only while the reply bytes they will bring stay within {@code replyBudget} or the request bytes written
      * stay within {@code requestBudget} (see {@link #writeBesideReplies}): checked for each prefix of the batch, so the
-     * whole batch meets one of the two.
+     * whole batch meets one of the two. A head request that could never fit the batch buffer is taken off the queue
+     * and failed ({@link #unsendable}) rather than left to block every request behind it.
      */
     private void writeBatch(long replyBudget, long requestBudget) throws IOException {
         ByteBuffer[] v = vector;
@@ -183,6 +192,11 @@ final class RequestWriter {
         out.clear();
         int headStart = 0;
         TcpCall o;
+        while ((o = outgoing.peek()) != null && o.encodedSize > out.capacity()) {
+            outgoing.poll();
+            outgoingBytes.addAndGet(-o.encodedSize - (o.data == null ? 0 : o.data.remaining()));
+            unsendable.accept(o);
+        }
         while (n < MAX_VECTOR - 1 && (o = outgoing.peek()) != null && o.encodedSize <= out.remaining()
                 && (replies + o.replyWeight <= replyBudget || requests + o.requestWeight <= requestBudget)) {
             outgoing.poll();

@@ -70,7 +70,8 @@ final class TcpConnection extends ControlPlaneConnection {
         this.stats = stats;
         this.control = new ControlClient(peer);
         this.writer = new RequestWriter(channel, peer, this::isOpen, e -> closeWith(new RemoteMemoryException(
-                Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: " + e.getMessage(), e)));
+                Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: " + e.getMessage(), e)),
+                this::unsendable);
         this.reader = new ReplyReader(channel, peer, control, writer, stats, busyBytes);
         this.role = callerDriven ? new CallerDrivenReading(reader, control, timeoutNanos, this::isOpen,
                 this::readFailed, this::readerThread) : null;
@@ -274,6 +275,15 @@ final class TcpConnection extends ControlPlaneConnection {
             role.issued(); // somebody must read the reply
         }
         return (CompletableFuture<T>) (CompletableFuture<?>) p.future();
+    }
+
+    /** {@code c} was taken off the write queue unsent: larger than any request this connection sends. */
+    private void unsendable(TcpCall c) {
+        if (control.remove(c)) {
+            busyBytes.addAndGet(-c.weight);
+            c.future().completeExceptionally(new RemoteMemoryException(Status.INTERNAL, c.what() + " of "
+                    + c.encodedSize + " bytes does not fit the connection's write buffer; not sent"));
+        }
     }
 
     /** Whether the calling thread reads this connection's replies now, and so must never block writing. */

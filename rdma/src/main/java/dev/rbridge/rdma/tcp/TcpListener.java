@@ -1,20 +1,21 @@
 package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.rdma.GatedAcceptor;
-import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.wire.Admission;
+import dev.rbridge.rdma.wire.GatedListener;
 
 import java.io.IOException;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 
 /**
- * Accepts tcp-provider clients: one platform thread per connection, as measured fastest for few busy clients. The
- * accept loop and the start of each connection are the shared {@link GatedListener}'s (limits, refusals, evictions,
- * hello guards, surviving failures); every buffer of a connection is made by the connection's own thread, small until
- * the client authenticates ({@link TcpServerConnection}).
+ * Accepts tcp-provider clients: one platform thread per connection, blocking on its socket, the fastest way to serve
+ * the few busy clients a memserver has (bench/README.md). The accept loop and the start of each connection are the
+ * shared {@link GatedListener}'s (limits, refusals, evictions, hello guards, surviving failures); every buffer of a
+ * connection is made by the connection's own thread, small until the client authenticates ({@link
+ * TcpServerConnection}).
  */
 final class TcpListener extends GatedListener<TcpServerConnection> {
     /** Buffers of authenticated connections; as many idle as a busy memserver's churn of tool connections needs. */

@@ -2,16 +2,17 @@ package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionStats;
-import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.wire.Admission;
 import dev.rbridge.rdma.wire.ControlDispatcher;
+import dev.rbridge.rdma.wire.GatedListener;
 import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Opcode;
 import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
@@ -79,6 +80,8 @@ final class TcpServerConnection implements GatedListener.Connection {
     /** Polls briefly before this thread blocks for input; made on first use. */
     private Spinner spinner;
     private long queuedBytes;
+    /** Reads from the socket so far; written by this connection's thread only (tests count them). */
+    private volatile long socketReads;
 
     TcpServerConnection(SocketChannel channel, Admission admission, BufferPool buffers, String congestion,
                         long helloTimeoutMillis, Consumer<TcpServerConnection> onEnd) {
@@ -234,7 +237,7 @@ final class TcpServerConnection implements GatedListener.Connection {
             return;
         }
         pins.add(pin); // held until the reply data is on the wire
-        queue(new Message.ReadReply(r.id(), length));
+        queue(new Message.ReadReply(r.id(), length), length);
         pin.runs((at, n, written) -> {
             if (written) {
                 replies.add(pin.memory().asSlice(at, n).asByteBuffer());
@@ -289,6 +292,11 @@ final class TcpServerConnection implements GatedListener.Connection {
 
     // ------------------------------------------------------------------------------------------ input
 
+    /** Reads from the socket so far. */
+    long socketReads() {
+        return socketReads;
+    }
+
     /**
      * The next request. A message that fits the input buffer is read in whole first (a WRITE up to its data), so the
      * decoder reads it where it lies and allocates nothing for it.
@@ -306,36 +314,46 @@ final class TcpServerConnection implements GatedListener.Connection {
         }
         Message m;
         while ((m = decoder.next(in)) == null) {
-            readMore(Protocol.HEADER); // what is skipped, or a body larger than the buffer
+            // Bytes being skipped (a refused WRITE's data, an unknown opcode's body): as much as the buffer takes,
+            // whatever came before; they go nowhere, so there is no copy to save by reading little.
+            readMore(Integer.MAX_VALUE);
         }
         return m;
     }
 
-    /** Makes at least {@code n} bytes readable in {@code in}. */
+    /**
+     * Makes at least {@code n} bytes readable in {@code in}. After a large WRITE it reads no more than the next
+     * header and address, so that the next WRITE's data, likely large too, goes from the socket straight to memory.
+     */
     private void ensure(int n) throws IOException {
         while (in.remaining() < n) {
-            readMore(n);
+            readMore(afterLarge ? Math.max(n, Protocol.HEADER + Protocol.DATA_ADDRESS) : Integer.MAX_VALUE);
         }
     }
 
-    /** Reads more input; before blocking for it, sends queued replies. */
-    private void readMore(int n) throws IOException {
+    /** Reads more input, up to {@code upTo} unread bytes in all; before blocking for it, sends queued replies. */
+    private void readMore(int upTo) throws IOException {
         flushReplies();
         if (spinner == null) {
             spinner = new Spinner(channel.socket().getInputStream(), null);
         }
         spinner.await();
-        TcpSockets.readMore(channel, in, afterLarge ? Math.max(n, Protocol.HEADER + Protocol.DATA_ADDRESS)
-                : Integer.MAX_VALUE);
+        socketReads++;
+        MessageReader.readMore(channel, in, upTo);
     }
 
     // ------------------------------------------------------------------------------------------------ replies
 
-    /** Queues a reply: its header and body in the reply buffer (READ data is queued after it by the caller). */
+    /** Queues a reply: its header and body in the reply buffer. */
     private void queue(Message reply) throws IOException {
-        MessageEncoder.encode(reply, queueSlot(MessageEncoder.size(reply)));
+        queue(reply, 0);
+    }
+
+    /** Queues a reply followed by {@code dataBytes} of READ data, which the caller queues after it. */
+    private void queue(Message reply, int dataBytes) throws IOException {
+        int written = MessageEncoder.encode(reply, queueSlot(MessageEncoder.size(reply)));
         stats.sendMessages.increment();
-        stats.sendBytes.add(Protocol.HEADER + MessageEncoder.bodyLength(reply));
+        stats.sendBytes.add(written + (long) dataBytes);
     }
 
     /**

@@ -16,7 +16,7 @@ final class TcpSockets {
     private TcpSockets() {
     }
 
-    /** Data at least this large is a large transfer: the read after it fetches only the next header (see readMore). */
+    /** Data at least this large is a large transfer: the read after it fetches only the next header. */
     static final int LARGE = 64 << 10;
 
     /** Socket buffer size on both ends: room for several large transfers in flight without stalls. */
@@ -30,44 +30,11 @@ final class TcpSockets {
         ch.setOption(StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER);
     }
 
-    /** One read from {@code ch} appended to the unread bytes of {@code in} (kept in read mode); EOF at end of stream. */
-    static void readMore(SocketChannel ch, ByteBuffer in) throws IOException {
-        readMore(ch, in, Integer.MAX_VALUE);
-    }
-
-    /**
-     * As {@link #readMore(SocketChannel, ByteBuffer)}, but reading no more than is needed to hold {@code upTo} unread
-     * bytes: used after a large transfer, so that the next message's data, likely large too, goes straight from the
-     * socket to its destination instead of through {@code in} and a copy.
-     */
-    static void readMore(SocketChannel ch, ByteBuffer in, int upTo) throws IOException {
-        in.compact();
-        int r;
-        try {
-            if (upTo < in.remaining() + in.position() && upTo > in.position()) {
-                in.limit(upTo);
-            }
-            r = ch.read(in);
-        } finally {
-            in.limit(in.capacity());
-            in.flip();
-        }
-        if (r < 0) {
-            throw new EOFException();
-        }
-    }
-
     static void readFully(SocketChannel ch, ByteBuffer b) throws IOException {
         while (b.hasRemaining()) {
             if (ch.read(b) < 0) {
                 throw new EOFException();
             }
-        }
-    }
-
-    static void writeFully(SocketChannel ch, ByteBuffer b) throws IOException {
-        while (b.hasRemaining()) {
-            ch.write(b);
         }
     }
 

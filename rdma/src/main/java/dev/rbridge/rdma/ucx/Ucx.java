@@ -39,6 +39,12 @@ final class Ucx {
     /** Transports that exist only on an RDMA device (InfiniBand, RoCE, soft-RoCE). */
     private static final Set<String> RDMA_TLS = Set.of("rc", "rc_v", "rc_verbs", "rc_x", "rc_mlx5", "ud", "ud_v",
             "ud_verbs", "ud_x", "ud_mlx5", "dc", "dc_x", "dc_mlx5", "ib", "rdmacm");
+    /**
+     * Transports, and UCX's aliases for groups of them, known to register memory without pinning it to a device:
+     * sockets, loopback and shared memory copy through the page tables. Any other name counts as pinning.
+     */
+    private static final Set<String> UNPINNED_TLS = Set.of("tcp", "self", "sm", "shm", "mm", "posix", "sysv", "cma",
+            "knem", "xpmem");
 
     private static UcpContext context;
     private static RemoteMemoryException failure;
@@ -126,7 +132,7 @@ final class Ucx {
         List<String> wanted = new ArrayList<>();
         if (!tls.startsWith("^")) {
             for (String t : tls.split(",")) {
-                String name = t.trim().startsWith("\\") ? t.trim().substring(1) : t.trim();
+                String name = transportName(t);
                 if (RDMA_TLS.contains(name)) {
                     wanted.add(name);
                 }
@@ -149,20 +155,20 @@ final class Ucx {
     /**
      * Whether a UCX registration of memory in this process pins its pages to an RDMA NIC, as {@code ibv_reg_mr} does:
      * the host has an RDMA device and UCX may use it, going by UCX_TLS (unset, "all", an exclusion list, or a list
-     * naming an RDMA transport) and UCX_NET_DEVICES (unset, "all", or naming an RDMA port). Otherwise UCX moves data
-     * with its tcp or shared-memory transports, which emulate GET and PUT with copies through the page tables and pin
-     * nothing. When unsure it says yes: filling a range with zeroes where its pages could have gone back costs RAM,
-     * giving pages back under a NIC would lose data.
+     * naming any transport but those known not to pin, {@link #UNPINNED_TLS}) and UCX_NET_DEVICES (unset, "all", or
+     * naming an RDMA port). Otherwise UCX moves data with its tcp or shared-memory transports, which emulate GET and
+     * PUT with copies through the page tables and pin nothing. When unsure it says yes: filling a range with zeroes
+     * where its pages could have gone back costs RAM, giving pages back under a NIC would lose data.
      */
     static boolean registrationPinsPages(Map<String, String> env, List<String> devices) {
         if (devices.isEmpty()) {
             return false;
         }
         String tls = env.getOrDefault("UCX_TLS", "").trim().toLowerCase(Locale.ROOT);
-        boolean rdmaTls = tls.isEmpty() || tls.startsWith("^");
+        boolean rdmaTls = tls.isEmpty() || tls.startsWith("^"); // every transport, or all but some
         for (String t : tls.split(",")) {
-            String name = t.trim().startsWith("\\") ? t.trim().substring(1) : t.trim();
-            rdmaTls |= name.equals("all") || RDMA_TLS.contains(name);
+            String name = transportName(t);
+            rdmaTls |= !name.isEmpty() && !UNPINNED_TLS.contains(name);
         }
         String nets = env.getOrDefault("UCX_NET_DEVICES", "").trim();
         boolean rdmaDevice = nets.isEmpty() || nets.equals("all");
@@ -170,6 +176,16 @@ final class Ucx {
             rdmaDevice |= d.trim().matches("[A-Za-z0-9_]+:\\d+"); // mlx5_0:1, rxe0:1: an RDMA port
         }
         return rdmaTls && rdmaDevice;
+    }
+
+    /** A UCX_TLS entry's transport: without a leading backslash (a name, not an alias) or a ":aux" suffix. */
+    private static String transportName(String entry) {
+        String name = entry.trim();
+        if (name.startsWith("\\")) {
+            name = name.substring(1);
+        }
+        int colon = name.indexOf(':');
+        return colon < 0 ? name : name.substring(0, colon);
     }
 
     /**

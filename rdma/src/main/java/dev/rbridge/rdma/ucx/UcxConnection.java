@@ -13,6 +13,7 @@ import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Opcode;
 import dev.rbridge.rdma.wire.Protocol;
 import org.openucx.jucx.UcxCallback;
@@ -239,7 +240,8 @@ final class UcxConnection extends ControlPlaneConnection {
                     + "one, tcp by default); start it with --transport ucx or connect with its transport");
             case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
                     + " refused the connection: " + e.message());
-            case Message other -> throw new IOException(peer + " sent a malformed UCX_CONNECT reply (" + other + ")");
+            case Message other -> throw new IOException(peer + " sent a malformed UCX_CONNECT reply ("
+                    + ControlClient.describe(other) + ")");
         };
     }
 
@@ -257,7 +259,8 @@ final class UcxConnection extends ControlPlaneConnection {
             }
             case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
                     + " refused the connection: " + e.message());
-            case Message other -> throw new IOException(peer + " sent a malformed UCX_PROBE reply (" + other + ")");
+            case Message other -> throw new IOException(peer + " sent a malformed UCX_PROBE reply ("
+                    + ControlClient.describe(other) + ")");
         };
     }
 
@@ -380,7 +383,8 @@ final class UcxConnection extends ControlPlaneConnection {
 
     /** The reader thread: replies complete their calls; INVALIDATE drops remote keys. */
     private void readLoop() {
-        MessageReader replies = new MessageReader(channel, decoder, 64 << 10);
+        MessageReader replies = new MessageReader(channel, decoder,
+                ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN).flip());
         try {
             while (true) {
                 Message m = replies.next();
@@ -390,11 +394,19 @@ final class UcxConnection extends ControlPlaneConnection {
                     invalidated(i);
                     continue;
                 }
-                ControlClient.Call c = control.take(m.id());
-                if (c == null || c instanceof Op || decoder.payloadRemaining() > 0) {
-                    throw new IOException("reply to unknown request " + m.id());
+                // Checked before the call is taken: a reply that does not fit it closes the connection with the call
+                // still waiting, so the close fails it (a data operation once UCX has let go of its buffer).
+                ControlClient.Call c = control.waiting(m.id());
+                if (c == null || c instanceof Op) {
+                    throw new MalformedMessageException((c == null ? "reply to unknown request " : "a "
+                            + Opcode.name(m.code()) + " reply to data operation ") + m.id());
                 }
-                control.answer(c, m);
+                if (decoder.payloadRemaining() > 0) {
+                    throw new MalformedMessageException("READ data in reply to " + c.what());
+                }
+                if (control.remove(c)) { // else failed meanwhile: the connection is closing
+                    control.answer(c, m);
+                }
             }
         } catch (EOFException e) {
             closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "memserver " + peer

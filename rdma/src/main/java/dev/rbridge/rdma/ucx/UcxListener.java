@@ -1,11 +1,11 @@
 package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.rdma.GatedAcceptor;
-import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.wire.Admission;
+import dev.rbridge.rdma.wire.GatedListener;
 import org.openucx.jucx.ucp.UcpContext;
 import org.openucx.jucx.ucp.UcpMemMapParams;
 import org.openucx.jucx.ucp.UcpMemory;

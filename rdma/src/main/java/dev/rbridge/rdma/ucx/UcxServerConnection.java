@@ -2,17 +2,18 @@ package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionStats;
-import dev.rbridge.rdma.GatedListener;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.wire.Admission;
 import dev.rbridge.rdma.wire.ControlDispatcher;
+import dev.rbridge.rdma.wire.GatedListener;
 import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
+import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Protocol;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -64,7 +65,8 @@ final class UcxServerConnection implements GatedListener.Connection {
         this.channel = channel;
         this.admission = admission;
         this.peer = admission.peer();
-        this.requests = new MessageReader(channel, decoder, INPUT);
+        this.requests = new MessageReader(channel, decoder,
+                ByteBuffer.allocate(INPUT).order(ByteOrder.LITTLE_ENDIAN).flip());
     }
 
     @Override

@@ -11,6 +11,7 @@ import org.slf4j.LoggerFactory;
 import java.io.EOFException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
 import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
@@ -116,7 +117,7 @@ public final class Admission {
                 }
                 yield new Admitted(s, h.id());
             }
-            default -> throw new IllegalArgumentException("a greeting is a HELLO, not " + first);
+            default -> throw new IllegalArgumentException("a greeting is a HELLO, not " + Opcode.name(first.code()));
         };
     }
 
@@ -127,8 +128,16 @@ public final class Admission {
     public Message.Error noMemory(long helloId, OutOfMemoryError e) {
         limited.error("no_memory", "client {}: no memory for its buffers ({}); disconnected", peer, e.toString());
         turnAway("no_memory");
-        return ControlDispatcher.error(new Message.Hello(helloId, "", ""), Status.NO_CAPACITY,
+        return new Message.Error(helloId, Opcode.HELLO.code(), Status.NO_CAPACITY.code(),
                 "the memserver has no memory for another connection now; try again later");
+    }
+
+    /**
+     * What a peer the {@link ConnectionGate} turned away reads before the close, whatever it sent: the answer to a
+     * greeting, failed with {@code NO_CAPACITY} and {@code message} (which limit refused it).
+     */
+    public static ByteBuffer refusal(String message) {
+        return MessageEncoder.encode(new Message.Error(0, Opcode.HELLO.code(), Status.NO_CAPACITY.code(), message));
     }
 
     /**

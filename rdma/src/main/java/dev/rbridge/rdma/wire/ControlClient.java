@@ -124,12 +124,19 @@ public final class ControlClient {
         return true;
     }
 
-    /** The call waiting for the reply with this id, no longer waiting; null when there is none. */
-    public Call take(long id) {
-        return pending.remove(id);
+    /**
+     * The call waiting for the reply with this id, still waiting; null when there is none. A transport checks that a
+     * reply fits its call before it takes the call ({@link #remove}): a reply that does not closes the connection, and
+     * the close fails every call still waiting, this one included.
+     */
+    public Call waiting(long id) {
+        return pending.get(id);
     }
 
-    /** Removes {@code c} (completed some other way); true if it was still waiting. */
+    /**
+     * Takes {@code c} off the waiting calls, to answer it with its reply or to complete it some other way; true if it
+     * was still waiting (false: the close failed it meanwhile).
+     */
     public boolean remove(Call c) {
         return pending.remove(c.id(), c);
     }
@@ -137,11 +144,6 @@ public final class ControlClient {
     /** No call is waiting. */
     public boolean idle() {
         return pending.isEmpty();
-    }
-
-    /** The cause the connection closed with, or null while it is open. */
-    public RemoteMemoryException closedCause() {
-        return closed;
     }
 
     /**
@@ -305,8 +307,17 @@ public final class ControlClient {
                     + peer + " speaks protocol v" + v.version() + ", this client v" + Protocol.VERSION);
             case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
                     + " refused the connection: " + e.message());
-            case Message other -> throw new IOException(peer + " sent a malformed hello reply (" + other + ")");
+            case Message other -> throw new IOException(peer + " sent a malformed hello reply (" + describe(other)
+                    + ")");
         };
+    }
+
+    /**
+     * How errors name a reply that is not the one expected: its opcode, or why it could not be read. Never the record
+     * itself, whose fields are the peer's to choose.
+     */
+    public static String describe(Message reply) {
+        return reply instanceof Message.Unreadable u ? u.reason() : "a reply of opcode " + Opcode.name(reply.code());
     }
 
     /**
@@ -338,14 +349,15 @@ public final class ControlClient {
             }
             if (m != null) {
                 if (decoder.payloadRemaining() > 0) {
-                    throw new IOException(peer + " sent data in reply to " + request);
+                    throw new IOException(peer + " sent data in reply to " + Opcode.name(request.code()));
                 }
                 return m;
             }
             // The header is in: the body, whose length the decoder checked against its limits, comes next.
             int length = header.getInt(20);
             if (length > Protocol.MAX_CONTROL_BODY) {
-                throw new IOException(peer + " sent a reply of " + length + " bytes to " + request);
+                throw new IOException(peer + " sent a reply of " + length + " bytes to "
+                        + Opcode.name(request.code()));
             }
             body = ByteBuffer.allocate(length).order(ByteOrder.LITTLE_ENDIAN);
         }

@@ -24,7 +24,7 @@ public sealed interface Message {
 
     // ------------------------------------------------------------------------- requests: client to memserver
 
-    /** The greeting, first on every connection. */
+    /** The greeting, first on every connection. Shown without its token: what shows it may end up in a log. */
     record Hello(long id, String token, String clientName) implements Message {
         public Hello {
             Objects.requireNonNull(token, "token");
@@ -33,6 +33,11 @@ public sealed interface Message {
 
         public int code() {
             return Opcode.HELLO.code();
+        }
+
+        @Override
+        public String toString() {
+            return "Hello[id=" + id + ", token=(withheld), clientName=" + clientName + "]";
         }
     }
 

@@ -211,12 +211,8 @@ public final class MessageDecoder {
             return skip(length, new Message.Unreadable(id, code, "unexpected " + Opcode.name(code)));
         }
         return switch (op) {
-            case WRITE -> {
-                if (length < Protocol.DATA_ADDRESS) {
-                    throw new MalformedMessageException("WRITE of " + length + " bytes has no room for its address");
-                }
-                yield body(Protocol.DATA_ADDRESS);
-            }
+            case WRITE -> length < Protocol.DATA_ADDRESS ? skip(length, new Message.Unreadable(id, code, "WRITE of "
+                    + length + " bytes has no room for its address")) : body(Protocol.DATA_ADDRESS);
             case READ -> fixed(Protocol.READ_BODY);
             case ZERO -> fixed(Protocol.ZERO_BODY);
             case FLUSH -> fixed(0);

@@ -80,11 +80,16 @@ public final class MessageEncoder {
         return b.flip();
     }
 
-    /** Writes {@code m} at {@code dst}'s position (which must be little-endian and have {@link #size} bytes left). */
-    public static void encode(Message m, ByteBuffer dst) {
+    /**
+     * Writes {@code m} at {@code dst}'s position (which must be little-endian and have {@link #size} bytes left);
+     * returns the bytes written, {@link #size}: a transport counts them, and the data it sends after a WRITE request or
+     * a READ reply.
+     */
+    public static int encode(Message m, ByteBuffer dst) {
         if (dst.order() != ByteOrder.LITTLE_ENDIAN) {
             throw new IllegalArgumentException("the control protocol is little-endian");
         }
+        int start = dst.position();
         long length = bodyLength(m);
         int version = m instanceof Message.OtherVersion v ? v.version() : Protocol.VERSION;
         int status = m instanceof Message.Error e ? e.status() : 0;
@@ -179,6 +184,7 @@ public final class MessageEncoder {
             }
             case Message.Unreadable u -> throw new IllegalArgumentException("an unreadable message is not sent");
         }
+        return dst.position() - start;
     }
 
     // ------------------------------------------------------------------------------------- LIST in pieces

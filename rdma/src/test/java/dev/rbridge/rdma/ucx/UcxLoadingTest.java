@@ -57,4 +57,18 @@ class UcxLoadingTest {
                 "only non-RDMA devices named");
         assertTrue(Ucx.registrationPinsPages(Map.of("UCX_NET_DEVICES", "rxe0:1"), List.of("rxe0")));
     }
+
+    @Test
+    void onlyTransportsKnownNotToPinCountAsNotPinning() {
+        List<String> nic = List.of("mlx5_0");
+        for (String tls : List.of("tcp", "self", "sm", "shm", "mm", "posix", "sysv", "cma", "knem", "xpmem",
+                "tcp,sm,self", "TCP, posix ,sysv,", "\\tcp,\\cma", "tcp:aux,self")) {
+            assertFalse(Ucx.registrationPinsPages(Map.of("UCX_TLS", tls), nic), "UCX_TLS=" + tls);
+        }
+        // Named RDMA transports, and any name this build does not know (a newer UCX's, a typo): when unsure, pinned.
+        for (String tls : List.of("rc_verbs", "dc_mlx5", "gga", "srd", "tcp,gga", "sm,rc_x", "cuda_copy,tcp",
+                "ud:aux,tcp", "no_such_transport")) {
+            assertTrue(Ucx.registrationPinsPages(Map.of("UCX_TLS", tls), nic), "UCX_TLS=" + tls);
+        }
+    }
 }

@@ -43,6 +43,14 @@ class ControlClientTest {
         return c;
     }
 
+    /** {@code c}, found waiting for its reply by id and then taken, as a transport does once the reply fits it. */
+    ControlClient.Call taken(ControlClient.Call c) {
+        assertSame(c, client.waiting(c.id()));
+        assertTrue(client.remove(c));
+        assertNull(client.waiting(c.id()));
+        return c;
+    }
+
     static RemoteMemoryException failure(ControlClient.Call c) {
         ExecutionException e = assertThrows(ExecutionException.class, () -> c.future().get());
         return assertInstanceOf(RemoteMemoryException.class, e.getCause());
@@ -52,24 +60,24 @@ class ControlClientTest {
     void repliesBecomeTheOperationsResults() throws Exception {
         RegionDescriptor d = new RegionDescriptor(7, 4096, 99, TAG);
         ControlClient.Call allocate = call(ControlClient.allocate(TAG, 4096));
-        client.answer(client.take(allocate.id()), new Message.AllocateReply(allocate.id(), d));
+        client.answer(taken(allocate), new Message.AllocateReply(allocate.id(), d));
         assertEquals(d, allocate.future().get());
 
         ControlClient.Call lease = call(ControlClient.lease("vol", "owner-a", Duration.ofSeconds(5)));
-        client.answer(client.take(lease.id()), new Message.LeaseReply(lease.id(), 5000, true));
+        client.answer(taken(lease), new Message.LeaseReply(lease.id(), 5000, true));
         assertEquals(new Lease("vol", "owner-a", 5000, true), lease.future().get());
 
         ControlClient.Call info = call(ControlClient.info());
-        client.answer(client.take(info.id()), new Message.InfoReply(info.id(), "srv", 100, 40));
+        client.answer(taken(info), new Message.InfoReply(info.id(), "srv", 100, 40));
         assertEquals(new ServerInfo("srv", Protocol.VERSION, 100, 40), info.future().get());
 
         List<RegionInfo> listed = List.of(new RegionInfo(new RegionDescriptor(7, 4096, 0, TAG), "bridge"));
         ControlClient.Call list = call(ControlClient.list());
-        client.answer(client.take(list.id()), new Message.ListReply(list.id(), listed));
+        client.answer(taken(list), new Message.ListReply(list.id(), listed));
         assertEquals(listed, list.future().get());
 
         ControlClient.Call release = call(ControlClient.release(d));
-        client.answer(client.take(release.id()), new Message.ReleaseReply(release.id()));
+        client.answer(taken(release), new Message.ReleaseReply(release.id()));
         assertNull(release.future().get());
         assertTrue(client.idle());
     }
@@ -77,7 +85,7 @@ class ControlClientTest {
     @Test
     void anErrorReplyFailsTheCallWithItsStatusAndAnOpcodeTheMemserverPredatesSaysSo() {
         ControlClient.Call open = call(ControlClient.open(7));
-        client.answer(client.take(open.id()), new Message.Error(open.id(), Opcode.OPEN.code(),
+        client.answer(taken(open), new Message.Error(open.id(), Opcode.OPEN.code(),
                 Status.ACCESS_DENIED.code(), "volume 'vol' is leased by another client"));
         RemoteMemoryException e = failure(open);
         assertEquals(Status.ACCESS_DENIED, e.status());
@@ -85,7 +93,7 @@ class ControlClientTest {
                 e.getMessage());
 
         ControlClient.Call lease = call(ControlClient.lease("vol", "o", Duration.ofSeconds(1)));
-        client.answer(client.take(lease.id()), new Message.Error(lease.id(), Opcode.LEASE.code(),
+        client.answer(taken(lease), new Message.Error(lease.id(), Opcode.LEASE.code(),
                 Status.BAD_REQUEST.code(), "unexpected OP_7"));
         e = failure(lease);
         assertEquals(Status.BAD_REQUEST, e.status());
@@ -96,10 +104,10 @@ class ControlClientTest {
     @Test
     void anUnreadableReplyOrOneToAnotherOpcodeFailsOnlyItsCall() {
         ControlClient.Call open = call(ControlClient.open(7));
-        client.answer(client.take(open.id()), new Message.Unreadable(open.id(), Opcode.OPEN.code(), "truncated"));
+        client.answer(taken(open), new Message.Unreadable(open.id(), Opcode.OPEN.code(), "truncated"));
         assertEquals(Status.INTERNAL, failure(open).status());
         ControlClient.Call info = call(ControlClient.info());
-        client.answer(client.take(info.id()), new Message.FlushReply(info.id()));
+        client.answer(taken(info), new Message.FlushReply(info.id()));
         RemoteMemoryException e = failure(info);
         assertEquals(Status.INTERNAL, e.status());
         assertTrue(e.getMessage().contains("answered INFO with a FLUSH reply"), e.getMessage());
@@ -115,7 +123,13 @@ class ControlClientTest {
                 new CompletableFuture<>(), ControlClient.NOTHING);
         assertFalse(client.register(later), "a call registered after the close must not be sent");
         assertSame(cause, failure(later));
-        assertSame(cause, client.closedCause());
+    }
+
+    @Test
+    void aHelloShownInALogOrAnErrorWithholdsItsToken() {
+        String shown = new Message.Hello(7, "SUPER-SECRET-TOKEN", "probe").toString();
+        assertFalse(shown.contains("SUPER-SECRET-TOKEN"), shown);
+        assertTrue(shown.contains("probe"), shown);
     }
 
     @Test

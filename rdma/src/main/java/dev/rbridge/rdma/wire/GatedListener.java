@@ -1,9 +1,14 @@
-package dev.rbridge.rdma;
+package dev.rbridge.rdma.wire;
 
-import dev.rbridge.rdma.wire.Admission;
+import dev.rbridge.rdma.ConnectionGate;
+import dev.rbridge.rdma.GatedAcceptor;
+import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.RegionService;
+import dev.rbridge.rdma.RemoteListener;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.Set;
@@ -11,9 +16,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledExecutorService;
 
 /**
- * A memserver's listener whose clients come through the shared {@link GatedAcceptor} (the tcp and ucx providers'):
- * each admitted connection gets its {@link Admission}, its hello guard and a platform thread of its own, and counts
- * until it ends. The provider makes the connection ({@link #connection}) and serves it on that thread.
+ * A memserver's listener whose clients come through the shared {@link GatedAcceptor} and speak the control protocol
+ * (the tcp and ucx providers'): a refused peer reads the {@link Admission#refusal} of its greeting; each admitted
+ * connection gets its {@link Admission}, its hello guard and a platform thread of its own, and counts until it ends.
+ * The provider makes the connection ({@link #connection}) and serves it on that thread.
  *
  * @param <C> the provider's memserver end of one connection
  */
@@ -46,7 +52,17 @@ public abstract class GatedListener<C extends GatedListener.Connection> implemen
 
     /** Starts accepting on {@code server} (from {@link GatedAcceptor#bind}), once the listener is ready to serve. */
     protected final void accept(ServerSocketChannel server) throws IOException {
-        acceptor = GatedAcceptor.start(transport, server, params.limits(), service, this::serve);
+        acceptor = GatedAcceptor.start(transport, server, params.limits(), service, new GatedAcceptor.Transport() {
+            @Override
+            public void start(SocketChannel channel, InetSocketAddress remote, ConnectionGate.Slot slot) {
+                serve(channel, remote, slot);
+            }
+
+            @Override
+            public ByteBuffer refusal(String message) {
+                return Admission.refusal(message);
+            }
+        });
     }
 
     protected final ListenParams params() {
