@@ -12,7 +12,7 @@ import java.nio.channels.SocketChannel;
 
 /**
  * Accepts tcp-provider clients: one platform thread per connection, blocking on its socket, the fastest way to serve
- * the few busy clients a memserver has (bench/README.md). The accept loop and the start of each connection are the
+ * the few busy clients a memserver has (the design prototypes in docs/transports.md). The accept loop and the start of each connection are the
  * shared {@link GatedListener}'s (limits, refusals, evictions, hello guards, surviving failures); every buffer of a
  * connection is made by the connection's own thread, small until the client authenticates ({@link
  * TcpServerConnection}).
