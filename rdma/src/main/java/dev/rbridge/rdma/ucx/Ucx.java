@@ -46,38 +46,57 @@ final class Ucx {
     private static final Set<String> UNPINNED_TLS = Set.of("tcp", "self", "sm", "shm", "mm", "posix", "sysv", "cma",
             "knem", "xpmem");
 
+    /**
+     * How the memserver's context registers memory with an InfiniBand/RoCE device unless UCX_IB_REG_METHODS says
+     * otherwise: each registration its own {@code ibv_reg_mr}, each deregistration an {@code ibv_dereg_mr}. UCX's
+     * default ("rcache,odp,direct") keeps a deregistered memory region, and its rkey, alive in a registration cache
+     * until the memory is unmapped, so withdrawing a key would change nothing on the NIC and a MAP after a key
+     * rotation would hand out the same rkey again.
+     */
+    static final String SERVER_REG_METHODS = "direct";
+
+    /** The clients' context; the memserver's ({@link #serverContext}) registers memory differently. */
     private static UcpContext context;
+    private static UcpContext serverContext;
+    private static boolean loaded;
     private static RemoteMemoryException failure;
     private static Path laneLog;
 
     private Ucx() {
     }
 
-    /** The JVM's UCX context, created on first use; fails with CONNECT_FAILED and the sentence to act on. */
+    /** The context clients make workers from, created on first use; fails with CONNECT_FAILED and what to do. */
     static synchronized UcpContext context() throws RemoteMemoryException {
-        if (context != null) {
-            return context;
+        if (context == null) {
+            context = newContext(false);
         }
+        return context;
+    }
+
+    /**
+     * The context the memserver registers region memory in and serves from: as {@link #context}, with registrations
+     * the NIC really forgets when they go ({@link #SERVER_REG_METHODS}).
+     */
+    static synchronized UcpContext serverContext() throws RemoteMemoryException {
+        if (serverContext == null) {
+            serverContext = newContext(true);
+        }
+        return serverContext;
+    }
+
+    private static UcpContext newContext(boolean server) throws RemoteMemoryException {
         if (failure != null) {
             throw failure;
         }
         try {
-            checkRdmaDevice(System.getenv(), rdmaDevices());
-            if (System.getenv("UCX_ERROR_SIGNALS") == null) {
-                // UCX's own SIGSEGV/SIGBUS handlers would replace the JVM's (which relies on them): keep them out.
-                try {
-                    setenv("UCX_ERROR_SIGNALS", "");
-                } catch (Throwable e) {
-                    log.warn("could not set UCX_ERROR_SIGNALS; set it empty in the environment", e);
-                }
+            load();
+            UcpParams params = new UcpParams().requestRmaFeature().requestWakeupFeature();
+            // Only where there is an IB device to take it: elsewhere UCX warns of an unused ("invalid") setting.
+            if (server && System.getenv("UCX_IB_REG_METHODS") == null && !rdmaDevices().isEmpty()) {
+                params.setConfig("IB_REG_METHODS", SERVER_REG_METHODS);
             }
             try {
-                NativeLibs.load();
-            } catch (LinkageError e) {
-                throw new RemoteMemoryException(Status.CONNECT_FAILED, loadFailure(e));
-            }
-            try {
-                context = new UcpContext(new UcpParams().requestRmaFeature().requestWakeupFeature());
+                return new UcpContext(params);
             } catch (LinkageError e) {
                 throw new RemoteMemoryException(Status.CONNECT_FAILED, loadFailure(e));
             } catch (RuntimeException e) {
@@ -85,15 +104,48 @@ final class Ucx {
                         + "); check UCX_TLS and UCX_NET_DEVICES (ucx_info -d lists what this host has), "
                         + "or use --transport tcp");
             }
-            if (rdmaDevices().isEmpty()) {
-                log.info("no RDMA device on this host: UCX will move data over its tcp or shared-memory transports, "
-                        + "not RDMA");
-            }
-            return context;
         } catch (RemoteMemoryException e) {
             failure = e;
             throw e;
         }
+    }
+
+    /** Loads JUCX and libucx0 once, after checking what UCX_TLS asks for is here. */
+    private static void load() throws RemoteMemoryException {
+        if (loaded) {
+            return;
+        }
+        checkRdmaDevice(System.getenv(), rdmaDevices());
+        if (System.getenv("UCX_ERROR_SIGNALS") == null) {
+            // UCX's own SIGSEGV/SIGBUS handlers would replace the JVM's (which relies on them): keep them out.
+            try {
+                setenv("UCX_ERROR_SIGNALS", "");
+            } catch (Throwable e) {
+                log.warn("could not set UCX_ERROR_SIGNALS; set it empty in the environment", e);
+            }
+        }
+        try {
+            NativeLibs.load();
+        } catch (LinkageError e) {
+            throw new RemoteMemoryException(Status.CONNECT_FAILED, loadFailure(e));
+        }
+        if (rdmaDevices().isEmpty()) {
+            log.info("no RDMA device on this host: UCX will move data over its tcp or shared-memory transports, "
+                    + "not RDMA");
+        }
+        loaded = true;
+    }
+
+    /**
+     * Whether withdrawing a remote key is enforced by the NIC in this process's memserver: the memory is registered
+     * with an RDMA device ({@link #registrationPinsPages}) and each registration is its own memory region
+     * ({@link #SERVER_REG_METHODS}, or UCX_IB_REG_METHODS=direct). Over UCX's tcp and shared-memory transports GET
+     * and PUT are emulated and UCX does not check the key at all: there a withdrawn key is advisory, and only the
+     * client's own forgetting of it (INVALIDATE) keeps it out.
+     */
+    static boolean revocationEnforced(Map<String, String> env, List<String> devices) {
+        String methods = env.getOrDefault("UCX_IB_REG_METHODS", SERVER_REG_METHODS).trim().toLowerCase(Locale.ROOT);
+        return registrationPinsPages(env, devices) && methods.equals(SERVER_REG_METHODS);
     }
 
     /** The message for a JUCX or libucx0 that would not load. */
@@ -194,7 +246,7 @@ final class Ucx {
      * returns false when it is too late.
      */
     static synchronized boolean reportLanes() {
-        if (context != null || laneLog != null) {
+        if (loaded || laneLog != null) {
             return laneLog != null;
         }
         try {

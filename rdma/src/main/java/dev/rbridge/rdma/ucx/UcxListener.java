@@ -36,8 +36,15 @@ import java.util.concurrent.TimeUnit;
  *
  * <p>Before memory stops being registered (a release, a lease taken over, the last mapping client gone) every client
  * holding its remote key is told to forget it (INVALIDATE) and answers once nothing it issued with the
- * key is in flight; a client that does not answer within the hello timeout is disconnected, and its registrations are
- * kept for a grace period before the memory may be unmapped.
+ * key is in flight; a client that does not answer within the hello timeout is disconnected.
+ *
+ * <p>What a withdrawn key is worth depends on the transport ({@link Ucx#revocationEnforced}). On an RDMA device,
+ * with each registration its own memory region, deregistering makes the NIC refuse the old rkey: a lease taken over
+ * (fencing) deregisters at once, before the new holder hears of its grant, so a bridge cut off on its control
+ * connection but not on the fabric gets remote access errors from then on; an unanswered INVALIDATE, or a client gone,
+ * deregisters at once too. Where UCX emulates GET and PUT (tcp, shared memory) it never checks keys: there the
+ * memserver waits for the clients' answers, and keeps the memory of a client that did not answer, or is gone, mapped
+ * for a grace period, so that writes it still had in flight land in memory nobody else has yet.
  */
 final class UcxListener extends GatedListener<UcxServerConnection> {
     /** How long registering a region with UCX, or waiting for another connection to, may take. */
@@ -71,6 +78,10 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
     private volatile boolean closed;
     /** Registrations pin pages to an RDMA NIC here (see {@link Ucx#registrationPinsPages}). */
     private final boolean pinsPages = Ucx.registrationPinsPages(System.getenv(), Ucx.rdmaDevices());
+    /** The NIC refuses a deregistered region's rkey here: nothing to wait for once a key is withdrawn. */
+    private final boolean revocationEnforced = Ucx.revocationEnforced(System.getenv(), Ucx.rdmaDevices());
+    /** How long memory stays registered after a client that may still use its key went away or did not answer. */
+    private final long graceMillis = revocationEnforced ? 0 : GRACE_MILLIS;
 
     record RegKey(long region, long key, long length) {
     }
@@ -91,12 +102,19 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
          */
         final CompletableFuture<Boolean> confirmed = new CompletableFuture<>();
 
-        Registration(RegKey id, RegionService.Pin pin, UcpMemory memory) {
+        Registration(RegKey id, RegionService.Pin pin, Registered registered) {
             this.id = id;
             this.pin = pin;
-            this.memory = memory;
-            this.rkey = memory.getRemoteKeyBuffer();
+            this.memory = registered.memory();
+            this.rkey = registered.rkey();
             this.address = pin.memory().address();
+        }
+    }
+
+    /** What registering gives, both made on the progress thread (the worker's context is not this thread's to use). */
+    private record Registered(UcpMemory memory, ByteBuffer rkey) {
+        static Registered of(UcpMemory memory) {
+            return new Registered(memory, memory.getRemoteKeyBuffer());
         }
     }
 
@@ -117,7 +135,7 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
     static UcxListener start(ListenParams params, RegionService service) throws IOException {
         UcpContext context;
         try {
-            context = Ucx.context();
+            context = Ucx.serverContext();
         } catch (RemoteMemoryException e) {
             throw new IOException(e.getMessage(), e);
         }
@@ -198,9 +216,9 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
             check.exposed();
         }
         try {
-            UcpMemory memory = loop.call(() -> context.memoryMap(new UcpMemMapParams()
-                    .setAddress(check.memory().address()).setLength(length).nonBlocking()), REGISTER_TIMEOUT_MILLIS);
-            reg = new Registration(k, check, memory);
+            Registered registered = loop.call(() -> Registered.of(context.memoryMap(new UcpMemMapParams()
+                    .setAddress(check.memory().address()).setLength(length).nonBlocking())), REGISTER_TIMEOUT_MILLIS);
+            reg = new Registration(k, check, registered);
         } catch (Exception e) {
             check.close();
             throw new RemoteMemoryException(RemoteMemoryException.Status.INTERNAL, "UCX could not register region "
@@ -240,9 +258,11 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
 
     /**
      * Withdraws every registration of these regions: the clients holding their keys forget them (or are
-     * disconnected), then the memory is deregistered and unpinned. Completes when the clients have answered.
+     * disconnected), then the memory is deregistered and unpinned; completes when the clients have answered. When
+     * {@code fence} (a lease taken over, a region revoked) and the NIC enforces withdrawn keys, the memory is
+     * deregistered first and this completes once it is: whoever still writes with the old key fails from then on.
      */
-    CompletableFuture<Void> invalidate(Collection<Long> regions) {
+    CompletableFuture<Void> invalidate(Collection<Long> regions, boolean fence) {
         Map<UcxServerConnection, List<Long>> perClient = new HashMap<>();
         List<Registration> victims = new ArrayList<>();
         synchronized (registrations) {
@@ -261,12 +281,17 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         if (victims.isEmpty()) {
             return CompletableFuture.completedFuture(null);
         }
+        if (fence && revocationEnforced) {
+            CompletableFuture<?>[] gone = victims.stream().map(r -> drop(r, 0)).toArray(CompletableFuture[]::new);
+            perClient.forEach(UcxServerConnection::invalidate); // they still forget the keys; nobody waits for it
+            return CompletableFuture.allOf(gone);
+        }
         List<CompletableFuture<Boolean>> answers = new ArrayList<>();
         perClient.forEach((c, ids) -> answers.add(c.invalidate(ids)));
         return CompletableFuture.allOf(answers.toArray(CompletableFuture[]::new)).thenRun(() -> {
             boolean allAnswered = answers.stream().allMatch(CompletableFuture::join);
             for (Registration r : victims) {
-                drop(r, allAnswered ? 0 : GRACE_MILLIS);
+                drop(r, allAnswered ? 0 : graceMillis);
             }
         });
     }
@@ -303,9 +328,16 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         return List.copyOf(stale);
     }
 
+    /** Whether a registration of the region is listed now: what a client's remote key may be for. */
+    boolean registered(long region) {
+        synchronized (registrations) {
+            return registrations.keySet().stream().anyMatch(k -> k.region() == region);
+        }
+    }
+
     @Override
     public CompletableFuture<Void> withdraw(Collection<Long> regionIds) {
-        return invalidate(regionIds);
+        return invalidate(regionIds, true);
     }
 
     /** A connection ended: registrations nobody else maps are withdrawn after the grace period. */
@@ -324,12 +356,13 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
             });
         }
         for (Registration r : orphans) {
-            drop(r, GRACE_MILLIS);
+            drop(r, graceMillis);
         }
     }
 
-    /** Deregisters (on the progress thread) and then unpins, after {@code delayMillis}. */
-    private void drop(Registration r, long delayMillis) {
+    /** Deregisters (on the progress thread) and then unpins, after {@code delayMillis}; completes when done. */
+    private CompletableFuture<Void> drop(Registration r, long delayMillis) {
+        CompletableFuture<Void> done = new CompletableFuture<>();
         Runnable deregister = () -> loop.execute(() -> {
             try {
                 r.memory.deregister();
@@ -337,12 +370,14 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
                 log.warn("UCX could not deregister region {}: {}", r.id.region(), e.toString());
             }
             r.pin.close();
+            done.complete(null);
         });
         if (delayMillis <= 0) {
             deregister.run();
         } else {
             TIMER.schedule(deregister, delayMillis, TimeUnit.MILLISECONDS);
         }
+        return done;
     }
 
     // ------------------------------------------------------------------------------------------------- listener

@@ -155,7 +155,7 @@ final class UcxServerConnection implements GatedListener.Connection {
                         send(reply);
                     } else {
                         // Every client that holds the region's remote key forgets it before the memory may go.
-                        listener.invalidate(List.of(r.regionId())).whenComplete((v, e) -> sendLater(reply));
+                        listener.invalidate(List.of(r.regionId()), false).whenComplete((v, e) -> sendLater(reply));
                     }
                 }
                 case Message.Lease l -> {
@@ -168,7 +168,7 @@ final class UcxServerConnection implements GatedListener.Connection {
                     if (stale.isEmpty()) {
                         send(reply);
                     } else {
-                        listener.invalidate(stale).whenComplete((v, e) -> sendLater(reply));
+                        listener.invalidate(stale, true).whenComplete((v, e) -> sendLater(reply));
                     }
                 }
                 case Message.UcxConnect u -> send(new Message.UcxConnectReply(u.id(), listener.workerAddress));
