@@ -85,7 +85,7 @@ final class UcxConnection extends ControlPlaneConnection {
     private final ControlClient control;
     /** Reads the control connection; the reader thread's only. */
     private final MessageDecoder decoder = MessageDecoder.forClient();
-    private final Map<MapKey, CompletableFuture<Mapping>> mappings = new ConcurrentHashMap<>();
+    private final Map<MapKey, MapEntry> mappings = new ConcurrentHashMap<>();
     /** Operations issued but not yet on the queue (waiting for a remote key, zeroes): a flush waits for them. */
     private final Set<CompletableFuture<?>> offQueue = ConcurrentHashMap.newKeySet();
     private final ConcurrentLinkedQueue<Op> queue = new ConcurrentLinkedQueue<>();
@@ -110,16 +110,31 @@ final class UcxConnection extends ControlPlaneConnection {
 
     /** A region's remote address and unpacked key on this endpoint. Ops are queued under its monitor. */
     private static final class Mapping {
+        /** What a mapping whose key was withdrawn before it was unpacked completes with: never valid, no key. */
+        static final Mapping REVOKED = new Mapping(0, 0, null);
+
         final long address;
         final long length;
         final UcpRemoteKey rkey;
-        boolean valid = true;
+        boolean valid;
 
         Mapping(long address, long length, UcpRemoteKey rkey) {
             this.address = address;
             this.length = length;
             this.rkey = rkey;
+            this.valid = rkey != null;
         }
+    }
+
+    /**
+     * A region's mapping while it is being made and once it is. {@code revoked} is set, before anything else is done
+     * about it, when an INVALIDATE names the region: whichever comes last of that INVALIDATE's handling and the
+     * unpacking of the MAP reply sees it, so a reply and an INVALIDATE that follow each other at once never leave a
+     * valid-looking mapping with a withdrawn key, whatever thread ran the reply's continuation and when.
+     */
+    private static final class MapEntry {
+        final CompletableFuture<Mapping> mapping = new CompletableFuture<>();
+        volatile boolean revoked;
     }
 
     private enum Kind { GET, PUT, FLUSH }
@@ -136,6 +151,11 @@ final class UcxConnection extends ControlPlaneConnection {
         final Runnable after;
         /** Run on the progress thread when UCX is done with the operation, whether it or the connection failed. */
         Runnable settled;
+        /**
+         * Set by the progress thread just before it hands the operation to UCX: from then on only UCX's completion,
+         * or the end of the worker, may fail it, since until then the NIC may still read or write its buffer.
+         */
+        volatile boolean posted;
 
         Op(long id, Kind kind, long deadline, long remote, UcpRemoteKey rkey, MemorySegment buffer, Runnable after) {
             super(id, (kind == Kind.GET ? Opcode.READ : kind == Kind.PUT ? Opcode.WRITE : Opcode.FLUSH).code(),
@@ -366,9 +386,19 @@ final class UcxConnection extends ControlPlaneConnection {
                 closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "lost memserver " + peer
                         + " while sending: " + e.getMessage(), e));
             }
+            Consumer<Message> seam = afterSendForTests;
+            if (seam != null) {
+                seam.accept(request);
+            }
         }
         return (CompletableFuture<T>) (CompletableFuture<?>) c.future();
     }
+
+    /**
+     * Tests only: runs on the calling thread right after a control request is sent, before the caller does anything
+     * with its reply, to hold that caller inside the window a fast reply races with.
+     */
+    static volatile Consumer<Message> afterSendForTests;
 
     private void send(Message m) throws IOException {
         ByteBuffer b = MessageEncoder.encode(m);
@@ -424,49 +454,56 @@ final class UcxConnection extends ControlPlaneConnection {
 
     private CompletableFuture<Mapping> mapping(RegionDescriptor d) {
         MapKey k = new MapKey(d.id(), d.key(), d.length());
-        CompletableFuture<Mapping> m = mappings.get(k);
+        MapEntry m = mappings.get(k);
         if (m != null) {
-            return m;
+            return m.mapping;
         }
-        CompletableFuture<Mapping> mine = new CompletableFuture<>();
+        MapEntry mine = new MapEntry();
         m = mappings.putIfAbsent(k, mine);
         if (m != null) {
-            return m;
+            return m.mapping;
         }
         CompletableFuture<Message.MapReply> reply = call(new ControlClient.Operation<>(
                 id -> new Message.MapRegion(id, d.id(), d.key(), d.length()), r -> r));
+        // The continuation may run on the reader thread or, when the reply was quicker, on this one and later than
+        // an INVALIDATE that followed the reply: the entry's revoked flag, not the order of threads, settles it.
         reply.whenComplete((r, e) -> {
             if (e != null) {
                 mappings.remove(k, mine); // not cached: the next operation asks again
-                mine.completeExceptionally(e);
+                mine.mapping.completeExceptionally(e);
                 return;
             }
-            // The reader thread queues the unpack before it can queue any INVALIDATE for this key (FIFO).
             loop.execute(() -> {
+                if (mine.revoked) { // withdrawn already: never unpacked; whoever waits asks again
+                    mine.mapping.complete(Mapping.REVOKED);
+                    return;
+                }
                 try {
-                    mine.complete(new Mapping(r.address(), r.length(),
+                    mine.mapping.complete(new Mapping(r.address(), r.length(),
                             endpoint.unpackRemoteKey(direct(r.remoteKey()))));
                 } catch (RuntimeException x) {
                     mappings.remove(k, mine);
-                    mine.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "UCX could not unpack "
-                            + "the remote key of region " + d.id() + ": " + x.getMessage()));
+                    mine.mapping.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "UCX could not "
+                            + "unpack the remote key of region " + d.id() + ": " + x.getMessage()));
                 }
             });
         });
-        return mine;
+        return mine.mapping;
     }
 
-    /** The mapping if it is there, null while it is being made or when it failed. */
+    /** The mapping if it is there with a key, null while it is being made, when it failed or was revoked unmade. */
     private static Mapping doneOrNull(CompletableFuture<Mapping> f) {
-        return f.isDone() && !f.isCompletedExceptionally() ? f.join() : null;
+        Mapping m = f.isDone() && !f.isCompletedExceptionally() ? f.join() : null;
+        return m == null || m.rkey == null ? null : m;
     }
 
     /** The memserver withdraws regions: forget their keys, flush what used them, then answer. */
     private void invalidated(Message.Invalidate push) {
         Set<Long> regions = new HashSet<>(push.regionIds());
-        List<CompletableFuture<Mapping>> dropped = new ArrayList<>();
+        List<MapEntry> dropped = new ArrayList<>();
         mappings.entrySet().removeIf(e -> {
             if (regions.contains(e.getKey().region())) {
+                e.getValue().revoked = true; // before the task below is queued: see MapEntry
                 dropped.add(e.getValue());
                 return true;
             }
@@ -474,8 +511,8 @@ final class UcxConnection extends ControlPlaneConnection {
         });
         loop.execute(() -> {
             List<Mapping> gone = new ArrayList<>();
-            for (CompletableFuture<Mapping> f : dropped) {
-                Mapping m = doneOrNull(f);
+            for (MapEntry f : dropped) {
+                Mapping m = doneOrNull(f.mapping);
                 if (m != null) {
                     synchronized (m) {
                         m.valid = false;
@@ -486,11 +523,14 @@ final class UcxConnection extends ControlPlaneConnection {
             Op barrier = new Op(control.nextId(), Kind.FLUSH, System.nanoTime() + timeoutNanos, 0, null, null,
                     () -> {
                         loop.execute(() -> gone.forEach(m -> m.rkey.close()));
-                        try {
-                            send(new Message.InvalidateDone(push.id()));
-                        } catch (IOException e) {
-                            log.debug("could not answer INVALIDATE: {}", e.getMessage());
-                        }
+                        // Not from the progress thread: a control socket the memserver does not drain would block it.
+                        Thread.ofVirtual().name("rdma-ucx-answer-" + peer).start(() -> {
+                            try {
+                                send(new Message.InvalidateDone(push.id()));
+                            } catch (IOException e) {
+                                log.debug("could not answer INVALIDATE: {}", e.getMessage());
+                            }
+                        });
                     });
             submit(barrier);
         });
@@ -616,6 +656,7 @@ final class UcxConnection extends ControlPlaneConnection {
         List<Op> puts = new ArrayList<>();
         Op op;
         while ((op = queue.poll()) != null) {
+            op.posted = true; // before the check: a backstop that finds it unposted knows it never will be
             if (closed.get() != null) {
                 unposted(op, closed.get());
                 continue;
@@ -624,7 +665,9 @@ final class UcxConnection extends ControlPlaneConnection {
                 switch (op.kind) {
                     case GET -> endpoint.getNonBlocking(op.remote, op.rkey, op.local, op.size, callback(op, null));
                     case PUT -> {
-                        endpoint.putNonBlocking(op.local, op.size, op.remote, op.rkey, callback(op, null));
+                        // Implicit: no request object or upcall per PUT; the batch's flush completes it, or fails
+                        // the endpoint (and with it every operation) when any PUT of the batch failed.
+                        endpoint.putNonBlockingImplicit(op.local, op.size, op.remote, op.rkey);
                         puts.add(op);
                     }
                     case FLUSH -> {
@@ -727,6 +770,11 @@ final class UcxConnection extends ControlPlaneConnection {
         }
     }
 
+    /** The progress thread's loop (tests: to stall it on purpose). */
+    UcxLoop loop() {
+        return loop;
+    }
+
     @Override
     public ConnectionStats stats() {
         return stats;
@@ -771,8 +819,28 @@ final class UcxConnection extends ControlPlaneConnection {
                 closeEndpoint(cause);
             }
         });
-        UcxListener.TIMER.schedule(() -> failAll(cause), 1, TimeUnit.SECONDS);
+        UcxListener.TIMER.schedule(() -> backstop(cause), 1, TimeUnit.SECONDS);
         return cause;
+    }
+
+    /**
+     * A second after a close, should the progress thread not have got to it (stuck in a completion, or lingering for
+     * the wire-up): fails what UCX does not hold, the control calls and the data operations it was never given. The
+     * posted ones wait for the endpoint's close or the worker's end, however long: failing them would hand their
+     * buffers back (NBD's to its pool) while the NIC may still write into them.
+     */
+    private void backstop(RemoteMemoryException cause) {
+        control.failAllBut(cause, c -> c instanceof Op op && op.posted);
+        Op op;
+        while ((op = queue.poll()) != null) {
+            unposted(op, cause);
+        }
+        int held = control.waitingCount();
+        if (held > 0 && !loop.stopped().isDone()) {
+            log.warn("{}: {} data operation(s) still wait for UCX to let go of their buffers (the progress thread {} "
+                    + "has not closed the endpoint yet); they fail when it does", cause.getMessage(), held,
+                    loop.thread().getName());
+        }
     }
 
     /** On the progress thread: the endpoint goes, forcibly; what is pending fails; the worker stops. */
@@ -789,10 +857,9 @@ final class UcxConnection extends ControlPlaneConnection {
                 log.debug("closing the UCX endpoint to {} failed: {}", peer, e.toString());
             }
         }
-        failAll(cause);
         closeProbeKey();
-        for (CompletableFuture<Mapping> f : mappings.values()) {
-            Mapping m = doneOrNull(f);
+        for (MapEntry f : mappings.values()) {
+            Mapping m = doneOrNull(f.mapping);
             if (m != null) {
                 try {
                     m.rkey.close();
@@ -802,6 +869,10 @@ final class UcxConnection extends ControlPlaneConnection {
             }
         }
         mappings.clear();
+        // What UCX still holds fails once the worker is gone (its QPs with it): only then may the buffers go back.
+        // Delivered on a thread of its own: callbacks may block, and the timer serves every connection.
+        loop.stopped().whenComplete((v, e) -> Thread.ofPlatform().daemon().name("rdma-ucx-fail-" + peer)
+                .start(() -> failAll(cause)));
         loop.close();
     }
 

@@ -128,6 +128,14 @@ final class UcxLoop implements AutoCloseable {
         }
     }
 
+    /**
+     * Completes once the worker is closed: UCX then holds no buffer of any operation posted on it, whether or not
+     * the operation completed.
+     */
+    CompletableFuture<Void> stopped() {
+        return stopped.copy();
+    }
+
     /** Stops after the tasks already queued; closes the worker. Waits a little unless called from the loop. */
     @Override
     public void close() {

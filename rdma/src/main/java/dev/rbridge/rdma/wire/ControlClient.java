@@ -21,6 +21,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.LongFunction;
+import java.util.function.Predicate;
 
 /**
  * The client's side of the control protocol, for every transport that speaks it: the greeting, request ids, the calls
@@ -206,18 +207,30 @@ public final class ControlClient {
      * from now on. Returns how many failed.
      */
     public int failAll(RemoteMemoryException cause) {
+        return failAllBut(cause, c -> false);
+    }
+
+    /**
+     * As {@link #failAll}, except the calls {@code held} says something still holds (an RDMA operation whose buffer
+     * the NIC may still read or write): they stay waiting until a later {@link #failAll}, or their completion.
+     */
+    public int failAllBut(RemoteMemoryException cause, Predicate<Call> held) {
         if (closed == null) {
             closed = cause;
         }
         int failed = 0;
-        for (Long id : List.copyOf(pending.keySet())) {
-            Call c = pending.remove(id);
-            if (c != null) {
+        for (Call c : List.copyOf(pending.values())) {
+            if (!held.test(c) && pending.remove(c.id(), c)) {
                 c.future().completeExceptionally(cause);
                 failed++;
             }
         }
         return failed;
+    }
+
+    /** How many calls are waiting. */
+    public int waitingCount() {
+        return pending.size();
     }
 
     // ------------------------------------------------------------------------------------------- operations

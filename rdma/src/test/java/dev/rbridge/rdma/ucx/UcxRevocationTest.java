@@ -1,0 +1,182 @@
+package dev.rbridge.rdma.ucx;
+
+import dev.rbridge.rdma.ArenaRegionServiceForTests;
+import dev.rbridge.rdma.ConnectParams;
+import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionTag;
+import dev.rbridge.rdma.RemoteMemoryException;
+import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.wire.Message;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Revocation on the ucx provider, with the memserver side in this JVM (a {@link UcxListener} over
+ * {@link ArenaRegionServiceForTests}, UCX_TLS=tcp as every test here) so a test can stall either progress thread at a
+ * chosen moment and make a memserver withdraw a key when it wants: the races become orderings.
+ */
+@Tag("fault")
+@Timeout(120)
+class UcxRevocationTest {
+    static final String TOKEN = "revocation";
+
+    private UcxListener listener;
+
+    @AfterEach
+    void tearDown() {
+        UcxConnection.afterSendForTests = null;
+        if (listener != null) {
+            listener.close();
+        }
+    }
+
+    private UcxListener listen() throws Exception {
+        listener = UcxListener.start(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
+                new ArenaRegionServiceForTests(TOKEN));
+        return listener;
+    }
+
+    private static UcxConnection connect(UcxListener l) throws RemoteMemoryException {
+        return (UcxConnection) new UcxProvider().connect(new ConnectParams().address(l.address()).token(TOKEN)
+                .clientName("revocation").operationTimeout(Duration.ofSeconds(60)));
+    }
+
+    private static RemoteMemoryException failure(CompletableFuture<?> op) {
+        ExecutionException e = assertThrows(ExecutionException.class, () -> op.get(30, TimeUnit.SECONDS));
+        return assertInstanceOf(RemoteMemoryException.class, e.getCause());
+    }
+
+    private static void await(CountDownLatch latch) {
+        try {
+            if (!latch.await(60, TimeUnit.SECONDS)) {
+                throw new IllegalStateException("latch not released within 60 s");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /**
+     * The memserver answers a MAP and withdraws the key at once (a release or a lease takeover right behind it), and
+     * the client handles both before the thread that asked for the mapping resumes. The mapping must come out
+     * withdrawn, and the operation waiting for it must map afresh: it used to be unpacked as valid, and the read went
+     * out with a key the memserver had already deregistered (here: read without a registration listed).
+     */
+    @Test
+    void aMapReplyFollowedAtOnceByAnInvalidateLeavesNoWithdrawnKeyInUse() throws Exception {
+        UcxListener l = listen();
+        try (UcxConnection c = connect(l); Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = c.allocate(RegionTag.scratch("race"), 1 << 20).get(30, TimeUnit.SECONDS);
+            byte[] pattern = new byte[4096];
+            for (int i = 0; i < pattern.length; i++) {
+                pattern[i] = (byte) (i * 7 + 3);
+            }
+            MemorySegment src = arena.allocate(4096);
+            MemorySegment.copy(pattern, 0, src, ValueLayout.JAVA_BYTE, 0, pattern.length);
+            c.write(r, 0, src).get(30, TimeUnit.SECONDS);
+            // Withdrawn once, so the next data operation maps again, from the caller's thread.
+            l.invalidate(List.of(r.id()), false).get(30, TimeUnit.SECONDS);
+            assertFalse(l.registered(r.id()));
+
+            AtomicBoolean armed = new AtomicBoolean(true);
+            AtomicReference<Throwable> seamFailed = new AtomicReference<>();
+            UcxConnection.afterSendForTests = m -> {
+                if (!(m instanceof Message.MapRegion) || !armed.getAndSet(false)) {
+                    return;
+                }
+                try {
+                    // The MAP reply is sent under the connection's write lock, with the registration listed first,
+                    // so the INVALIDATE below goes out right behind it; the client has answered it when this returns.
+                    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                    while (!l.registered(r.id()) && System.nanoTime() < until) {
+                        Thread.onSpinWait();
+                    }
+                    l.invalidate(List.of(r.id()), false).get(30, TimeUnit.SECONDS);
+                } catch (Exception e) {
+                    seamFailed.set(e);
+                }
+            };
+            MemorySegment dst = arena.allocate(4096);
+            c.read(r, 0, dst).get(30, TimeUnit.SECONDS);
+            assertNull(seamFailed.get());
+            assertFalse(armed.get(), "the read did not map the region again");
+            assertTrue(l.registered(r.id()), "the read went out with a remote key the memserver had withdrawn");
+            assertArrayEquals(pattern, dst.toArray(ValueLayout.JAVA_BYTE));
+        }
+    }
+
+    /**
+     * A close while the progress thread is stuck (a completion that blocks, here a task that waits) and reads are
+     * posted to UCX (the memserver, a process of its own, frozen with SIGSTOP, so UCX cannot finish them). The reads
+     * must not fail until the endpoint is closed: failing them hands their buffers back, NBD's to its pool for the
+     * next request, while the NIC may still write into them. The one-second back-stop used to fail them all.
+     */
+    @Test
+    void aCloseFailsNoOperationWhoseBufferUcxStillHolds() throws Exception {
+        CountDownLatch clientStalled = new CountDownLatch(1);
+        CountDownLatch releaseClient = new CountDownLatch(1);
+        try (UcxServerProcess server = UcxServerProcess.start(TOKEN);
+             UcxConnection c = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(server.address)
+                     .token(TOKEN).clientName("revocation").operationTimeout(Duration.ofSeconds(60)));
+             Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = c.allocate(RegionTag.scratch("held"), 1 << 20).get(30, TimeUnit.SECONDS);
+            c.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS); // mapped, wired up
+
+            server.signal("STOP");
+            try {
+                List<CompletableFuture<Void>> reads = new ArrayList<>();
+                for (int i = 0; i < 8; i++) {
+                    reads.add(c.read(r, i * 4096L, arena.allocate(4096)));
+                }
+                c.loop().call(() -> null, 30_000); // runs after the drain that posted them
+                c.loop().execute(() -> {
+                    clientStalled.countDown();
+                    await(releaseClient);
+                });
+                await(clientStalled);
+                for (CompletableFuture<Void> f : reads) {
+                    assertFalse(f.isDone(), "a read completed with the memserver frozen");
+                }
+
+                c.close();
+                Thread.sleep(2_500); // past the one-second back-stop
+                for (CompletableFuture<Void> f : reads) {
+                    assertFalse(f.isDone(), "a read failed while UCX still held its buffer");
+                }
+                releaseClient.countDown();
+                for (CompletableFuture<Void> f : reads) {
+                    assertEquals(Status.CONNECTION_LOST, failure(f).status());
+                }
+            } finally {
+                releaseClient.countDown();
+                server.signal("CONT");
+            }
+        }
+    }
+}
