@@ -91,9 +91,12 @@ final class Ucx {
         try {
             load();
             UcpParams params = new UcpParams().requestRmaFeature().requestWakeupFeature();
-            // Only where there is an IB device to take it: elsewhere UCX warns of an unused ("invalid") setting.
-            if (server && System.getenv("UCX_IB_REG_METHODS") == null && !rdmaDevices().isEmpty()) {
-                params.setConfig("IB_REG_METHODS", SERVER_REG_METHODS);
+            // UCX 1.13 does not apply UcpParams.setConfig to the IB memory domain's settings (the key is kept, then
+            // reported unused), so the setting goes through the environment, which UCX reads as the context opens its
+            // memory domains, and only for this context: the variable is removed again once it is made.
+            boolean direct = server && System.getenv("UCX_IB_REG_METHODS") == null && !rdmaDevices().isEmpty();
+            if (direct) {
+                setenvOrWarn("UCX_IB_REG_METHODS", SERVER_REG_METHODS);
             }
             try {
                 return new UcpContext(params);
@@ -103,6 +106,10 @@ final class Ucx {
                 throw new RemoteMemoryException(Status.CONNECT_FAILED, "UCX could not start (" + e.getMessage()
                         + "); check UCX_TLS and UCX_NET_DEVICES (ucx_info -d lists what this host has), "
                         + "or use --transport tcp");
+            } finally {
+                if (direct) {
+                    unsetenv("UCX_IB_REG_METHODS");
+                }
             }
         } catch (RemoteMemoryException e) {
             failure = e;
@@ -301,6 +308,30 @@ final class Ucx {
             linker.downcallHandle(f, FunctionDescriptor.ofVoid()).invokeExact();
         } catch (Throwable e) {
             log.debug("cannot flush UCX's log", e);
+        }
+    }
+
+    private static void setenvOrWarn(String name, String value) {
+        try {
+            setenv(name, value);
+        } catch (Throwable e) {
+            log.warn("could not set {}={} for the memserver's UCX context; set it in the environment", name, value, e);
+        }
+    }
+
+    private static void unsetenv(String name) {
+        try {
+            Linker linker = Linker.nativeLinker();
+            MethodHandle unsetenv = linker.downcallHandle(linker.defaultLookup().find("unsetenv").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS));
+            try (Arena a = Arena.ofConfined()) {
+                int rc = (int) unsetenv.invokeExact(a.allocateFrom(name));
+                if (rc != 0) {
+                    log.warn("unsetenv {} failed", name);
+                }
+            }
+        } catch (Throwable e) {
+            log.warn("could not unset {}", name, e);
         }
     }
 
