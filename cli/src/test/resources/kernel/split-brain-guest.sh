@@ -1,0 +1,104 @@
+#!/bin/bash
+# Runs inside the lab guest for SplitBrainGuestTest: fencing enforced by the RDMA NIC (soft-RoCE, real verbs only).
+# One memserver on --transport ucx over rxe0; bridge A serves volume "disk" (R=1) to /dev/nbd0 and fio writes all
+# over it without end. A's control connection to the memserver is then cut with a firewall rule while RoCE keeps
+# flowing, A's lease lapses, and bridge B takes the volume over and writes and checks its own data on /dev/nbd1 while
+# A still tries to write. B's data must verify, A's writes must fail, and the memory regions the NIC knows for the
+# volume must have new rkeys. $RB_CP is the classpath (in ./cp) of the code under test; $RB_MAIN, when set, the main
+# class of an older build's launcher.
+set -euo pipefail
+trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+t0=$SECONDS
+say() { echo "guest: [$((SECONDS - t0))s] $*"; }
+rb() { java --enable-native-access=ALL-UNNAMED -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:MaxDirectMemorySize=512m \
+         -cp "$RB_CP" "${RB_MAIN:-dev.rbridge.cli.Main}" "$@"; }
+await() { # await SECONDS COMMAND...
+  local limit=$1; shift
+  for _ in $(seq $((limit * 5))); do "$@" && return 0; sleep 0.2; done
+  echo "guest: gave up waiting for: $*" >&2; return 1
+}
+slab_rkeys() { # the rkeys of the volume's 16 MiB slab regions the NIC knows now, sorted
+  rdma res show mr | awk '{ for (i = 1; i < NF; i++) { if ($i == "rkey") k = $(i + 1); if ($i == "mrlen") l = $(i + 1) } }
+                          l == 16777216 { print k }' | sort
+}
+
+say "soft-RoCE on eth0"
+modprobe rdma_rxe
+rdma link add rxe0 type rxe netdev eth0
+await 30 sh -c 'rdma link show rxe0/1 | grep -q ACTIVE'
+
+export UCX_ERROR_SIGNALS= UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n \
+       UCX_KEEPALIVE_INTERVAL=inf
+ip=10.0.2.15
+say "one memserver on ucx over rxe0"
+rb memserver --transport ucx --listen $ip:7471 --capacity 256M --admin none --metrics none >ms.out 2>ms.log &
+await 120 grep -q lending ms.out
+
+serve() { # serve NAME NBD-PORT ADMIN-PORT: a bridge with a 4 s lease and a patient watchdog
+  rb serve --transport ucx --memserver $ip:7471 --volume disk,size=64M,replicas=1,slab=16M --lease 4 --timeout 120 \
+    --listen 127.0.0.1:"$2" --admin 127.0.0.1:"$3" --metrics none >"$1.out" 2>"$1.log" &
+}
+modprobe nbd nbds_max=2
+say "bridge A serves the volume; fio writes all over it through /dev/nbd0, without end"
+serve a 10809 7473
+await 180 grep -q "serving nbd://" a.out
+nbd-client -N disk 127.0.0.1 10809 /dev/nbd0 -b 4096
+fio --name=a --filename=/dev/nbd0 --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=4 --size=64M \
+  --time_based --runtime=900 --buffer_pattern=0xa5 --continue_on_error=all --output-format=json \
+  --output=fio-a.json >fio-a.out 2>fio-a.err &
+fio_a=$!
+sleep 5
+before=$(slab_rkeys)
+echo "rkeys before: $(echo $before)"
+[ -n "$before" ] || { echo "guest: the NIC knows no 16 MiB region: nothing was registered" >&2; exit 1; }
+
+a_pid=$(pgrep -f -- "--listen 127.0.0.1:10809")
+ports=$(ss -Htn state established "( dport = :7471 )" -p | grep "pid=$a_pid," | awk '{ sub(/.*:/, "", $3); print $3 }')
+[ -n "$ports" ] || { echo "guest: no control connection of bridge A (pid $a_pid) found" >&2; exit 1; }
+say "cutting bridge A's control connection (local port(s) $(echo $ports)); RoCE is left alone"
+nft add table inet cut
+nft 'add chain inet cut out { type filter hook output priority 0; }'
+for p in $ports; do
+  nft add rule inet cut out tcp sport "$p" drop
+  nft add rule inet cut out tcp dport "$p" drop
+done
+sleep 8 # A's 4 s lease lapses: it cannot renew
+
+say "bridge B takes the volume over"
+serve b 10810 7483
+await 180 grep -q "serving nbd://" b.out
+after=$(slab_rkeys)
+echo "rkeys after: $(echo $after)"
+stale=$(comm -12 <(echo "$before") <(echo "$after") | tr '\n' ' ')
+if [ -n "${stale// }" ]; then
+  echo "rkeys: the NIC still takes A's rkey(s) $stale after the takeover"
+else
+  echo "rkeys: all new after the takeover"
+fi
+
+nbd-client -N disk 127.0.0.1 10810 /dev/nbd1 -b 4096
+say "B writes 16 MiB of checksummed blocks, waits while A keeps trying, then checks them"
+b_job=(--name=b --filename=/dev/nbd1 --ioengine=libaio --direct=1 --rw=write --bs=4k --iodepth=4 --size=16M
+       --verify=crc32c --verify_fatal=1 --output-format=terse --terse-version=3)
+fio "${b_job[@]}" --do_verify=0 >fio-b-write.out
+sleep 10
+set +e
+fio "${b_job[@]}" --verify_only >fio-b-verify.out 2>fio-b-verify.err
+verify_rc=$?
+set -e
+echo "B verify: exit $verify_rc"
+head -5 fio-b-verify.err
+
+kill -INT $fio_a 2>/dev/null || true
+wait $fio_a 2>/dev/null || true
+echo "A writes: errors $(grep -m1 '"total_err"' fio-a.json | tr -dc 0-9), written KiB $(grep -m1 '"io_kbytes"' \
+  <(sed -n '/"write"/,$p' fio-a.json) | tr -dc 0-9)"
+# The NIC answers a PUT with a deregistered rkey with a remote access error, which puts A's RC queue pair in the error
+# state; UCX reports that as "Connection reset by remote peer (status -25)" for whatever was in flight on it.
+echo "A log: $(grep -c 'failed in UCX' a.log) UCX failure(s)"
+grep -m 3 'failed in UCX\|stops serving' a.log | cut -c1-240 || true
+nft delete table inet cut
+nbd-client -d /dev/nbd1 || true
+nbd-client -d /dev/nbd0 || true
+[ "$verify_rc" = 0 ] || { echo "guest: B's data did not verify: A overwrote it" >&2; exit 1; }
+say "split brain fenced"
