@@ -1,5 +1,6 @@
 package dev.rbridge.cli;
 
+import dev.rbridge.memserver.HugePages;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.ops.admin.MemServerAdminHttpServer;
@@ -11,6 +12,8 @@ import dev.rbridge.ops.metrics.Readiness;
 import dev.rbridge.ops.metrics.Telemetry;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionLimits;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -31,6 +34,8 @@ import java.util.concurrent.CountDownLatch;
                 "Clients must present the token; refused attempts are logged."},
         footer = {"", "Example:", "  rbridge memserver --listen 0.0.0.0:" + Defaults.MEMSERVER_PORT + " --capacity 64G --token-file /etc/rbridge/token"})
 final class MemServerCommand implements Callable<Integer> {
+    private static final Logger log = LoggerFactory.getLogger(MemServerCommand.class);
+
     @Option(names = "--listen", paramLabel = "HOST:PORT", defaultValue = Defaults.MEMSERVER_LISTEN,
             description = "Address to serve on. Default ${DEFAULT-VALUE}.")
     String listen;
@@ -48,10 +53,13 @@ final class MemServerCommand implements Callable<Integer> {
     @CommandLine.Mixin
     OpsEndpointOptions.MemServer ops;
 
-    @Option(names = "--huge-pages",
-            description = "Back regions with 2 MiB huge pages from the kernel's pool (vm.nr_hugepages); grants that the "
-                    + "pool cannot cover are refused with that reason.")
-    boolean hugePages;
+    @Option(names = "--huge-pages", paramLabel = "auto|on|off", arity = "0..1", fallbackValue = "on",
+            defaultValue = "auto",
+            description = "Back regions with 2 MiB huge pages from the kernel's pool (vm.nr_hugepages); with on, grants "
+                    + "that the pool cannot cover are refused with that reason (--huge-pages alone means on). auto: on "
+                    + "where regions are registered with an RDMA NIC (--transport ucx on an RDMA device) and the pool "
+                    + "has room for --capacity, else off; the log says which and why. Default ${DEFAULT-VALUE}.")
+    String hugePages;
 
     @Option(names = "--mlock",
             description = "Lock region memory so it is never swapped (as pages are first touched); needs a memlock "
@@ -104,13 +112,17 @@ final class MemServerCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         MemServerConfig config;
+        HugePages.Choice huge;
         try {
-            config = new MemServerConfig(Endpoints.parse(listen, Defaults.MEMSERVER_PORT), Sizes.parse(capacity),
-                    Endpoints.token(token, tokenFile), transport, hugePages, mlock, tcpCongestion,
+            long capacityBytes = Sizes.parse(capacity);
+            huge = HugePages.choose(HugePages.Mode.parse(hugePages), transport, capacityBytes);
+            config = new MemServerConfig(Endpoints.parse(listen, Defaults.MEMSERVER_PORT), capacityBytes,
+                    Endpoints.token(token, tokenFile), transport, huge.use(), mlock, tcpCongestion,
                     ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
+        log.info("{}", huge.why());
         MemServer server;
         try {
             server = MemServer.start(config);
