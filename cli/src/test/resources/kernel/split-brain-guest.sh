@@ -90,7 +90,11 @@ echo "B verify: exit $verify_rc"
 head -5 fio-b-verify.err
 
 kill -INT $fio_a 2>/dev/null || true
+# fio writes its summary as it stops; one stuck in I/O on the fenced device is killed after 60 s rather than waited on
+(sleep 60; kill -KILL $fio_a 2>/dev/null) &
+dog=$!
 wait $fio_a 2>/dev/null || true
+kill $dog 2>/dev/null || true
 echo "A writes: errors $(grep -m1 '"total_err"' fio-a.json | tr -dc 0-9), written KiB $(grep -m1 '"io_kbytes"' \
   <(sed -n '/"write"/,$p' fio-a.json) | tr -dc 0-9)"
 # The NIC answers a PUT with a deregistered rkey with a remote access error, which puts A's RC queue pair in the error

@@ -11,6 +11,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.BufferedReader;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.lang.foreign.Arena;
 import java.net.InetSocketAddress;
@@ -49,6 +50,14 @@ class MemServerAdminTest {
         return new Result(p.exitValue(), out, Files.readString(err));
     }
 
+    /** The memserver's first line ("lending ... at HOST:PORT admin HOST:PORT"), matched; fails with its log. */
+    private static Matcher firstLine(Process m, Path log) throws IOException {
+        String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8)).readLine();
+        Matcher matcher = LINE.matcher(String.valueOf(line));
+        assertTrue(matcher.find(), line + "\n" + Files.readString(log));
+        return matcher;
+    }
+
     @Test
     void operatorListsRevokesDisconnectsAndDrains() throws Exception {
         Path dir = Files.createTempDirectory("admin");
@@ -56,10 +65,7 @@ class MemServerAdminTest {
         Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
                 "--capacity", "64M", "--token", "k");
         try {
-            String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8))
-                    .readLine();
-            Matcher matcher = LINE.matcher(String.valueOf(line));
-            assertTrue(matcher.find(), line + "\n" + Files.readString(log));
+            Matcher matcher = firstLine(m, log);
             InetSocketAddress data = new InetSocketAddress(matcher.group(1), Integer.parseInt(matcher.group(2)));
             String adminAddress = matcher.group(3);
 
@@ -125,10 +131,7 @@ class MemServerAdminTest {
         Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
                 "--capacity", "64M");
         try {
-            String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8))
-                    .readLine();
-            Matcher matcher = LINE.matcher(String.valueOf(line));
-            assertTrue(matcher.find(), line + "\n" + Files.readString(log));
+            Matcher matcher = firstLine(m, log);
             String adminAddress = matcher.group(3);
 
             Result stats = admin(dir, adminAddress, "stats");
@@ -157,10 +160,7 @@ class MemServerAdminTest {
         Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
                 "--capacity", "64M", "--token", "k");
         try {
-            String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8))
-                    .readLine();
-            Matcher matcher = LINE.matcher(String.valueOf(line));
-            assertTrue(matcher.find(), line + "\n" + Files.readString(log));
+            Matcher matcher = firstLine(m, log);
             Result refused = admin(dir, matcher.group(3), "shutdown");
             assertEquals(1, refused.code());
             assertEquals("admin: shutdown refused: wrong or missing token (give --token-file FILE with the server's"

@@ -6,6 +6,7 @@ import dev.rbridge.rdma.ucx.UcxProvider;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.List;
 import java.util.Locale;
 
 /**
@@ -73,9 +74,18 @@ public final class HugePages {
     /** HugePages_Free x Hugepagesize from /proc/meminfo; 0 when it cannot be read. */
     static long freeHugePageBytes() {
         try {
-            long free = -1;
-            long size = -1;
-            for (String line : Files.readAllLines(Path.of("/proc/meminfo"))) {
+            return freeHugePageBytes(Files.readAllLines(Path.of("/proc/meminfo")));
+        } catch (IOException e) {
+            return 0;
+        }
+    }
+
+    /** The same from the lines of a meminfo: 0 when either is missing or malformed, or the pages are not 2 MiB. */
+    static long freeHugePageBytes(List<String> meminfo) {
+        long free = -1;
+        long size = -1;
+        try {
+            for (String line : meminfo) {
                 String[] f = line.trim().split("\\s+");
                 if (f.length >= 2 && f[0].equals("HugePages_Free:")) {
                     free = Long.parseLong(f[1]);
@@ -83,10 +93,10 @@ public final class HugePages {
                     size = Long.parseLong(f[1]) * 1024;
                 }
             }
-            return free < 0 || size != AnonymousMemory.HUGE_PAGE_SIZE ? 0 : free * size;
-        } catch (IOException | RuntimeException e) {
+        } catch (NumberFormatException e) {
             return 0;
         }
+        return free < 0 || size != AnonymousMemory.HUGE_PAGE_SIZE ? 0 : free * size;
     }
 
     private static long roundUp(long bytes) {

@@ -4,6 +4,8 @@ import dev.rbridge.memserver.HugePages.Choice;
 import dev.rbridge.memserver.HugePages.Mode;
 import org.junit.jupiter.api.Test;
 
+import java.util.List;
+
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -44,8 +46,13 @@ class HugePagesTest {
     }
 
     @Test
-    void theHostsPoolIsReadWithoutFailing() {
-        assertTrue(HugePages.freeHugePageBytes() >= 0);
+    void thePoolIsReadFromMeminfo() {
+        assertEquals(512 * 2 * MIB, HugePages.freeHugePageBytes(List.of("MemTotal:       24576000 kB",
+                "HugePages_Total:     600", "HugePages_Free:      512", "Hugepagesize:       2048 kB")));
+        assertEquals(0, HugePages.freeHugePageBytes(List.of("HugePages_Free:      512",
+                "Hugepagesize:    1048576 kB")), "1 GiB default pages are not what the memserver maps");
+        assertEquals(0, HugePages.freeHugePageBytes(List.of("Hugepagesize:       2048 kB")), "no free count");
+        assertEquals(0, HugePages.freeHugePageBytes(List.of("HugePages_Free: lots", "Hugepagesize: 2048 kB")));
         Choice here = HugePages.choose(Mode.AUTO, "tcp", 64 * MIB);
         assertFalse(here.use(), "tcp pins nothing: " + here.why());
     }

@@ -1,5 +1,6 @@
 package dev.rbridge.memserver;
 
+import dev.rbridge.rdma.TcpRelay;
 import dev.rbridge.rdma.wire.MalformedMessageException;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
@@ -7,15 +8,11 @@ import dev.rbridge.rdma.wire.MessageDecoder;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.util.List;
 import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 
@@ -25,7 +22,7 @@ import java.util.concurrent.TimeUnit;
  * sends such a thing). Every request that passes up is read with the memserver's decoder, so a test knows the ids its
  * client used. Not a mock: everything else on the wire comes from the memserver.
  */
-final class InjectingRelay implements AutoCloseable {
+final class InjectingRelay extends TcpRelay {
     /** A request a client sent through the relay, and the client connection that sent it. */
     record Request(Message message, Downstream from) {
     }
@@ -51,23 +48,12 @@ final class InjectingRelay implements AutoCloseable {
         }
     }
 
-    private final ServerSocket listener;
-    private final InetSocketAddress target;
-    private final List<Socket> sockets = new CopyOnWriteArrayList<>();
     private final BlockingQueue<Request> requests = new LinkedBlockingQueue<>();
     /** Forward nothing from the memserver to its clients (what it sends waits in the relay). */
     private volatile boolean holding;
 
     InjectingRelay(InetSocketAddress target) throws IOException {
-        this.target = target;
-        this.listener = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
-        Thread t = new Thread(this::acceptLoop, "relay-accept");
-        t.setDaemon(true);
-        t.start();
-    }
-
-    InetSocketAddress address() {
-        return new InetSocketAddress(InetAddress.getLoopbackAddress(), listener.getLocalPort());
+        super(target);
     }
 
     /** From now on, what the memserver sends stays in the relay: only injected bytes reach the clients. */
@@ -89,44 +75,28 @@ final class InjectingRelay implements AutoCloseable {
         }
     }
 
-    private void acceptLoop() {
-        while (!listener.isClosed()) {
-            Socket client;
-            try {
-                client = listener.accept();
-            } catch (IOException e) {
-                return; // closed
-            }
-            sockets.add(client);
-            try {
-                Socket server = new Socket(target.getAddress(), target.getPort());
-                sockets.add(server);
-                client.setTcpNoDelay(true);
-                server.setTcpNoDelay(true);
-                Downstream down = new Downstream(client.getOutputStream());
-                start("relay-up", () -> up(client.getInputStream(), server.getOutputStream(), down));
-                start("relay-down", () -> down(server.getInputStream(), down));
-            } catch (IOException e) {
-                System.err.println("relay: cannot reach memserver " + target + ": " + e);
-                closeQuietly(client);
-            }
-        }
+    @Override
+    protected void relay(Socket client, Socket server) throws IOException {
+        Downstream down = new Downstream(client.getOutputStream());
+        InputStream clientIn = client.getInputStream();
+        OutputStream serverOut = server.getOutputStream();
+        InputStream serverIn = server.getInputStream();
+        startPump("relay-up", () -> up(clientIn, serverOut, down));
+        startPump("relay-down", () -> down(serverIn, down));
     }
 
     private interface Pump {
         void run() throws IOException, InterruptedException, MalformedMessageException;
     }
 
-    private static void start(String name, Pump pump) {
-        Thread t = new Thread(() -> {
+    private static void startPump(String name, Pump pump) {
+        start(name, () -> {
             try {
                 pump.run();
             } catch (IOException | InterruptedException | MalformedMessageException e) {
                 // the relay or one side closed, or the client sent what a memserver closes on
             }
-        }, name);
-        t.setDaemon(true);
-        t.start();
+        });
     }
 
     /** Client to memserver: forwarded as it comes, each request noted. */
@@ -160,26 +130,10 @@ final class InjectingRelay implements AutoCloseable {
                 to.out.close();
                 return;
             }
-            while (holding && !listener.isClosed()) {
+            while (holding && !closed()) {
                 Thread.sleep(5); // held: its bytes wait here, the client gets only what is injected
             }
             to.forward(buf, n);
-        }
-    }
-
-    private static void closeQuietly(Socket s) {
-        try {
-            s.close();
-        } catch (IOException ignored) {
-            // closing a socket we are giving up on
-        }
-    }
-
-    @Override
-    public void close() throws IOException {
-        listener.close();
-        for (Socket s : sockets) {
-            s.close();
         }
     }
 }

@@ -15,7 +15,6 @@ import java.lang.foreign.Linker;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.SymbolLookup;
 import java.lang.foreign.ValueLayout;
-import java.lang.invoke.MethodHandle;
 import java.net.StandardSocketOptions;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
@@ -321,31 +320,28 @@ final class Ucx {
 
     private static void unsetenv(String name) {
         try {
-            Linker linker = Linker.nativeLinker();
-            MethodHandle unsetenv = linker.downcallHandle(linker.defaultLookup().find("unsetenv").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS));
-            try (Arena a = Arena.ofConfined()) {
-                int rc = (int) unsetenv.invokeExact(a.allocateFrom(name));
-                if (rc != 0) {
-                    log.warn("unsetenv {} failed", name);
-                }
-            }
+            setenv(name, null);
         } catch (Throwable e) {
             log.warn("could not unset {}", name, e);
         }
     }
 
+    /** libc's setenv (overwriting), or unsetenv when {@code value} is null: what UCX reads, unlike System.getenv. */
     private static void setenv(String name, String value) throws Throwable {
         Linker linker = Linker.nativeLinker();
-        MethodHandle setenv = linker.downcallHandle(linker.defaultLookup().find("setenv").orElseThrow(),
-                FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.ADDRESS,
-                        ValueLayout.JAVA_INT));
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment n = a.allocateFrom(name);
-            MemorySegment v = a.allocateFrom(value);
-            int rc = (int) setenv.invokeExact(n, v, 1);
+            int rc;
+            if (value == null) {
+                rc = (int) linker.downcallHandle(linker.defaultLookup().find("unsetenv").orElseThrow(),
+                        FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS))
+                        .invokeExact(a.allocateFrom(name));
+            } else {
+                rc = (int) linker.downcallHandle(linker.defaultLookup().find("setenv").orElseThrow(),
+                        FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.ADDRESS,
+                                ValueLayout.JAVA_INT)).invokeExact(a.allocateFrom(name), a.allocateFrom(value), 1);
+            }
             if (rc != 0) {
-                throw new IOException("setenv " + name + " failed");
+                throw new IOException((value == null ? "unsetenv " : "setenv ") + name + " failed");
             }
         }
     }

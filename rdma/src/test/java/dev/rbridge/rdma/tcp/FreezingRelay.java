@@ -1,39 +1,26 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.rdma.TcpRelay;
+
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
 import java.net.Socket;
-import java.util.List;
-import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
  * A TCP relay between clients and a real listener that can stop forwarding at a chosen byte: how a test makes a live
  * peer go silent in the middle of a reply (SIGSTOP cannot be aimed at a byte). Not a mock: every byte that passes
  * comes from the listener; the relay only holds back what comes after the point it was told.
  */
-final class FreezingRelay implements AutoCloseable {
-    private final ServerSocket listener;
-    private final InetSocketAddress target;
-    private final List<Socket> sockets = new CopyOnWriteArrayList<>();
+final class FreezingRelay extends TcpRelay {
     /** Bytes still to forward from the memserver to clients; then it holds the rest. */
     private volatile long downBudget = Long.MAX_VALUE;
     /** Stop forwarding from clients to the memserver (and so stop reading what they write). */
     private volatile boolean upFrozen;
 
     FreezingRelay(InetSocketAddress target) throws IOException {
-        this.target = target;
-        this.listener = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
-        Thread t = new Thread(this::acceptLoop, "relay-accept");
-        t.setDaemon(true);
-        t.start();
-    }
-
-    InetSocketAddress address() {
-        return new InetSocketAddress(InetAddress.getLoopbackAddress(), listener.getLocalPort());
+        super(target);
     }
 
     /** From now on, forwards only {@code bytes} more from the memserver to its clients. */
@@ -47,37 +34,14 @@ final class FreezingRelay implements AutoCloseable {
         downBudget = 0;
     }
 
-    private void acceptLoop() {
-        while (!listener.isClosed()) {
-            Socket client;
-            try {
-                client = listener.accept();
-            } catch (IOException e) {
-                return; // closed
-            }
-            sockets.add(client);
-            try {
-                Socket server = new Socket(target.getAddress(), target.getPort());
-                sockets.add(server);
-                client.setTcpNoDelay(true);
-                server.setTcpNoDelay(true);
-                pump(client.getInputStream(), server.getOutputStream(), false);
-                pump(server.getInputStream(), client.getOutputStream(), true);
-            } catch (IOException e) {
-                // The memserver is unreachable: say so and drop this client (it sees the connection close), and go
-                // on accepting rather than leave later clients hanging.
-                System.err.println("relay: cannot reach memserver " + target + ": " + e);
-                try {
-                    client.close();
-                } catch (IOException ignored) {
-                    // closing a socket we are giving up on
-                }
-            }
-        }
+    @Override
+    protected void relay(Socket client, Socket server) throws IOException {
+        pump(client.getInputStream(), server.getOutputStream(), false);
+        pump(server.getInputStream(), client.getOutputStream(), true);
     }
 
     private void pump(InputStream in, OutputStream out, boolean down) {
-        Thread t = new Thread(() -> {
+        start(down ? "relay-down" : "relay-up", () -> {
             byte[] buf = new byte[64 << 10];
             try {
                 while (true) {
@@ -106,20 +70,10 @@ final class FreezingRelay implements AutoCloseable {
             } catch (IOException | InterruptedException e) {
                 // the relay or one side closed
             }
-        }, down ? "relay-down" : "relay-up");
-        t.setDaemon(true);
-        t.start();
+        });
     }
 
     private int allowed(boolean down, int wanted) {
         return (int) (down ? Math.min(wanted, downBudget) : upFrozen ? 0 : wanted);
-    }
-
-    @Override
-    public void close() throws IOException {
-        listener.close();
-        for (Socket s : sockets) {
-            s.close();
-        }
     }
 }

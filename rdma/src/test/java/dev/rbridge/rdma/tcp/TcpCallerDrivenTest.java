@@ -2,6 +2,7 @@ package dev.rbridge.rdma.tcp;
 
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionServerProcess;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -46,11 +47,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class TcpCallerDrivenTest {
     static final String TOKEN = "driven";
-    TcpServerProcess memserver;
+    RegionServerProcess memserver;
 
     @BeforeAll
     void start() throws Exception {
-        memserver = TcpServerProcess.start(TOKEN);
+        memserver = RegionServerProcess.start("tcp", TOKEN);
     }
 
     @AfterAll

@@ -4,6 +4,7 @@ import dev.rbridge.rdma.ArenaRegionServiceForTests;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionDescriptor;
+import dev.rbridge.rdma.RegionServerProcess;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
@@ -141,7 +142,7 @@ class UcxRevocationTest {
     void aCloseFailsNoOperationWhoseBufferUcxStillHolds() throws Exception {
         CountDownLatch clientStalled = new CountDownLatch(1);
         CountDownLatch releaseClient = new CountDownLatch(1);
-        try (UcxServerProcess server = UcxServerProcess.start(TOKEN);
+        try (RegionServerProcess server = RegionServerProcess.start("ucx", TOKEN);
              UcxConnection c = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(server.address)
                      .token(TOKEN).clientName("revocation").operationTimeout(Duration.ofSeconds(60)));
              Arena arena = Arena.ofShared()) {
