@@ -53,6 +53,8 @@ final class Ucx {
      * rotation would hand out the same rkey again.
      */
     static final String SERVER_REG_METHODS = "direct";
+    /** How often UCX checks that the peer of an endpoint is still there, unless UCX_KEEPALIVE_INTERVAL says. */
+    static final String KEEPALIVE_INTERVAL = "2s";
 
     /** The clients' context; the memserver's ({@link #serverContext}) registers memory differently. */
     private static UcpContext context;
@@ -90,6 +92,12 @@ final class Ucx {
         try {
             load();
             UcpParams params = new UcpParams().requestRmaFeature().requestWakeupFeature();
+            if (System.getenv("UCX_KEEPALIVE_INTERVAL") == null) {
+                // A peer whose endpoint went (a memserver closing a client it disconnected or fenced, a process
+                // killed) is noticed by the other side's keepalive; where UCX emulates GET and PUT nothing else
+                // stops a cut-off client's traffic, and UCX's 20 s default is longer than anyone should wait.
+                params.setConfig("KEEPALIVE_INTERVAL", KEEPALIVE_INTERVAL);
+            }
             // UCX 1.13 does not apply UcpParams.setConfig to the IB memory domain's settings (the key is kept, then
             // reported unused), so the setting goes through the environment, which UCX reads as the context opens its
             // memory domains, and only for this context: the variable is removed again once it is made.

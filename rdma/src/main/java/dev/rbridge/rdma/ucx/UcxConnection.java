@@ -206,12 +206,14 @@ final class UcxConnection extends ControlPlaneConnection {
             Ucx.tuneControlSocket(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
             ServerInfo info = ControlClient.greet(ch, peer, params.token(), params.clientName());
-            ByteBuffer serverAddress = ucxConnect(ch, peer);
+            loop = new UcxLoop(context, "rdma-ucx-progress-" + peer);
+            UcxLoop worker = loop;
+            ByteBuffer serverAddress = ucxConnect(ch, peer, loop.call(() -> worker.worker.getAddress(),
+                    params.connectTimeout().toMillis()));
             Message.UcxProbeReply probe = ucxProbe(ch, peer);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
             }
-            loop = new UcxLoop(context, "rdma-ucx-progress-" + peer);
             UcxConnection c = new UcxConnection(ch, peer, params, info, loop);
             UcxLoop l = loop;
             try {
@@ -239,6 +241,9 @@ final class UcxConnection extends ControlPlaneConnection {
         } catch (RemoteMemoryException e) {
             guard.cancel(false);
             closeQuietly(ch);
+            if (loop != null) {
+                loop.close();
+            }
             throw e;
         } catch (Exception e) {
             guard.cancel(false);
@@ -251,9 +256,13 @@ final class UcxConnection extends ControlPlaneConnection {
         }
     }
 
-    /** The memserver worker's UCX address, asked right after the greeting, before the reader thread runs. */
-    private static ByteBuffer ucxConnect(SocketChannel ch, String peer) throws IOException, RemoteMemoryException {
-        return switch (ControlClient.exchange(ch, peer, new Message.UcxConnect(0))) {
+    /**
+     * The memserver worker's UCX address, asked right after the greeting, before the reader thread runs, with this
+     * connection's worker address, to which the memserver makes an endpoint of its own (see {@link UcxServerConnection}).
+     */
+    private static ByteBuffer ucxConnect(SocketChannel ch, String peer, ByteBuffer clientAddress)
+            throws IOException, RemoteMemoryException {
+        return switch (ControlClient.exchange(ch, peer, new Message.UcxConnect(0, clientAddress))) {
             case Message.UcxConnectReply r -> direct(r.workerAddress());
             case Message.Error e when e.message().contains("unexpected OP_") -> throw new RemoteMemoryException(
                     Status.CONNECT_FAILED, "memserver " + peer + " does not serve the ucx transport (it runs another "

@@ -147,6 +147,11 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
             ch.close();
             throw new IOException("UCX could not start a worker: " + e.getMessage(), e);
         }
+        if (!l.revocationEnforced) {
+            log.warn("UCX emulates GET and PUT here (no RDMA device in use): remote keys are not checked, and UCX 1.13 "
+                    + "aborts this memserver when a client goes away with reads outstanding; fine for testing, use "
+                    + "--transport tcp to serve without RDMA");
+        }
         l.accept(ch);
         return l;
     }

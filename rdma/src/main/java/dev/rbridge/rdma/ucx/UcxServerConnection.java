@@ -15,6 +15,8 @@ import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
 import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Protocol;
+import org.openucx.jucx.ucp.UcpEndpoint;
+import org.openucx.jucx.ucp.UcpEndpointParams;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -59,6 +61,9 @@ final class UcxServerConnection implements GatedListener.Connection {
     private final Object writeLock = new Object();
     private final AtomicLong pushIds = new AtomicLong();
     private final Map<Long, CompletableFuture<Boolean>> pushes = new ConcurrentHashMap<>();
+    /** This memserver's endpoint to the client's worker (see {@link #connectBack}); held: JUCX's handler ref is weak. */
+    private volatile UcpEndpoint endpoint;
+    private boolean endpointMade;
 
     UcxServerConnection(UcxListener listener, SocketChannel channel, Admission admission) {
         this.listener = listener;
@@ -94,6 +99,7 @@ final class UcxServerConnection implements GatedListener.Connection {
             }
         } finally {
             close();
+            closeEndpoint();
             pushes.values().forEach(f -> f.complete(false));
             listener.ended(this);
             admission.closed();
@@ -171,13 +177,58 @@ final class UcxServerConnection implements GatedListener.Connection {
                         listener.invalidate(stale, true).whenComplete((v, e) -> sendLater(reply));
                     }
                 }
-                case Message.UcxConnect u -> send(new Message.UcxConnectReply(u.id(), listener.workerAddress));
+                case Message.UcxConnect u -> {
+                    connectBack(u.workerAddress());
+                    send(new Message.UcxConnectReply(u.id(), listener.workerAddress));
+                }
                 case Message.UcxProbe p -> send(new Message.UcxProbeReply(p.id(), listener.probe.address(),
                         listener.probe.remoteKey()));
                 case Message.MapRegion r -> map(s, r);
                 default -> send(ControlDispatcher.answer(s, m));
             }
         }
+    }
+
+    /**
+     * Makes this memserver's endpoint to the client's worker, before the client makes its own to ours: UCX pairs the
+     * two (the first endpoint each side makes to the other's worker), so the endpoint UCX uses to answer the client,
+     * which it would otherwise make by itself with no error handler (a reply it cannot deliver, to a client that went
+     * away, then aborts the memserver), is this one. Its error handler ends the control connection; the end of the
+     * control connection closes it, forcibly, which tears down the client's transport connections (on RDMA, its
+     * queue pairs): a client cut off or fenced here moves no more data, whatever its keys. One per connection, made
+     * once; a client that predates this (no address) is served as before.
+     */
+    private void connectBack(ByteBuffer clientAddress) throws IOException {
+        if (!clientAddress.hasRemaining() || endpointMade) {
+            return;
+        }
+        endpointMade = true;
+        ByteBuffer address = ByteBuffer.allocateDirect(clientAddress.remaining()).put(clientAddress).flip();
+        try {
+            endpoint = listener.loop.call(() -> listener.loop.worker.newEndpoint(new UcpEndpointParams()
+                    .setUcpAddress(address).setPeerErrorHandlingMode().setName("rbridge-client-" + peer)
+                    .setErrorHandler((ep, status, message) -> {
+                        limited.info("client_endpoint", "UCX lost client {} ({}); its connection ends", peer, message);
+                        close();
+                    })), listener.helloTimeoutMillis());
+        } catch (Exception e) {
+            throw new IOException("UCX could not make an endpoint to client " + peer + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** Closes the endpoint to the client, forcibly, on the progress thread: its transport connections go with it. */
+    private void closeEndpoint() {
+        UcpEndpoint ep = endpoint;
+        if (ep == null) {
+            return;
+        }
+        listener.loop.execute(() -> {
+            try {
+                ep.closeNonBlockingForce();
+            } catch (RuntimeException e) {
+                log.debug("closing the UCX endpoint to {} failed: {}", peer, e.toString());
+            }
+        });
     }
 
     /** READ and WRITE are UCX GET and PUT on this transport, never control messages. */

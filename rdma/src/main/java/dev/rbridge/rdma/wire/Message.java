@@ -143,7 +143,21 @@ public sealed interface Message {
         }
     }
 
-    record UcxConnect(long id) implements Message {
+    /**
+     * Asks for the memserver worker's UCX address, giving the client worker's (empty from a client that predates it),
+     * so the memserver can make an endpoint of its own to the client, with an error handler, that it closes when the
+     * client goes (read-only).
+     */
+    record UcxConnect(long id, ByteBuffer workerAddress) implements Message {
+        public UcxConnect {
+            workerAddress = readOnlyCopy(workerAddress);
+        }
+
+        @Override
+        public ByteBuffer workerAddress() {
+            return workerAddress.duplicate();
+        }
+
         public int code() {
             return Opcode.UCX_CONNECT.code();
         }

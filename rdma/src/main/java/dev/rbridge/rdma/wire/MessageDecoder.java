@@ -380,7 +380,7 @@ public final class MessageDecoder {
             case LEASE -> new Message.Lease(id, getString(b), getString(b), b.getLong());
             case UNLEASE -> new Message.Unlease(id, getString(b), getString(b));
             case INFO -> new Message.Info(id);
-            case UCX_CONNECT -> new Message.UcxConnect(id);
+            case UCX_CONNECT -> new Message.UcxConnect(id, b.hasRemaining() ? getBytes(b) : ByteBuffer.allocate(0));
             case MAP -> new Message.MapRegion(id, b.getLong(), b.getLong(), b.getLong());
             case INVALIDATE -> new Message.InvalidateDone(id);
             case UCX_PROBE -> new Message.UcxProbe(id);

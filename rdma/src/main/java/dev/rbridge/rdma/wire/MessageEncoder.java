@@ -50,7 +50,7 @@ public final class MessageEncoder {
             case Message.Lease l -> stringLength(l.volume()) + stringLength(l.owner()) + 8;
             case Message.Unlease u -> stringLength(u.volume()) + stringLength(u.owner());
             case Message.Info i -> 0;
-            case Message.UcxConnect u -> 0;
+            case Message.UcxConnect u -> u.workerAddress().hasRemaining() ? 4 + u.workerAddress().remaining() : 0;
             case Message.MapRegion m2 -> 24;
             case Message.InvalidateDone d -> 0;
             case Message.UcxProbe p -> 0;
@@ -165,6 +165,9 @@ public final class MessageEncoder {
             case Message.Flush f -> {
             }
             case Message.UcxConnect u -> {
+                if (u.workerAddress().hasRemaining()) {
+                    putBytes(dst, u.workerAddress());
+                }
             }
             case Message.InvalidateDone d -> {
             }

@@ -13,13 +13,13 @@ import java.net.Socket;
  * peer go silent in the middle of a reply (SIGSTOP cannot be aimed at a byte). Not a mock: every byte that passes
  * comes from the listener; the relay only holds back what comes after the point it was told.
  */
-final class FreezingRelay extends TcpRelay {
+public final class FreezingRelay extends TcpRelay {
     /** Bytes still to forward from the memserver to clients; then it holds the rest. */
     private volatile long downBudget = Long.MAX_VALUE;
     /** Stop forwarding from clients to the memserver (and so stop reading what they write). */
     private volatile boolean upFrozen;
 
-    FreezingRelay(InetSocketAddress target) throws IOException {
+    public FreezingRelay(InetSocketAddress target) throws IOException {
         super(target);
     }
 
@@ -29,7 +29,7 @@ final class FreezingRelay extends TcpRelay {
     }
 
     /** Forwards nothing more in either direction, and reads nothing more from either side. */
-    void freeze() {
+    public void freeze() {
         upFrozen = true;
         downBudget = 0;
     }

@@ -8,6 +8,7 @@ import dev.rbridge.rdma.RegionServerProcess;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.tcp.FreezingRelay;
 import dev.rbridge.rdma.wire.Message;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Tag;
@@ -178,6 +179,45 @@ class UcxRevocationTest {
                 releaseClient.countDown();
                 server.signal("CONT");
             }
+        }
+    }
+
+    /**
+     * A client cut off on its control connection but not on the data path (a firewall rule, a partition of one port)
+     * does not answer the INVALIDATE of a region another client released, and is disconnected. Where UCX emulates GET
+     * and PUT it never checks a remote key, so only the end of the client's UCX connection stops it: the memserver
+     * closes its own endpoint to the client, and the client's next read fails. It used to go on reading the released
+     * region's memory as if nothing had happened.
+     */
+    @Test
+    void aClientCutOffOnItsControlConnectionLosesTheDataPathWhenDisconnected() throws Exception {
+        listener = UcxListener.start(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0))
+                .helloTimeout(Duration.ofSeconds(1)), new ArenaRegionServiceForTests(TOKEN));
+        try (FreezingRelay control = new FreezingRelay(listener.address());
+             UcxConnection a = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
+                     .token(TOKEN).clientName("cut-off").operationTimeout(Duration.ofSeconds(60)));
+             UcxConnection b = connect(listener);
+             Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = a.allocate(RegionTag.scratch("shared"), 1 << 20).get(30, TimeUnit.SECONDS);
+            a.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS); // mapped, wired up
+
+            control.freeze();
+            b.release(r).get(30, TimeUnit.SECONDS); // after a's INVALIDATE went unanswered for the hello timeout
+            assertFalse(listener.registered(r.id()));
+
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            RemoteMemoryException failed = null;
+            while (failed == null && System.nanoTime() < until) {
+                CompletableFuture<Void> read = a.read(r, 0, arena.allocate(4096));
+                try {
+                    read.get(30, TimeUnit.SECONDS);
+                    Thread.sleep(100);
+                } catch (ExecutionException e) {
+                    failed = assertInstanceOf(RemoteMemoryException.class, e.getCause());
+                }
+            }
+            assertTrue(failed != null, "the disconnected client still read the released region 20 s later");
+            assertEquals(Status.CONNECTION_LOST, failed.status());
         }
     }
 }

@@ -105,6 +105,7 @@ class MessageCodecTest {
 
     static List<Case> requests() {
         byte[] five = data(5, 1);
+        byte[] address = data(77, 3);
         return List.of(
                 new Case(new Message.Hello(1, "secret", "bridge-a"),
                         message(1, 1, new Bytes().str("secret").str("bridge-a"))),
@@ -125,7 +126,9 @@ class MessageCodecTest {
                 new Case(new Message.Zero(13, 42, KEY, 4096, 1L << 33),
                         message(18, 13, new Bytes().u64(42).u64(KEY).u64(4096).u64(1L << 33))),
                 new Case(new Message.Flush(14), message(19, 14, new Bytes())),
-                new Case(new Message.UcxConnect(15), message(32, 15, new Bytes())),
+                new Case(new Message.UcxConnect(15, ByteBuffer.allocate(0)), message(32, 15, new Bytes())),
+                new Case(new Message.UcxConnect(15, ByteBuffer.wrap(address)),
+                        message(32, 15, new Bytes().u32(address.length).raw(address))),
                 new Case(new Message.MapRegion(16, 42, KEY, 1 << 20),
                         message(33, 16, new Bytes().u64(42).u64(KEY).u64(1 << 20))),
                 new Case(new Message.InvalidateDone(17), message(34, 17, new Bytes())),
