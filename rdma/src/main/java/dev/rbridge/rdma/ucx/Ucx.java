@@ -92,6 +92,11 @@ final class Ucx {
         try {
             load();
             UcpParams params = new UcpParams().requestRmaFeature().requestWakeupFeature();
+            if (server) {
+                // The memserver registers, packs keys and deregisters on a thread of its own while its progress
+                // thread serves: with this UCX locks the context's functions (ucp_mem_map, ucp_rkey_pack, ...).
+                params.setMtWorkersShared(true);
+            }
             if (System.getenv("UCX_KEEPALIVE_INTERVAL") == null) {
                 // A peer whose endpoint went (a memserver closing a client it disconnected or fenced, a process
                 // killed) is noticed by the other side's keepalive; where UCX emulates GET and PUT nothing else

@@ -31,7 +31,9 @@ import java.util.concurrent.TimeUnit;
  * The memserver side of the ucx provider: control connections over TCP (one platform thread each) and one UCX worker
  * whose progress thread serves the data plane. Region memory is registered with UCX when a client first maps it
  * (MAP) and stays registered, and pinned, while any client may hold its remote key; clients only ever
- * GET and PUT it. On RDMA the memserver's CPU takes no part in a transfer; over UCX's tcp transport UCX emulates GET
+ * GET and PUT it. Registering (which pins and faults in every page of a region on most NICs: seconds for many
+ * GiB), packing its key and deregistering run on a registration thread of their own, never on the progress thread,
+ * which goes on serving every client meanwhile. On RDMA the memserver's CPU takes no part in a transfer; over UCX's tcp transport UCX emulates GET
  * and PUT with active messages, which the progress thread answers.
  *
  * <p>Before memory stops being registered (a release, a lease taken over, the last mapping client gone) every client
@@ -69,6 +71,13 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
 
     final UcpContext context;
     final UcxLoop loop;
+    /** Registers, packs keys, deregisters: context calls, which the server context locks (mt workers shared). */
+    private final java.util.concurrent.ExecutorService registrar = java.util.concurrent.Executors
+            .newSingleThreadExecutor(r -> {
+                Thread t = new Thread(r, "rdma-ucx-register");
+                t.setDaemon(true);
+                return t;
+            });
     /** The worker's UCX address, sent to every client (UCX_CONNECT). */
     final ByteBuffer workerAddress;
     /** What every client reads over its new endpoint before its connect completes (UCX_PROBE). */
@@ -111,7 +120,7 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         }
     }
 
-    /** What registering gives, both made on the progress thread (the worker's context is not this thread's to use). */
+    /** What registering gives, both made on the registration thread. */
     private record Registered(UcpMemory memory, ByteBuffer rkey) {
         static Registered of(UcpMemory memory) {
             return new Registered(memory, memory.getRemoteKeyBuffer());
@@ -220,14 +229,26 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         } else {
             check.exposed();
         }
+        CompletableFuture<Registered> registering = CompletableFuture.supplyAsync(() -> Registered.of(
+                context.memoryMap(new UcpMemMapParams().setAddress(check.memory().address()).setLength(length)
+                        .nonBlocking())), registrar);
         try {
-            Registered registered = loop.call(() -> Registered.of(context.memoryMap(new UcpMemMapParams()
-                    .setAddress(check.memory().address()).setLength(length).nonBlocking())), REGISTER_TIMEOUT_MILLIS);
-            reg = new Registration(k, check, registered);
-        } catch (Exception e) {
+            reg = new Registration(k, check, registering.get(REGISTER_TIMEOUT_MILLIS, TimeUnit.MILLISECONDS));
+        } catch (java.util.concurrent.TimeoutException e) {
+            // UCX may still finish: what it registers is deregistered then, and only then is the region unpinned.
+            registering.whenCompleteAsync((late, x) -> {
+                if (late != null) {
+                    deregister(late.memory(), region);
+                }
+                check.close();
+            }, registrar);
+            throw new RemoteMemoryException(RemoteMemoryException.Status.INTERNAL, "UCX did not register region "
+                    + region + " (" + length + " bytes) within " + REGISTER_TIMEOUT_MILLIS + " ms");
+        } catch (java.util.concurrent.ExecutionException | InterruptedException e) {
             check.close();
+            Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
             throw new RemoteMemoryException(RemoteMemoryException.Status.INTERNAL, "UCX could not register region "
-                    + region + " (" + length + " bytes): " + e.getMessage());
+                    + region + " (" + length + " bytes): " + cause.getMessage());
         }
         Registration raced;
         synchronized (registrations) {
@@ -365,15 +386,11 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         }
     }
 
-    /** Deregisters (on the progress thread) and then unpins, after {@code delayMillis}; completes when done. */
+    /** Deregisters (on the registration thread) and then unpins, after {@code delayMillis}; completes when done. */
     private CompletableFuture<Void> drop(Registration r, long delayMillis) {
         CompletableFuture<Void> done = new CompletableFuture<>();
-        Runnable deregister = () -> loop.execute(() -> {
-            try {
-                r.memory.deregister();
-            } catch (Throwable e) {
-                log.warn("UCX could not deregister region {}: {}", r.id.region(), e.toString());
-            }
+        Runnable deregister = () -> registrar.execute(() -> {
+            deregister(r.memory, r.id.region());
             r.pin.close();
             done.complete(null);
         });
@@ -383,6 +400,14 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
             TIMER.schedule(deregister, delayMillis, TimeUnit.MILLISECONDS);
         }
         return done;
+    }
+
+    private static void deregister(UcpMemory memory, long region) {
+        try {
+            memory.deregister();
+        } catch (Throwable e) {
+            log.warn("UCX could not deregister region {}: {}", region, e.toString());
+        }
     }
 
     // ------------------------------------------------------------------------------------------------- listener
@@ -403,6 +428,7 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         for (Registration r : all) {
             drop(r, 0);
         }
+        registrar.shutdown(); // after the drops above
         loop.execute(probe::close);
         loop.close();
     }
