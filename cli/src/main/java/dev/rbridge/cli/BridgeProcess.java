@@ -89,6 +89,7 @@ final class BridgeProcess {
     private NbdServerConfig.Builder nbdLimits() {
         String congestion = bridge.config().tcpCongestion();
         return options.limits.apply(NbdServerConfig.builder())
+                .tls(options.tls.settings())
                 .tcpSocketSetup(ch -> TcpCongestion.apply(ch, congestion));
     }
 
@@ -160,7 +161,12 @@ final class BridgeProcess {
     /** Where it serves, one line each, on stdout: scripts and tests wait for these lines. */
     private void announce(NbdServer server, NbdServerConfig config) {
         for (ListenAddress a : server.addresses()) {
-            System.out.println("rbridge " + name + ": serving " + a.uri(config.defaultExport()));
+            String uri = a.uri(config.defaultExport());
+            if (config.tls().required()) { // the URI a client must use: nbds:// (libnbd, qemu)
+                uri = uri.replaceFirst("^nbd", "nbds");
+            }
+            System.out.println("rbridge " + name + ": serving " + uri + (config.tls().mode()
+                    == dev.rbridge.nbd.tls.TlsMode.ON ? " (TLS offered: nbds:// too)" : ""));
         }
         if (adminServer != null) {
             System.out.println("rbridge " + name + ": admin http://" + adminServer.address().getHostString() + ":"

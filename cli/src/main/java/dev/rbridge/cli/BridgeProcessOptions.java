@@ -16,6 +16,9 @@ final class BridgeProcessOptions {
     @Mixin
     NbdServerOptions limits;
 
+    @Mixin
+    NbdTlsOptions tls;
+
     @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
             description = "TCP congestion control of this bridge's sockets (its tcp-transport connections to"
                     + " memservers and the NBD connections it accepts)" + MemServerClientOptions.TCP_CONGESTION_HELP)

@@ -77,6 +77,7 @@ final class DemoCommand implements Callable<Integer> {
         try {
             long defaultSize = Sizes.parse(size);
             process.limits.validate();
+            process.tls.settings();
             for (String e : exports.isEmpty() ? List.of(Defaults.EXPORT) : exports) {
                 volumes.add(VolumeSpecs.parse("export", e, defaultSize, Defaults.REPLICAS));
             }

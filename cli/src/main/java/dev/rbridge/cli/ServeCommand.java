@@ -104,6 +104,7 @@ public final class ServeCommand implements Callable<Integer> {
             }
             bridgeConfig = bridgeConfig();
             process.limits.validate();
+            process.tls.settings();
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }

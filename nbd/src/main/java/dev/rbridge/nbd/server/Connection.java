@@ -57,6 +57,9 @@ final class Connection implements Runnable {
 
     private final NbdServer server;
     private final SocketChannel channel;
+    /** The socket, or TLS over it once the client asked for it (STARTTLS). */
+    private Wire wire;
+    private volatile TlsWire tls;
     private final long id;
     private final String peer;
     private final String peerAddress;
@@ -116,6 +119,7 @@ final class Connection implements Runnable {
     Connection(NbdServer server, SocketChannel channel, long id, String peer, String peerAddress) {
         this.server = server;
         this.channel = channel;
+        this.wire = Wire.of(channel);
         this.id = id;
         this.peer = peer;
         this.peerAddress = peerAddress;
@@ -234,6 +238,19 @@ final class Connection implements Runnable {
                 reply(option, Nbd.REP_ERR_SHUTDOWN, "server is shutting down");
                 continue;
             }
+            if (tls == null && server.config().tls().required()
+                    && !(option instanceof OptionRequest.StartTls || option instanceof OptionRequest.Abort)) {
+                if (option instanceof OptionRequest.ExportName) {
+                    // EXPORT_NAME has no error reply: the spec's only answer is to close.
+                    log.info("connection {} from {}: asked for an export in clear (EXPORT_NAME) where TLS is "
+                            + "required; closing", id, peer);
+                    return false;
+                }
+                metrics.tlsRefused("tls_required");
+                reply(option, Nbd.REP_ERR_TLS_REQD, "this server requires TLS: negotiate NBD_OPT_STARTTLS first "
+                        + "(an nbds:// URI)");
+                continue;
+            }
             switch (option) {
                 case OptionRequest.ExportName o -> {
                     Export e = server.config().export(o.name());
@@ -258,8 +275,7 @@ final class Connection implements Runnable {
                     }
                     writeFully(HandshakeEncoder.ack(o.option()));
                 }
-                case OptionRequest.StartTls o ->
-                        reply(o, Nbd.REP_ERR_UNSUP, "TLS is not supported by this server");
+                case OptionRequest.StartTls o -> startTls(o);
                 case OptionRequest.ExtendedHeaders o ->
                         reply(o, Nbd.REP_ERR_UNSUP, "extended headers are not supported by this server");
                 case OptionRequest.StructuredReply o -> {
@@ -278,6 +294,51 @@ final class Connection implements Runnable {
                 case OptionRequest.TooBig o -> reply(o, Nbd.REP_ERR_TOO_BIG,
                         "option data of " + o.length() + " bytes is more than this server accepts");
             }
+        }
+    }
+
+    /**
+     * NBD_OPT_STARTTLS: acknowledged in clear, then the TLS handshake on the same socket, and the option haggling
+     * goes on inside TLS from scratch (what was negotiated before counts for nothing, as the protocol says).
+     */
+    private void startTls(OptionRequest.StartTls o) throws IOException, NbdProtocolException {
+        if (!server.config().tls().enabled()) {
+            reply(o, Nbd.REP_ERR_UNSUP, "TLS is not enabled on this server (start it with --tls on or --tls "
+                    + "require, and --tls-certificates DIR)");
+            return;
+        }
+        if (tls != null) {
+            reply(o, Nbd.REP_ERR_INVALID, "TLS is already on");
+            return;
+        }
+        if (in.hasRemaining()) {
+            // Bytes sent after STARTTLS, before our answer, would be taken as if they came inside TLS: an attacker
+            // in the path could inject options that way (the STARTTLS injection class of bugs). Refuse them.
+            throw new NbdProtocolException(in.remaining() + " byte(s) sent after NBD_OPT_STARTTLS before the "
+                    + "server's reply");
+        }
+        writeFully(HandshakeEncoder.ack(o.option()));
+        try {
+            tls = TlsWire.handshake(channel, server.config().tls().newEngine());
+        } catch (javax.net.ssl.SSLException e) {
+            metrics.tlsRefused("handshake_failed");
+            throw new NbdProtocolException("TLS handshake failed: " + e.getMessage());
+        }
+        wire = tls;
+        structured = false;
+        metaContextExport = null;
+        baseAllocation = false;
+        log.info("connection {} from {}: TLS established ({}, {}{})", id, peer, tls.session().getProtocol(),
+                tls.session().getCipherSuite(), peerCertificate());
+    }
+
+    private String peerCertificate() {
+        try {
+            java.security.cert.Certificate[] certs = tls.session().getPeerCertificates();
+            return certs.length > 0 && certs[0] instanceof java.security.cert.X509Certificate x
+                    ? ", client " + x.getSubjectX500Principal().getName() : "";
+        } catch (javax.net.ssl.SSLPeerUnverifiedException e) {
+            return "";
         }
     }
 
@@ -388,7 +449,7 @@ final class Connection implements Runnable {
         key = channel.register(selector, 0);
         Thread self = Thread.currentThread();
         budget = server.payloadBudget().open(peerAddress, selector::wakeup);
-        outbox = new Outbox(channel, this::replied, this::closeChannel, () -> {
+        outbox = new Outbox(wire, this::replied, this::closeChannel, () -> {
             if (Thread.currentThread() != self) {
                 selector.wakeup(); // this thread must now wait for the socket to be writable
             }
@@ -453,14 +514,14 @@ final class Connection implements Runnable {
         decodedSinceRead = 0;
         if (into != null) {
             int room = into.remaining();
-            int n = channel.read(into); // a large WRITE payload goes from the socket straight into its buffer
+            int n = wire.read(into); // a large WRITE payload goes from the socket straight into its buffer
             socketDry = n < room;
             return n;
         }
         in.compact();
         try {
             int room = in.remaining();
-            int n = channel.read(in);
+            int n = wire.read(in);
             socketDry = n < room;
             return n;
         } finally {
@@ -481,6 +542,10 @@ final class Connection implements Runnable {
                 paused = false;
                 return;
             }
+        }
+        if (!stopped && tls != null && tls.bufferedInput()) {
+            socketDry = false; // decrypted input waits here: the socket would not say so
+            return;
         }
         key.interestOps((stopped ? 0 : SelectionKey.OP_READ) | (outbox.blocked() ? SelectionKey.OP_WRITE : 0));
         selector.select();
@@ -797,6 +862,10 @@ final class Connection implements Runnable {
     }
 
     void closeChannel() {
+        TlsWire t = tls;
+        if (t != null && channel.isOpen()) {
+            t.closeQuietly(); // close_notify, if the socket takes it now
+        }
         try {
             channel.close();
         } catch (IOException e) {
@@ -875,7 +944,7 @@ final class Connection implements Runnable {
         in.compact();
         int n;
         try {
-            n = channel.read(in);
+            n = wire.read(in);
         } finally {
             in.flip();
         }
@@ -886,8 +955,10 @@ final class Connection implements Runnable {
 
     /** During the handshake (blocking socket). */
     private void writeFully(ByteBuffer b) throws IOException {
+        ByteBuffer[] one = {b};
         while (b.hasRemaining()) {
-            channel.write(b);
+            wire.write(one, 0, 1);
         }
+        wire.flush();
     }
 }

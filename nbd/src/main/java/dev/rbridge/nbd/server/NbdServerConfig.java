@@ -62,6 +62,7 @@ public final class NbdServerConfig {
     private final long bufferPoolRetainBytes;
     private final NbdServerMetrics metrics;
     private final Consumer<SocketChannel> tcpSocketSetup;
+    private final dev.rbridge.nbd.tls.NbdTls tls;
 
     private NbdServerConfig(Builder b) {
         if (b.listen.isEmpty()) {
@@ -100,7 +101,12 @@ public final class NbdServerConfig {
         this.bufferPoolRetainBytes = b.bufferPoolRetainBytes >= 0 ? b.bufferPoolRetainBytes : b.payloadBudget / 4;
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
         this.tcpSocketSetup = Objects.requireNonNull(b.tcpSocketSetup, "tcpSocketSetup");
+        this.tls = Objects.requireNonNull(b.tls, "tls");
         this.exportList = List.copyOf(b.exports.values()); // LinkedHashMap: configured order
+    }
+
+    public dev.rbridge.nbd.tls.NbdTls tls() {
+        return tls;
     }
 
     private static Duration positive(String what, Duration d) {
@@ -208,6 +214,13 @@ public final class NbdServerConfig {
         private NbdServerMetrics metrics = NbdServerMetrics.NONE;
         private Consumer<SocketChannel> tcpSocketSetup = ch -> {
         };
+        private dev.rbridge.nbd.tls.NbdTls tls = dev.rbridge.nbd.tls.NbdTls.OFF;
+
+        /** TLS: off (the default), offered (on), or required; see {@link dev.rbridge.nbd.tls.TlsMode}. */
+        public Builder tls(dev.rbridge.nbd.tls.NbdTls tls) {
+            this.tls = Objects.requireNonNull(tls);
+            return this;
+        }
 
         public Builder listen(ListenAddress address) {
             listen.add(Objects.requireNonNull(address));

@@ -16,6 +16,13 @@ public interface NbdServerMetrics {
         return ExportMetrics.NONE;
     }
 
+    /**
+     * TLS turned something away: {@code tls_required} (an option asked in clear where TLS is required), {@code
+     * handshake_failed} (no common protocol or cipher, a client certificate missing or not trusted, garbage).
+     */
+    default void tlsRefused(String reason) {
+    }
+
     /** A session ended because the peer broke the protocol (garbage, bad magic, ...). */
     default void protocolViolation() {
     }

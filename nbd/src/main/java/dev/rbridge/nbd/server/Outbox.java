@@ -5,7 +5,6 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.GatheringByteChannel;
 import java.util.Arrays;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -32,7 +31,7 @@ final class Outbox {
     /** Room for a full batch of the usual headers (32 bytes or less); a larger one goes in a buffer of its own. */
     private static final int HEADER_SPACE = 16 << 10;
 
-    private final GatheringByteChannel channel;
+    private final Wire channel;
     private final Consumer<Reply> done;
     private final Runnable onBroken;
     private final Runnable onBlocked;
@@ -56,7 +55,7 @@ final class Outbox {
      * @param onBroken  closes the connection after a failed write
      * @param onBlocked tells the connection's thread that the socket is full and it must wait to write
      */
-    Outbox(GatheringByteChannel channel, Consumer<Reply> done, Runnable onBroken, Runnable onBlocked) {
+    Outbox(Wire channel, Consumer<Reply> done, Runnable onBroken, Runnable onBlocked) {
         this.channel = channel;
         this.done = done;
         this.onBroken = onBroken;
@@ -115,12 +114,13 @@ final class Outbox {
 
     /** Nothing left to write: all replies are out, or the connection broke and they never will be. */
     boolean idle() {
-        return broken || (queue.isEmpty() && buffers == 0 && !writing.get());
+        return broken || (queue.isEmpty() && buffers == 0 && !writing.get() && !channel.pendingOutput());
     }
 
     private void drain() {
         // Re-checking after releasing the flag closes the race with a sender that queued while we were writing.
-        while (!broken && !blocked && (buffers > 0 || !queue.isEmpty()) && writing.compareAndSet(false, true)) {
+        while (!broken && !blocked && (buffers > 0 || !queue.isEmpty() || channel.pendingOutput())
+                && writing.compareAndSet(false, true)) {
             try {
                 if (buffers == 0) {
                     fillBatch();
@@ -200,16 +200,16 @@ final class Outbox {
                 }
                 if (n == 0 && first < end) {
                     // The socket is full: the client is not reading. Leave the rest to the connection's thread.
-                    if (progressed > 0 || stalledFrom == 0) {
-                        stalledFrom = System.nanoTime();
-                    }
-                    blocked = true;
-                    onBlocked.run();
+                    block(progressed);
                     return;
                 }
             }
+            releaseBatch(); // every byte is taken; with TLS, some may wait in its records
+            if (!channel.flush()) {
+                block(progressed);
+                return;
+            }
             stalledFrom = 0;
-            releaseBatch();
         } catch (IOException e) {
             // the client went away (reset, closed): the connection's reader reports how it ended
             fail();
@@ -217,6 +217,14 @@ final class Outbox {
             log.error("writing replies failed; closing the connection", e);
             fail();
         }
+    }
+
+    private void block(long progressed) {
+        if (progressed > 0 || stalledFrom == 0) {
+            stalledFrom = System.nanoTime();
+        }
+        blocked = true;
+        onBlocked.run();
     }
 
     private void fail() {

@@ -71,6 +71,32 @@ final class RawClient implements Closeable {
         out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 1 << 16));
     }
 
+    /** Over a connected socket (TLS over this client's, after {@link #startTls}). */
+    private RawClient(Socket connected) throws IOException {
+        socket = connected;
+        in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 1 << 16));
+        out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 1 << 16));
+    }
+
+    /**
+     * NBD_OPT_STARTTLS, then a TLS handshake as a client of {@code context} (checking the server as localhost); the
+     * returned client speaks through TLS. IOException when the option or the handshake is refused.
+     */
+    RawClient startTls(javax.net.ssl.SSLContext context) throws IOException {
+        OptionReply r = option(Nbd.OPT_STARTTLS, new byte[0]);
+        if (r.type() != Nbd.REP_ACK) {
+            throw new IOException("STARTTLS refused with reply type 0x" + Integer.toHexString(r.type()) + ": "
+                    + new String(r.data(), StandardCharsets.UTF_8));
+        }
+        javax.net.ssl.SSLSocket tls = (javax.net.ssl.SSLSocket) context.getSocketFactory().createSocket(socket,
+                "localhost", socket.getPort(), true);
+        javax.net.ssl.SSLParameters p = tls.getSSLParameters();
+        p.setEndpointIdentificationAlgorithm("HTTPS");
+        tls.setSSLParameters(p);
+        tls.startHandshake();
+        return new RawClient(tls);
+    }
+
     static RawClient connect(NbdServer server) throws IOException {
         return connectFrom(server, null);
     }
@@ -152,6 +178,11 @@ final class RawClient implements Closeable {
     /** Full handshake ending with NBD_OPT_GO; optionally structured replies and base:allocation first. */
     ExportInfo go(String export, boolean structuredReplies, boolean baseAllocation) throws IOException {
         hello();
+        return negotiate(export, structuredReplies, baseAllocation);
+    }
+
+    /** As {@link #go} after the greeting (and after STARTTLS). */
+    ExportInfo negotiate(String export, boolean structuredReplies, boolean baseAllocation) throws IOException {
         if (structuredReplies) {
             OptionReply r = option(Nbd.OPT_STRUCTURED_REPLY, new byte[0]);
             if (r.type() != Nbd.REP_ACK) {

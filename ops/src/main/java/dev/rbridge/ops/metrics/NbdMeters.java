@@ -31,6 +31,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * rbridge_nbd_connections_refused_total{reason}     new connections turned away: connection_limit, peer_limit
  * rbridge_nbd_connections_closed_total{reason}      connections the server closed: handshake_timeout,
  *                                                   request_timeout, reply_timeout, idle_evicted, stalled_evicted
+ * rbridge_nbd_tls_refused_total{reason}             TLS turned away: tls_required (an option in clear where TLS
+ *                                                   is required), handshake_failed
  * rbridge_nbd_connections_open                      connections open now, handshaking ones included
  * rbridge_nbd_payload_budget_bytes                  payload memory the server may use at once (--nbd-memory)
  * rbridge_nbd_payload_used_bytes                    payload memory in use now
@@ -51,6 +53,7 @@ public final class NbdMeters implements NbdServerMetrics {
     private final Counter violations;
     private final Map<String, Counter> refused = new ConcurrentHashMap<>();
     private final Map<String, Counter> closed = new ConcurrentHashMap<>();
+    private final Map<String, Counter> tlsRefused = new ConcurrentHashMap<>();
 
     public NbdMeters(MeterRegistry registry) {
         this.registry = registry;
@@ -59,6 +62,17 @@ public final class NbdMeters implements NbdServerMetrics {
         // every reason up front, so a dashboard or alert sees a series at 0 before the first one
         REFUSALS.forEach(this::refusedCounter);
         CLOSINGS.forEach(this::closedCounter);
+        List.of("tls_required", "handshake_failed").forEach(this::tlsRefusedCounter);
+    }
+
+    private Counter tlsRefusedCounter(String reason) {
+        return tlsRefused.computeIfAbsent(reason, r -> Counter.builder("rbridge.nbd.tls.refused").tag("reason", r)
+                .description("NBD options or handshakes TLS turned away").register(registry));
+    }
+
+    @Override
+    public void tlsRefused(String reason) {
+        tlsRefusedCounter(reason).increment();
     }
 
     private Counter refusedCounter(String reason) {
