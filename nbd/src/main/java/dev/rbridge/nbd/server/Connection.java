@@ -59,7 +59,7 @@ final class Connection implements Runnable {
     private final SocketChannel channel;
     /** The socket, or TLS over it once the client asked for it (STARTTLS). */
     private Wire wire;
-    private volatile TlsWire tls;
+    private volatile SecureWire tls;
     private final long id;
     private final String peer;
     private final String peerAddress;
@@ -318,9 +318,12 @@ final class Connection implements Runnable {
                     + "server's reply");
         }
         writeFully(HandshakeEncoder.ack(o.option()));
+        dev.rbridge.nbd.tls.NbdTls settings = server.config().tls();
         try {
-            tls = TlsWire.handshake(channel, server.config().tls().newEngine());
-        } catch (javax.net.ssl.SSLException e) {
+            tls = settings.usesPsk() ? PskTlsWire.handshake(channel, settings.newPskServer())
+                    : TlsWire.handshake(channel, settings.newEngine());
+        } catch (javax.net.ssl.SSLException | org.bouncycastle.tls.TlsFatalAlert
+                 | org.bouncycastle.tls.TlsFatalAlertReceived e) {
             metrics.tlsRefused("handshake_failed");
             throw new NbdProtocolException("TLS handshake failed: " + e.getMessage());
         }
@@ -328,18 +331,7 @@ final class Connection implements Runnable {
         structured = false;
         metaContextExport = null;
         baseAllocation = false;
-        log.info("connection {} from {}: TLS established ({}, {}{})", id, peer, tls.session().getProtocol(),
-                tls.session().getCipherSuite(), peerCertificate());
-    }
-
-    private String peerCertificate() {
-        try {
-            java.security.cert.Certificate[] certs = tls.session().getPeerCertificates();
-            return certs.length > 0 && certs[0] instanceof java.security.cert.X509Certificate x
-                    ? ", client " + x.getSubjectX500Principal().getName() : "";
-        } catch (javax.net.ssl.SSLPeerUnverifiedException e) {
-            return "";
-        }
+        log.info("connection {} from {}: TLS established ({})", id, peer, tls.describe());
     }
 
     private boolean info(OptionRequest.Info o) throws IOException {
@@ -862,7 +854,7 @@ final class Connection implements Runnable {
     }
 
     void closeChannel() {
-        TlsWire t = tls;
+        SecureWire t = tls;
         if (t != null && channel.isOpen()) {
             t.closeQuietly(); // close_notify, if the socket takes it now
         }

@@ -20,7 +20,7 @@ import java.nio.channels.SocketChannel;
  * <p>Memory is bounded per connection: the engine's packet and application buffer sizes (about 16 KiB each) for input,
  * and {@link #OUT_RECORDS} records for output.
  */
-final class TlsWire implements Wire {
+final class TlsWire implements SecureWire {
     /** Records wrapped per socket write: replies of a batch leave in a few system calls, not one per 16 KiB. */
     private static final int OUT_RECORDS = 8;
 
@@ -87,12 +87,23 @@ final class TlsWire implements Wire {
         }
     }
 
-    SSLSession session() {
-        return engine.getSession();
+    @Override
+    public String describe() {
+        SSLSession s = engine.getSession();
+        String client = "";
+        try {
+            java.security.cert.Certificate[] certs = s.getPeerCertificates();
+            if (certs.length > 0 && certs[0] instanceof java.security.cert.X509Certificate x) {
+                client = ", client " + x.getSubjectX500Principal().getName();
+            }
+        } catch (javax.net.ssl.SSLPeerUnverifiedException e) {
+            // no client certificate asked for
+        }
+        return s.getProtocol() + ", " + s.getCipherSuite() + client;
     }
 
-    /** Decrypted bytes already here, which a read returns without touching the socket. */
-    boolean bufferedInput() {
+    @Override
+    public boolean bufferedInput() {
         return appIn.hasRemaining();
     }
 
@@ -300,8 +311,8 @@ final class TlsWire implements Wire {
         return pending;
     }
 
-    /** Says goodbye (close_notify) if the socket takes it now; never waits. */
-    void closeQuietly() {
+    @Override
+    public void closeQuietly() {
         if (!writeLock.tryLock()) {
             return; // a writer is busy (perhaps blocked in the handshake): the close will do without it
         }

@@ -13,18 +13,41 @@ public final class NbdTls {
     /** Only TLS 1.3 and 1.2: what GnuTLS (libnbd, qemu, nbdkit) and JSSE share, and nothing older. */
     static final String[] PROTOCOLS = {"TLSv1.3", "TLSv1.2"};
 
-    public static final NbdTls OFF = new NbdTls(TlsMode.OFF, null, false, "off");
+    public static final NbdTls OFF = new NbdTls(TlsMode.OFF, null, null, false, "off");
 
     private final TlsMode mode;
     private final SSLContext context;
+    private final PskKeys psk;
     private final boolean verifyPeer;
     private final String description;
 
-    private NbdTls(TlsMode mode, SSLContext context, boolean verifyPeer, String description) {
+    private NbdTls(TlsMode mode, SSLContext context, PskKeys psk, boolean verifyPeer, String description) {
         this.mode = mode;
         this.context = context;
+        this.psk = psk;
         this.verifyPeer = verifyPeer;
         this.description = description;
+    }
+
+    /** TLS-PSK in {@code mode} (on or require) with these keys: no certificates; both sides hold the key. */
+    public static NbdTls psk(TlsMode mode, PskKeys keys) {
+        if (mode == TlsMode.OFF) {
+            return OFF;
+        }
+        return new NbdTls(mode, null, Objects.requireNonNull(keys), false, "PSK from " + keys.file());
+    }
+
+    /** Pre-shared keys rather than certificates: {@link #newPskServer}, not {@link #newEngine}. */
+    public boolean usesPsk() {
+        return psk != null;
+    }
+
+    /** The server side of a TLS-PSK handshake for one connection. */
+    public PskServer newPskServer() {
+        if (psk == null) {
+            throw new IllegalStateException("TLS-PSK is not configured");
+        }
+        return new PskServer(psk);
     }
 
     /**
@@ -35,7 +58,7 @@ public final class NbdTls {
         if (mode == TlsMode.OFF) {
             return OFF;
         }
-        return new NbdTls(mode, Objects.requireNonNull(context), verifyPeer, description);
+        return new NbdTls(mode, Objects.requireNonNull(context), null, verifyPeer, description);
     }
 
     public TlsMode mode() {

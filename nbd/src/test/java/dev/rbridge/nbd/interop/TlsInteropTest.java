@@ -2,6 +2,7 @@ package dev.rbridge.nbd.interop;
 
 import dev.rbridge.nbd.server.TestServer;
 import dev.rbridge.nbd.tls.NbdTls;
+import dev.rbridge.nbd.tls.PskKeys;
 import dev.rbridge.nbd.tls.TestCertificates;
 import dev.rbridge.nbd.tls.TlsMode;
 import dev.rbridge.nbd.tls.X509Credentials;
@@ -37,6 +38,8 @@ class TlsInteropTest {
     static TestServer required;
     /** TLS required and client certificates verified. */
     static TestServer verifying;
+    /** TLS-PSK required: alice's key. */
+    static TestServer psk;
 
     @BeforeAll
     static void start() throws IOException {
@@ -56,11 +59,52 @@ class TlsInteropTest {
         ca.caOnly(pki.resolve("anonymous"));
         ca.client(pki.resolve("expired"), Instant.now().minus(Duration.ofDays(1)));
         TestCertificates.authority("another CA").client(pki.resolve("stranger"));
+        // psktool's format; qemu reads keys.psk from a directory
+        Files.createDirectories(pki.resolve("psk"));
+        Files.writeString(pki.resolve("psk/keys.psk"), "alice:" + hex(32) + "\n");
+        Files.createDirectories(pki.resolve("wrong-psk"));
+        Files.writeString(pki.resolve("wrong-psk/keys.psk"), "alice:" + hex(32) + "\n");
+        Files.writeString(pki.resolve("bob.psk"), "bob:" + hex(32) + "\n");
+        psk = TestServer.start(b -> b.tls(NbdTls.psk(TlsMode.REQUIRE, PskKeys.read(pki.resolve("psk/keys.psk")))));
+    }
+
+    private static String hex(int bytes) {
+        byte[] b = new byte[bytes];
+        new java.security.SecureRandom().nextBytes(b);
+        return java.util.HexFormat.of().formatHex(b);
+    }
+
+    /** libnbd takes the PSK identity from the URI's user part. */
+    private static String nbdsPsk(String user, String file) {
+        return "nbds://" + user + "@127.0.0.1:" + psk.port() + "/disk?tls-psk-file=" + pki.resolve(file);
+    }
+
+    @Test
+    void pskClientsOfLibnbdAndQemuGetIn() {
+        assertEquals("1073741824", PeerTool.check(60, "nbdinfo", "--size", nbdsPsk("alice", "psk/keys.psk")).trim());
+        PeerTool.script(300, "nbdcopy_roundtrip.sh", nbdsPsk("alice", "psk/keys.psk"), "32");
+        String creds = "tls-creds-psk,id=tls0,endpoint=client,username=alice,dir=" + pki.resolve("psk");
+        String image = "driver=nbd,server.type=inet,server.host=127.0.0.1,server.port=" + psk.port()
+                + ",export=disk,tls-creds=tls0";
+        String out = PeerTool.check(120, "qemu-io", "--object", creds, "--image-opts", image,
+                "-c", "write -P 0x3c 8M 1M", "-c", "read -P 0x3c 8M 1M");
+        assertTrue(out.contains("read 1048576/1048576"), out);
+    }
+
+    @Test
+    void aWrongPskOrAnUnknownIdentityIsRefused() {
+        PeerTool.Result wrong = PeerTool.run(60, List.of("nbdinfo", "--size", nbdsPsk("alice", "wrong-psk/keys.psk")));
+        assertNotEquals(0, wrong.exitCode(), wrong.output());
+        PeerTool.Result unknown = PeerTool.run(60, List.of("nbdinfo", "--size", nbdsPsk("bob", "bob.psk")));
+        assertNotEquals(0, unknown.exitCode(), unknown.output());
+        PeerTool.Result plain = PeerTool.run(60, List.of("nbdinfo", "--list", "nbd://127.0.0.1:" + psk.port() + "/"));
+        assertNotEquals(0, plain.exitCode(), plain.output());
+        assertEquals("1073741824", PeerTool.check(60, "nbdinfo", "--size", nbdsPsk("alice", "psk/keys.psk")).trim());
     }
 
     @AfterAll
     static void stop() throws IOException {
-        for (TestServer t : new TestServer[]{required, verifying}) {
+        for (TestServer t : new TestServer[]{required, verifying, psk}) {
             if (t != null) {
                 t.close();
             }
