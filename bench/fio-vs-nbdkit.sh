@@ -10,6 +10,7 @@ REPEAT=1
 SIZE=1G
 ROWS=rr1,rw1,rr32,rw32,sr,sw
 OUT=
+TLS=
 LAT=clat
 PIN=split
 SERVER_CPUS=
@@ -20,7 +21,7 @@ usage() {
     cat <<EOF
 Usage: bench/fio-vs-nbdkit.sh [--time SEC] [--ramp SEC] [--repeat N] [--size SIZE]
                               [--rows LIST] [--latency clat|lat] [--pin split|none]
-                              [--server-cpus LIST] [--fio-cpus LIST] [--out DIR] [--help]
+                              [--server-cpus LIST] [--fio-cpus LIST] [--tls DIR] [--out DIR] [--help]
 
 Starts two NBD servers on free 127.0.0.1 ports, each exporting "disk" (1 GiB,
 in memory):
@@ -61,6 +62,13 @@ Options:
                 on the same core; pinning makes rows repeatable.  none: no
                 pinning.
   --server-cpus LIST, --fio-cpus LIST   taskset CPU lists for --pin split
+  --tls DIR     both servers require TLS with the X.509 files in DIR (server-cert.pem,
+                server-key.pem, ca-cert.pem: the layout both read): rbridge with
+                --tls require --tls-certificates DIR, nbdkit with --tls=require
+                --tls-certificates=DIR.  fio connects to nbds:// URIs with
+                tls-verify-peer=false (its nbd engine refuses URIs naming local
+                files, so it cannot be given the CA); the traffic is encrypted
+                all the same, on both sides alike.
   --out DIR     keep fio JSON and server logs in DIR (default: temp, deleted)
 
 Reading the table: "ratio" is always oriented so that > 1 means rbridge is
@@ -90,6 +98,7 @@ while [[ $# -gt 0 ]]; do
         --server-cpus) SERVER_CPUS=$2; shift 2 ;;
         --fio-cpus) FIO_CPUS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --tls) TLS=$(cd "$2" && pwd); shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -165,8 +174,13 @@ start_server() { # start_server NAME COMMAND TIMEOUT
     PORT=$port setsid bash -c "exec $cmd" >"$WORK/$name.log" 2>&1 </dev/null &
     PID[$name]=$!
     URI[$name]="nbd://127.0.0.1:$port/disk"
+    local probe=${URI[$name]}
+    if [[ -n $TLS ]]; then
+        URI[$name]="nbds://127.0.0.1:$port/disk?tls-verify-peer=false"
+        probe="nbds://127.0.0.1:$port/disk?tls-certificates=$TLS"
+    fi
     local t0=$SECONDS
-    until timeout 10 nbdinfo --size "${URI[$name]}" >"$WORK/$name.size" 2>/dev/null; do
+    until timeout 10 nbdinfo --size "$probe" >"$WORK/$name.size" 2>/dev/null; do
         if ! kill -0 "${PID[$name]}" 2>/dev/null; then
             echo "$name exited before accepting connections; last log lines:" >&2
             tail -n 20 "$WORK/$name.log" >&2
@@ -191,10 +205,16 @@ FIO_PREFIX=()
 if [[ $PIN == split ]]; then FIO_PREFIX=(taskset -c "$FIO_CPUS"); fi
 
 export PORT
-RB_CMD=${RBRIDGE_CMD:-"\"$ROOT/rbridge\" demo --listen 127.0.0.1:\$PORT --export disk --size 1G"}
+RB_TLS=
+NK_TLS=
+if [[ -n $TLS ]]; then
+    RB_TLS=" --tls require --tls-certificates \"$TLS\""
+    NK_TLS=" --tls=require --tls-certificates=\"$TLS\""
+fi
+RB_CMD=${RBRIDGE_CMD:-"\"$ROOT/rbridge\" demo --listen 127.0.0.1:\$PORT --export disk --size 1G$RB_TLS"}
 echo "# rbridge command: $RB_CMD"
 start_server rbridge "$RB_CMD" "$START_TIMEOUT"
-start_server nbdkit "nbdkit -f --exit-with-parent -i 127.0.0.1 -p \$PORT -e disk memory 1G" 60
+start_server nbdkit "nbdkit -f --exit-with-parent -i 127.0.0.1 -p \$PORT -e disk$NK_TLS memory 1G" 60
 
 runfio() { # runfio SERVER TAG fio-args... -> JSON in $WORK/TAG.SERVER.json
     local server=$1 tag=$2; shift 2

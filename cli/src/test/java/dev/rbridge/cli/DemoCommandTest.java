@@ -109,6 +109,54 @@ class DemoCommandTest {
     }
 
     @Test
+    void tlsRequiredWithPskServesKeyHoldersAndNobodyInClear() throws Exception {
+        Path dir = Files.createTempDirectory("demo-tls");
+        Path log = dir.resolve("demo.log");
+        Path keys = dir.resolve("keys.psk");
+        Files.writeString(keys, "alice:" + "5a".repeat(32) + "\n");
+        Files.setPosixFilePermissions(keys, java.nio.file.attribute.PosixFilePermissions.fromString("rw-------"));
+        Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--size", "64M", "--tls", "require",
+                "--tls-psk", keys.toString());
+        try {
+            String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))
+                    .readLine();
+            Matcher m = SERVING.matcher(String.valueOf(line));
+            assertTrue(m.find(), line + "\n" + Files.readString(log));
+            String uri = m.group(1);
+            assertTrue(uri.startsWith("nbds://127.0.0.1:"), uri);
+            String withKey = uri.replace("nbds://", "nbds://alice@") + "?tls-psk-file=" + keys;
+            assertEquals(String.valueOf(64 << 20), PeerTool.check(60, "nbdinfo", "--size", withKey).trim());
+            PeerTool.Result plain = PeerTool.run(60, List.of("nbdinfo", "--size", uri.replace("nbds://", "nbd://")));
+            assertTrue(plain.exitCode() != 0, plain.output());
+            assertTrue(Files.readString(log).contains("TLS: require (PSK from " + keys + ")"), Files.readString(log));
+        } finally {
+            p.destroy();
+            p.waitFor(30, TimeUnit.SECONDS);
+            p.destroyForcibly();
+        }
+    }
+
+    @Test
+    void tlsFlagsThatCannotWorkAreRefusedWithOneSentence() throws Exception {
+        Path log = Files.createTempFile("demo-tls", ".log");
+        Process p = rbridge(log, "demo", "--tls", "require");
+        assertTrue(p.waitFor(30, TimeUnit.SECONDS));
+        assertEquals(2, p.exitValue());
+        assertTrue(Files.readString(log).contains("--tls require needs --tls-certificates DIR"),
+                Files.readString(log));
+
+        Process q = rbridge(log, "demo", "--tls", "on", "--tls-psk", "/nonexistent/keys.psk");
+        assertTrue(q.waitFor(30, TimeUnit.SECONDS));
+        assertEquals(2, q.exitValue());
+        assertTrue(Files.readString(log).contains("/nonexistent/keys.psk not found"), Files.readString(log));
+
+        Process r = rbridge(log, "demo", "--tls", "maybe");
+        assertTrue(r.waitFor(30, TimeUnit.SECONDS));
+        assertEquals(2, r.exitValue());
+        assertTrue(Files.readString(log).contains("--tls must be off, on or require"), Files.readString(log));
+    }
+
+    @Test
     void badArgumentsGetOneClearSentenceAndExitCode2() throws Exception {
         Path log = Files.createTempFile("demo", ".log");
         Process p = rbridge(log, "demo", "--size", "banana");

@@ -97,6 +97,7 @@ public final class NbdServer implements AutoCloseable {
                         address.uri(e.name()));
             }
         }
+        log.info("TLS: {}", config.tls());
         return server;
     }
 
