@@ -17,12 +17,15 @@ import java.nio.channels.SocketChannel;
  * under the same lock as replies. Nothing blocks that would not block on the plain socket: a write that cannot send
  * its records keeps them ({@link #pendingOutput}) until {@link #flush} can.
  *
- * <p>Memory is bounded per connection: the engine's packet and application buffer sizes (about 16 KiB each) for input,
- * and {@link #OUT_RECORDS} records for output.
+ * <p>Memory is bounded per connection: {@link #IN_RECORDS} records and one record's plaintext for input, and
+ * {@link #OUT_RECORDS} records for output. A read with room for a whole record's plaintext (a large WRITE's payload
+ * buffer) is decrypted straight into it, not through this wire's own buffer.
  */
 final class TlsWire implements SecureWire {
     /** Records wrapped per socket write: replies of a batch leave in a few system calls, not one per 16 KiB. */
     private static final int OUT_RECORDS = 8;
+    /** Records a socket read may bring at once: a large WRITE's payload comes in a few system calls too. */
+    private static final int IN_RECORDS = 4;
 
     private final SocketChannel channel;
     private final SSLEngine engine;
@@ -42,7 +45,7 @@ final class TlsWire implements SecureWire {
         this.channel = channel;
         this.engine = engine;
         SSLSession s = engine.getSession();
-        this.netIn = ByteBuffer.allocateDirect(s.getPacketBufferSize()).flip();
+        this.netIn = ByteBuffer.allocateDirect(s.getPacketBufferSize() * IN_RECORDS).flip();
         this.appIn = ByteBuffer.allocateDirect(s.getApplicationBufferSize()).flip();
         this.netOut = ByteBuffer.allocateDirect(s.getPacketBufferSize() * OUT_RECORDS).flip();
     }
@@ -119,7 +122,13 @@ final class TlsWire implements SecureWire {
             if (inboundClosed) {
                 return total > 0 ? total : -1;
             }
-            if (unwrapSome()) {
+            if (dst.remaining() >= appIn.capacity() && established) {
+                int before = dst.position();
+                if (unwrapInto(dst)) {
+                    total += dst.position() - before;
+                    continue;
+                }
+            } else if (unwrapSome()) {
                 continue;
             }
             if (readSocket || total > 0) {
@@ -161,6 +170,15 @@ final class TlsWire implements SecureWire {
         }
     }
 
+    /** Decrypts one record from {@link #netIn} straight into {@code dst} (room for a record's plaintext). */
+    private boolean unwrapInto(ByteBuffer dst) throws IOException {
+        if (!netIn.hasRemaining()) {
+            return false;
+        }
+        SSLEngineResult r = engine.unwrap(netIn, dst);
+        return afterUnwrap(r);
+    }
+
     /**
      * Decrypts one record from {@link #netIn} into {@link #appIn} (empty on entry, or during the handshake); answers
      * what the engine must answer. True when it made progress, false when a whole record is not here yet.
@@ -176,6 +194,11 @@ final class TlsWire implements SecureWire {
         } finally {
             appIn.flip();
         }
+        return afterUnwrap(r);
+    }
+
+    /** What an unwrap's result means: progress or not; answers what the engine must answer. */
+    private boolean afterUnwrap(SSLEngineResult r) throws IOException {
         switch (r.getStatus()) {
             case BUFFER_UNDERFLOW -> {
                 return false;
