@@ -23,9 +23,10 @@ await 30 sh -c 'rdma link show rxe0/1 | grep -q ACTIVE'
 export UCX_ERROR_SIGNALS= UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n \
        UCX_KEEPALIVE_INTERVAL=inf
 ip=10.0.2.15
-rb memserver --transport ucx --listen $ip:7471 --capacity 256M --admin none --metrics none >ms.out 2>ms.log &
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > token # the memservers lend only to holders of it
+rb memserver --transport ucx --listen $ip:7471 --token-file token --capacity 256M --admin none --metrics none >ms.out 2>ms.log &
 await 120 grep -q lending ms.out
-rb serve --transport ucx --memserver $ip:7471 --volume disk,size=64M,replicas=1,slab=16M --timeout 10 \
+rb serve --transport ucx --token-file token --memserver $ip:7471 --volume disk,size=64M,replicas=1,slab=16M --timeout 10 \
   --listen 127.0.0.1:10809 --admin 127.0.0.1:7473 --metrics none >a.out 2>a.log &
 await 180 grep -q "serving nbd://" a.out
 modprobe nbd nbds_max=1

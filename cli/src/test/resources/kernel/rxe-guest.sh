@@ -36,19 +36,20 @@ export UCX_ERROR_SIGNALS= UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_U
        UCX_KEEPALIVE_INTERVAL=inf
 ip=10.0.2.15
 say "two memservers on ucx over rxe0"
-rb memserver --transport ucx --listen $ip:7471 --capacity 512M --admin none --metrics none >ms1.out 2>ms1.log &
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > token # the memservers lend only to holders of it
+rb memserver --transport ucx --listen $ip:7471 --token-file token --capacity 512M --admin none --metrics none >ms1.out 2>ms1.log &
 ms1=$!
-rb memserver --transport ucx --listen $ip:7481 --capacity 512M --admin none --metrics none >ms2.out 2>ms2.log &
+rb memserver --transport ucx --listen $ip:7481 --token-file token --capacity 512M --admin none --metrics none >ms2.out 2>ms2.log &
 await 120 grep -q lending ms1.out
 await 120 grep -q lending ms2.out
 cat ms1.out ms2.out
 
 say "ping with validation"
-rb ping --transport ucx --server $ip:7471 --count 20 --size 64K --validate | tee ping.out
+rb ping --transport ucx --token-file token --server $ip:7471 --count 20 --size 64K --validate | tee ping.out
 grep -q "all validated" ping.out
 
 say "bench: latency and the lanes UCX chose"
-rb bench --transport ucx --server $ip:7471 --test read-lat --size 4K --iters 2000 | tee bench-lat.out
+rb bench --transport ucx --token-file token --server $ip:7471 --test read-lat --size 4K --iters 2000 | tee bench-lat.out
 grep "UCX lanes" bench-lat.out
 grep "UCX lanes" bench-lat.out | grep -q "rc_verbs/rxe0"
 if grep "UCX lanes" bench-lat.out | grep -Eq "tcp/|posix|sysv|cma"; then
@@ -58,14 +59,14 @@ fi
 say "the memserver stays passive during one-sided writes"
 before=$(thread_ticks $ms1 rdma-ucx-server)
 all_before=$(awk '{print $14 + $15}' /proc/$ms1/stat)
-rb bench --transport ucx --server $ip:7471 --test write-bw --size 64K --tx-depth 8 --time 8 | tee bench-bw.out
+rb bench --transport ucx --token-file token --server $ip:7471 --test write-bw --size 64K --tx-depth 8 --time 8 | tee bench-bw.out
 after=$(thread_ticks $ms1 rdma-ucx-server)
 all_after=$(awk '{print $14 + $15}' /proc/$ms1/stat)
 echo "passive: memserver progress thread $((after - before)) ticks, whole memserver $((all_after - all_before)) ticks"
 echo "passive: ticks per second $(getconf CLK_TCK)"
 
 say "rbridge serve on ucx, replicated on both memservers"
-rb serve --transport ucx --memserver $ip:7471 --memserver $ip:7481 --volume disk,size=256M,replicas=2,slab=16M \
+rb serve --transport ucx --token-file token --memserver $ip:7471 --memserver $ip:7481 --volume disk,size=256M,replicas=2,slab=16M \
   --listen 127.0.0.1:10809 --admin 127.0.0.1:7473 --metrics none >serve.out 2>serve.log &
 await 180 grep -q "serving nbd://" serve.out
 cat serve.out
@@ -79,6 +80,6 @@ fio --name=rxe-verify --filename=/dev/nbd0 --ioengine=libaio --direct=1 --rw=ran
   >fio.out
 echo "fio: errors $(cut -d';' -f5 fio.out), written KiB $(cut -d';' -f47 fio.out)"
 nbd-client -d /dev/nbd0
-rb admin --bridge 127.0.0.1:7473 volumes | tee volumes.out
+rb admin --bridge 127.0.0.1:7473 --token-file token volumes | tee volumes.out
 grep -q healthy volumes.out
 say "all verified"

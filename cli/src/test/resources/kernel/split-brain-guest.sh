@@ -31,11 +31,12 @@ export UCX_ERROR_SIGNALS= UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_U
        UCX_KEEPALIVE_INTERVAL=inf
 ip=10.0.2.15
 say "one memserver on ucx over rxe0"
-rb memserver --transport ucx --listen $ip:7471 --capacity 256M --admin none --metrics none >ms.out 2>ms.log &
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > token # the memservers lend only to holders of it
+rb memserver --transport ucx --listen $ip:7471 --token-file token --capacity 256M --admin none --metrics none >ms.out 2>ms.log &
 await 120 grep -q lending ms.out
 
 serve() { # serve NAME NBD-PORT ADMIN-PORT: a bridge with a 4 s lease and a patient watchdog
-  rb serve --transport ucx --memserver $ip:7471 --volume disk,size=64M,replicas=1,slab=16M --lease 4 --timeout 120 \
+  rb serve --transport ucx --token-file token --memserver $ip:7471 --volume disk,size=64M,replicas=1,slab=16M --lease 4 --timeout 120 \
     --listen 127.0.0.1:"$2" --admin 127.0.0.1:"$3" --metrics none >"$1.out" 2>"$1.log" &
 }
 modprobe nbd nbds_max=2

@@ -26,4 +26,24 @@ final class BridgeProcessOptions {
 
     @Mixin
     LogLevelOption.Server logLevel;
+
+    @Option(names = "--insecure",
+            description = "Serve NBD in clear, or without client authentication, on an address other hosts reach: "
+                    + "anyone there can then read and write the volumes. Without it, a --listen address that is not"
+                    + " loopback needs --tls require with --tls-psk or --tls-certificates and --tls-verify-peer.")
+    boolean insecure;
+
+    /**
+     * Refuses, with the flags to add, NBD on an address other hosts reach where clients are not authenticated
+     * (TLS required, with PSK or client certificates), unless {@code --insecure}.
+     */
+    void checkExposure(String command) {
+        dev.rbridge.nbd.server.ListenAddress.Tcp open = Exposure.exposed(listen.addresses());
+        if (open == null || insecure || tls.authenticatesClients()) {
+            return;
+        }
+        throw new IllegalArgumentException(command + " would serve NBD on " + open + ", which other hosts reach,"
+                + " to anyone who connects: add --tls require with --tls-psk FILE (or --tls-certificates DIR"
+                + " --tls-verify-peer), or --insecure to serve it open on purpose");
+    }
 }

@@ -78,6 +78,7 @@ final class DemoCommand implements Callable<Integer> {
             long defaultSize = Sizes.parse(size);
             process.limits.validate();
             process.tls.settings();
+            process.checkExposure("demo");
             for (String e : exports.isEmpty() ? List.of(Defaults.EXPORT) : exports) {
                 volumes.add(VolumeSpecs.parse("export", e, defaultSize, Defaults.REPLICAS));
             }

@@ -32,13 +32,26 @@ final class Endpoints {
         return new InetSocketAddress(host.isEmpty() ? "0.0.0.0" : host, port);
     }
 
-    /** The token from {@code --token} or the first line of {@code --token-file}; null when neither is given. */
+    /** The environment variable a token may come from when neither --token nor --token-file is given. */
+    static final String TOKEN_ENV = "RBRIDGE_TOKEN";
+
+    /**
+     * The token from {@code --token} (with a warning: other users see it in ps), {@code --token-file}, or else the
+     * {@value #TOKEN_ENV} environment variable; null when none.
+     */
     static String token(String token, Path tokenFile) {
         if (token != null && tokenFile != null) {
             throw new IllegalArgumentException("give --token or --token-file, not both");
         }
-        if (tokenFile == null) {
+        if (token != null) {
+            org.slf4j.LoggerFactory.getLogger(Endpoints.class).warn("--token on the command line is visible to other"
+                    + " users of this host (ps, /proc): use --token-file FILE or the " + TOKEN_ENV
+                    + " environment variable");
             return token;
+        }
+        if (tokenFile == null) {
+            String env = System.getenv(TOKEN_ENV);
+            return env == null || env.isBlank() ? null : env.strip();
         }
         try {
             String t = Files.readAllLines(tokenFile).stream().findFirst().orElse("").trim();

@@ -44,11 +44,18 @@ final class MemServerCommand implements Callable<Integer> {
             description = "Most memory granted at once (K, M, G, T are binary), e.g. 64G.")
     String capacity;
 
-    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret clients must present.")
+    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret clients must prove they know"
+            + " (visible to other users in ps: prefer --token-file or " + Endpoints.TOKEN_ENV + ").")
     String token;
 
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
+    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE"
+            + " (make it random: openssl rand -hex 32 > FILE). Else " + Endpoints.TOKEN_ENV + " is used when set.")
     Path tokenFile;
+
+    @Option(names = "--insecure", description = "Lend memory without a token on an address other hosts reach: anyone"
+            + " there can then read and write every region. Without it, a --listen address that is not loopback"
+            + " needs a token.")
+    boolean insecure;
 
     @CommandLine.Mixin
     OpsEndpointOptions.MemServer ops;
@@ -116,8 +123,15 @@ final class MemServerCommand implements Callable<Integer> {
         try {
             long capacityBytes = Sizes.parse(capacity);
             huge = HugePages.choose(HugePages.Mode.parse(hugePages), transport, capacityBytes);
-            config = new MemServerConfig(Endpoints.parse(listen, Defaults.MEMSERVER_PORT), capacityBytes,
-                    Endpoints.token(token, tokenFile), transport, huge.use(), mlock, tcpCongestion,
+            java.net.InetSocketAddress address = Endpoints.parse(listen, Defaults.MEMSERVER_PORT);
+            String secret = Endpoints.token(token, tokenFile);
+            if (secret == null && !insecure && !Exposure.loopback(address.getHostString())) {
+                throw new IllegalArgumentException("memserver would lend memory on " + listen + ", which other hosts"
+                        + " reach, to anyone who connects: add --token-file FILE (openssl rand -hex 32 > FILE), or"
+                        + " --insecure to lend it open on purpose");
+            }
+            config = new MemServerConfig(address, capacityBytes,
+                    secret, transport, huge.use(), mlock, tcpCongestion,
                     ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());

@@ -34,6 +34,11 @@ final class NbdTlsOptions {
 
     private NbdTls settings;
 
+    /** TLS is required and clients prove who they are (a pre-shared key, or a certificate from the CA). */
+    boolean authenticatesClients() {
+        return TlsMode.parse(tls) == TlsMode.REQUIRE && (psk != null || verifyPeer);
+    }
+
     /** Loads and checks the credentials; IllegalArgumentException naming the flag or file when something is wrong. */
     NbdTls settings() {
         if (settings == null) {

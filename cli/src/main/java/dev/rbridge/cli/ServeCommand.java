@@ -105,6 +105,7 @@ public final class ServeCommand implements Callable<Integer> {
             bridgeConfig = bridgeConfig();
             process.limits.validate();
             process.tls.settings();
+            process.checkExposure("serve");
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }

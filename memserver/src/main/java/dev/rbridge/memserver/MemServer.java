@@ -188,14 +188,18 @@ public final class MemServer implements RegionService, AutoCloseable {
     // ------------------------------------------------------------------------------------------ RegionService
 
     @Override
-    public Session open(String token, String clientName, SocketAddress peer) throws RemoteMemoryException {
+    public byte[] proveToken(byte[] transcript) {
+        return config.token() == null ? null : dev.rbridge.rdma.wire.TokenProof.server(config.token(), transcript);
+    }
+
+    @Override
+    public Session open(Credential credential, String clientName, SocketAddress peer) throws RemoteMemoryException {
         if (draining) {
             refused.computeIfAbsent("draining", k -> new AtomicLong()).incrementAndGet();
             log.info("refused client '{}' from {}: draining", clientName, peer);
             throw new RemoteMemoryException(Status.SHUTTING_DOWN, "memserver is draining; no new clients");
         }
-        if (config.token() != null && !MessageDigest.isEqual(config.token().getBytes(StandardCharsets.UTF_8),
-                token.getBytes(StandardCharsets.UTF_8))) {
+        if (config.token() != null && !credential.matches(config.token())) {
             refusedAuth.incrementAndGet();
             refused.computeIfAbsent("token", k -> new AtomicLong()).incrementAndGet();
             limited.warn("token", "refused client '{}' from {}: wrong token", Printable.cut(clientName, MAX_CLIENT_NAME),

@@ -293,7 +293,7 @@ class MemServerLimitsTest {
     @Test
     void aListingHoldsItsPlaceUntilClosed() throws Exception {
         try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
-            RegionService.Session s = m.open(TOKEN, "lister", new InetSocketAddress("127.0.0.1", 1));
+            RegionService.Session s = m.open(new RegionService.Credential.Token(TOKEN), "lister", new InetSocketAddress("127.0.0.1", 1));
             List<RegionService.Listing> held = new ArrayList<>();
             for (int i = 0; i < MemServer.CONCURRENT_LISTINGS; i++) {
                 held.add(s.listing());

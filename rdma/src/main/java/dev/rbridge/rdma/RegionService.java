@@ -14,7 +14,42 @@ public interface RegionService {
      * Admits a client or refuses it ({@code AUTH_FAILED}, {@code SHUTTING_DOWN}); refusals are logged and counted by
      * the service.
      */
-    Session open(String token, String clientName, SocketAddress peer) throws RemoteMemoryException;
+    Session open(Credential credential, String clientName, SocketAddress peer) throws RemoteMemoryException;
+
+    /**
+     * The memserver's proof that it knows the token ({@link dev.rbridge.rdma.wire.TokenProof#server} over
+     * {@code transcript}), for a client admitted by a {@link Credential.Proof}; null when the service has no token.
+     */
+    byte[] proveToken(byte[] transcript);
+
+    /** What a client shows to be admitted. */
+    sealed interface Credential {
+        /** Whether it shows knowledge of {@code token}; compared in constant time. */
+        boolean matches(String token);
+
+        /** The token itself: the HELLO of clients that predate AUTH. */
+        record Token(String token) implements Credential {
+            @Override
+            public boolean matches(String expected) {
+                return java.security.MessageDigest.isEqual(expected.getBytes(java.nio.charset.StandardCharsets.UTF_8),
+                        token.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            }
+
+            @Override
+            public String toString() {
+                return "Token[(withheld)]";
+            }
+        }
+
+        /** A proof over the greeting's transcript ({@link dev.rbridge.rdma.wire.TokenProof#client}): AUTH. */
+        record Proof(byte[] transcript, byte[] proof) implements Credential {
+            @Override
+            public boolean matches(String token) {
+                return dev.rbridge.rdma.wire.TokenProof.matches(dev.rbridge.rdma.wire.TokenProof.client(token,
+                        transcript), proof);
+            }
+        }
+    }
 
     /**
      * The transport turned a peer away before {@link #open} (it speaks another protocol version, or sent garbage

@@ -48,8 +48,13 @@ public final class ArenaRegionServiceForTests implements RegionService {
     }
 
     @Override
-    public Session open(String presented, String clientName, SocketAddress peer) throws RemoteMemoryException {
-        if (!token.equals(presented)) {
+    public byte[] proveToken(byte[] transcript) {
+        return dev.rbridge.rdma.wire.TokenProof.server(token, transcript);
+    }
+
+    @Override
+    public Session open(Credential presented, String clientName, SocketAddress peer) throws RemoteMemoryException {
+        if (!presented.matches(token)) {
             refused("token", peer);
             throw new RemoteMemoryException(Status.AUTH_FAILED, "wrong token");
         }

@@ -29,7 +29,8 @@ final class LocalListener implements RemoteListener {
     }
 
     RemoteConnection connect(ConnectParams params) throws RemoteMemoryException {
-        RegionService.Session session = service.open(params.token(), params.clientName(), address);
+        RegionService.Session session = service.open(new RegionService.Credential.Token(params.token()),
+                params.clientName(), address);
         LocalConnection c = new LocalConnection(session, address, connections::remove);
         connections.add(c);
         return c;

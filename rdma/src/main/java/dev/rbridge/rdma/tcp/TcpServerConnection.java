@@ -135,7 +135,14 @@ final class TcpServerConnection implements GatedListener.Connection {
 
     /** The admitted client's session, or null when the greeting ended the connection. */
     private RegionService.Session greet() throws IOException, MalformedMessageException {
-        switch (admission.greet(next())) {
+        Admission.Greeting greeting = admission.greet(next());
+        while (greeting instanceof Admission.Challenge c) {
+            queue(c.reply());
+            flushReplies();
+            greeting = admission.greet(next());
+        }
+        switch (greeting) {
+            case Admission.Challenge c -> throw new IllegalStateException("answered above");
             case Admission.Refused r -> {
                 if (r.reply() != null) {
                     tryReply(r.reply());
@@ -152,7 +159,7 @@ final class TcpServerConnection implements GatedListener.Connection {
                 TcpSockets.tune(channel);
                 TcpCongestion.apply(channel, congestion);
                 a.session().attach(stats, this::close);
-                queue(ControlDispatcher.welcome(a.helloId(), a.session().serverInfo()));
+                queue(a.welcome());
                 flushReplies();
                 return a.session();
             }

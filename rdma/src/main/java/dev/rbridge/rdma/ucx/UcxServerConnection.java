@@ -122,7 +122,13 @@ final class UcxServerConnection implements GatedListener.Connection {
 
     /** The admitted client's session, or null when the greeting ended the connection. */
     private RegionService.Session greet() throws IOException, MalformedMessageException {
-        switch (admission.greet(requests.next())) {
+        Admission.Greeting greeting = admission.greet(requests.next());
+        while (greeting instanceof Admission.Challenge c) {
+            send(c.reply());
+            greeting = admission.greet(requests.next());
+        }
+        switch (greeting) {
+            case Admission.Challenge c -> throw new IllegalStateException("answered above");
             case Admission.Refused r -> {
                 if (r.reply() != null) {
                     trySend(r.reply());
@@ -131,7 +137,7 @@ final class UcxServerConnection implements GatedListener.Connection {
             }
             case Admission.Admitted a -> {
                 a.session().attach(stats, this::close);
-                send(ControlDispatcher.welcome(a.helloId(), a.session().serverInfo()));
+                send(a.welcome());
                 return a.session();
             }
         }

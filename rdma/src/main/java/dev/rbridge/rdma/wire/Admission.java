@@ -5,6 +5,7 @@ import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
+import dev.rbridge.rdma.ServerInfo;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -39,6 +40,9 @@ public final class Admission {
     private volatile Future<?> guard;
     /** A connection is turned away once, for one reason, whoever sees it first (the guard, its own thread). */
     private final AtomicBoolean turnedAway = new AtomicBoolean();
+    /** Between AUTH and AUTH_PROOF: the client's name and both nonces. The connection's thread's only. */
+    private Message.AuthStart started;
+    private byte[] serverNonce;
 
     public Admission(RegionService service, InetSocketAddress remote, ConnectionGate.Slot slot) {
         this.service = service;
@@ -77,12 +81,28 @@ public final class Admission {
         }
     }
 
-    /** What the first message of a connection decided. */
-    public sealed interface Greeting permits Admitted, Refused {
+    /** What a message of a connection's greeting decided. */
+    public sealed interface Greeting permits Admitted, Refused, Challenge {
     }
 
-    /** Admitted: answer with {@link ControlDispatcher#welcome} once the transport is ready to serve. */
-    public record Admitted(RegionService.Session session, long helloId) implements Greeting {
+    /**
+     * Admitted: answer with {@link #welcome} once the transport is ready to serve. {@code serverProof} is the
+     * memserver's proof for a client that proved the token (AUTH_PROOF), null after a HELLO.
+     */
+    public record Admitted(RegionService.Session session, long helloId, byte[] serverProof) implements Greeting {
+        /** The welcome: HELLO's reply, or AUTH_PROOF's with the memserver's proof. */
+        public Message welcome() {
+            ServerInfo info = session.serverInfo();
+            if (serverProof == null) {
+                return ControlDispatcher.welcome(helloId, info);
+            }
+            return new Message.AuthWelcome(helloId, info.serverId(), info.capacityBytes(), info.freeBytes(),
+                    ByteBuffer.wrap(serverProof));
+        }
+    }
+
+    /** Send {@code reply} (the memserver's nonce) and pass the next message to {@link #greet} again. */
+    public record Challenge(Message reply) implements Greeting {
     }
 
     /** Refused: send {@code reply} (null when there is nothing to say: it was evicted meanwhile), then close. */
@@ -90,10 +110,11 @@ public final class Admission {
     }
 
     /**
-     * Answers the greeting, the first message of the connection (the memserver's {@link MessageDecoder} lets nothing
-     * else through first): a HELLO of another version is refused with both versions named, a HELLO is admitted or
-     * refused by the service (the token), and an admitted client that lost its place to a newcomer meanwhile is cut
-     * off.
+     * Answers a message of the greeting (the memserver's {@link MessageDecoder} lets nothing else through first): a
+     * HELLO of another version is refused with both versions named; a HELLO (the token in clear, from older clients)
+     * is admitted or refused by the service; an AUTH is answered with a {@link Challenge}, and the AUTH_PROOF after it
+     * admitted or refused (see {@link TokenProof}); an admitted client that lost its place to a newcomer meanwhile is
+     * cut off.
      */
     public Greeting greet(Message first) {
         return switch (first) {
@@ -105,20 +126,55 @@ public final class Admission {
                         + Protocol.VERSION + ", the client v" + v.version() + "; upgrade the older side"));
             }
             case Message.Hello h -> {
-                RegionService.Session s;
-                try {
-                    s = service.open(h.token(), h.clientName(), remote);
-                } catch (RemoteMemoryException e) {
-                    yield new Refused(ControlDispatcher.error(h, e.status(), e.getMessage()));
+                if (!h.token().isEmpty()) {
+                    limited.warn("plain_token", "client {} ('{}') sent the token in clear (a client older than "
+                            + "this memserver): upgrade it", peer, h.clientName());
                 }
-                session = s; // from here on, however this ends, the session hears of it
-                if (!slot.authenticated()) {
-                    yield new Refused(null); // cut off to make room for another peer while its greeting was checked
+                yield admit(h, new RegionService.Credential.Token(h.token()), h.clientName(), null);
+            }
+            case Message.AuthStart a -> {
+                if (a.clientNonce().remaining() != TokenProof.NONCE) {
+                    turnAway("malformed");
+                    yield new Refused(ControlDispatcher.error(a, Status.BAD_REQUEST, "AUTH needs a "
+                            + TokenProof.NONCE + "-byte nonce"));
                 }
-                yield new Admitted(s, h.id());
+                started = a;
+                serverNonce = TokenProof.nonce();
+                yield new Challenge(new Message.AuthChallenge(a.id(), ByteBuffer.wrap(serverNonce)));
+            }
+            case Message.AuthProof p -> {
+                if (started == null) { // the decoder lets AUTH_PROOF through only after AUTH
+                    throw new IllegalStateException("AUTH_PROOF before AUTH");
+                }
+                byte[] transcript = TokenProof.transcript(started.clientName(),
+                        TokenProof.bytes(started.clientNonce()), serverNonce);
+                yield admit(p, new RegionService.Credential.Proof(transcript, TokenProof.bytes(p.proof())),
+                        started.clientName(), transcript);
             }
             default -> throw new IllegalArgumentException("a greeting is a HELLO, not " + Opcode.name(first.code()));
         };
+    }
+
+    private Greeting admit(Message request, RegionService.Credential credential, String clientName,
+                           byte[] transcript) {
+        RegionService.Session s;
+        try {
+            s = service.open(credential, clientName, remote);
+        } catch (RemoteMemoryException e) {
+            return new Refused(ControlDispatcher.error(request, e.status(), e.getMessage()));
+        }
+        session = s; // from here on, however this ends, the session hears of it
+        if (!slot.authenticated()) {
+            return new Refused(null); // cut off to make room for another peer while its greeting was checked
+        }
+        byte[] proof = null;
+        if (transcript != null) {
+            proof = service.proveToken(transcript);
+            if (proof == null) {
+                proof = new byte[0]; // no token here: nothing to prove, and the client decides what that means
+            }
+        }
+        return new Admitted(s, request.id(), proof);
     }
 
     /**

@@ -306,14 +306,19 @@ public final class ControlClient {
     // ------------------------------------------------------------------------------------------- greeting
 
     /**
-     * The greeting on a connected, blocking channel, before anything reads it otherwise: HELLO with the token and
-     * the client's name, and what the memserver says about itself. A refusal (wrong token, no place, draining) or a
-     * memserver of another protocol version is the exception; a peer that answers with something else is no memserver
-     * ({@code IOException}).
+     * The greeting on a connected, blocking channel, before anything reads it otherwise, and what the memserver says
+     * about itself. With a token, the token never leaves this process: AUTH and AUTH_PROOF prove it, and the memserver
+     * must prove it too ({@link TokenProof}); a memserver that cannot (it has no token, or another, or is not a
+     * memserver) is refused here. Without one, HELLO with an empty token. A refusal (wrong token, no place, draining)
+     * or a memserver of another protocol version is the exception; a peer that answers with something else is no
+     * memserver ({@code IOException}).
      */
     public static ServerInfo greet(SocketChannel ch, String peer, String token, String clientName)
             throws IOException, RemoteMemoryException {
-        return switch (exchange(ch, peer, new Message.Hello(0, token, clientName))) {
+        if (token != null && !token.isEmpty()) {
+            return authenticate(ch, peer, token, clientName);
+        }
+        return switch (exchange(ch, peer, new Message.Hello(0, "", clientName))) {
             case Message.HelloReply h -> new ServerInfo(h.serverId(), Protocol.VERSION, h.capacityBytes(),
                     h.freeBytes());
             case Message.OtherVersion v -> throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver "
@@ -322,6 +327,44 @@ public final class ControlClient {
                     + " refused the connection: " + e.message());
             case Message other -> throw new IOException(peer + " sent a malformed hello reply (" + describe(other)
                     + ")");
+        };
+    }
+
+    private static ServerInfo authenticate(SocketChannel ch, String peer, String token, String clientName)
+            throws IOException, RemoteMemoryException {
+        byte[] clientNonce = TokenProof.nonce();
+        byte[] serverNonce = switch (exchange(ch, peer, new Message.AuthStart(0, clientName,
+                ByteBuffer.wrap(clientNonce)))) {
+            case Message.AuthChallenge c -> TokenProof.bytes(c.serverNonce());
+            case Message.OtherVersion v -> throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver "
+                    + peer + " speaks protocol v" + v.version() + ", this client v" + Protocol.VERSION);
+            case Message.Error e when e.message().contains("OP_" + Opcode.AUTH.code()) ->
+                    throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver " + peer + " predates "
+                            + "token proofs (it wants the token sent in clear, which this client never does): "
+                            + "upgrade the memservers before the bridges");
+            case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
+                    + " refused the connection: " + e.message());
+            case Message other -> throw new IOException(peer + " sent a malformed AUTH reply (" + describe(other)
+                    + ")");
+        };
+        if (serverNonce.length != TokenProof.NONCE) {
+            throw new IOException(peer + " sent a nonce of " + serverNonce.length + " bytes");
+        }
+        byte[] transcript = TokenProof.transcript(clientName, clientNonce, serverNonce);
+        return switch (exchange(ch, peer, new Message.AuthProof(0, ByteBuffer.wrap(TokenProof.client(token,
+                transcript))))) {
+            case Message.AuthWelcome w -> {
+                if (!TokenProof.matches(TokenProof.server(token, transcript), TokenProof.bytes(w.serverProof()))) {
+                    throw new RemoteMemoryException(Status.AUTH_FAILED, "memserver " + peer + " admitted this "
+                            + "client but could not prove it knows the token (it runs without one, or with another):"
+                            + " not using it");
+                }
+                yield new ServerInfo(w.serverId(), Protocol.VERSION, w.capacityBytes(), w.freeBytes());
+            }
+            case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
+                    + " refused the connection: " + e.message());
+            case Message other -> throw new IOException(peer + " sent a malformed AUTH_PROOF reply ("
+                    + describe(other) + ")");
         };
     }
 

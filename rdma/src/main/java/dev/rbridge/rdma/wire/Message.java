@@ -186,6 +186,78 @@ public sealed interface Message {
 
     // ------------------------------------------------------------------------- replies: memserver to client
 
+    /** The first message of a client that proves the token rather than sending it: its name and nonce (read-only). */
+    record AuthStart(long id, String clientName, ByteBuffer clientNonce) implements Message {
+        public AuthStart {
+            Objects.requireNonNull(clientName, "clientName");
+            clientNonce = readOnlyCopy(clientNonce);
+        }
+
+        @Override
+        public ByteBuffer clientNonce() {
+            return clientNonce.duplicate();
+        }
+
+        public int code() {
+            return Opcode.AUTH.code();
+        }
+    }
+
+    /** The memserver's nonce, the answer to {@link AuthStart} (read-only). */
+    record AuthChallenge(long id, ByteBuffer serverNonce) implements Message {
+        public AuthChallenge {
+            serverNonce = readOnlyCopy(serverNonce);
+        }
+
+        @Override
+        public ByteBuffer serverNonce() {
+            return serverNonce.duplicate();
+        }
+
+        public int code() {
+            return Opcode.AUTH.code();
+        }
+    }
+
+    /** The client's proof that it knows the token ({@link TokenProof#client}) (read-only). */
+    record AuthProof(long id, ByteBuffer proof) implements Message {
+        public AuthProof {
+            proof = readOnlyCopy(proof);
+        }
+
+        @Override
+        public ByteBuffer proof() {
+            return proof.duplicate();
+        }
+
+        public int code() {
+            return Opcode.AUTH_PROOF.code();
+        }
+
+        @Override
+        public String toString() {
+            return "AuthProof[id=" + id + ", proof=(withheld)]";
+        }
+    }
+
+    /** The admitted client's welcome after {@link AuthProof}: as {@link HelloReply}, and the memserver's proof. */
+    record AuthWelcome(long id, String serverId, long capacityBytes, long freeBytes, ByteBuffer serverProof)
+            implements Message {
+        public AuthWelcome {
+            Objects.requireNonNull(serverId, "serverId");
+            serverProof = readOnlyCopy(serverProof);
+        }
+
+        @Override
+        public ByteBuffer serverProof() {
+            return serverProof.duplicate();
+        }
+
+        public int code() {
+            return Opcode.AUTH_PROOF.code();
+        }
+    }
+
     record HelloReply(long id, String serverId, long capacityBytes, long freeBytes) implements Message {
         public HelloReply {
             Objects.requireNonNull(serverId, "serverId");

@@ -38,6 +38,8 @@ public final class MessageDecoder {
 
     private final boolean atMemserver;
     private boolean awaitingHello;
+    /** After AUTH: only AUTH_PROOF may come next, as small as a greeting. */
+    private boolean awaitingProof;
     private final ByteBuffer header = ByteBuffer.allocate(Protocol.HEADER).order(ByteOrder.LITTLE_ENDIAN);
     private State state = State.HEADER;
     private int version;
@@ -159,7 +161,7 @@ public final class MessageDecoder {
         return length;
     }
 
-    /** A memserver's decoder before the greeting: only a HELLO may come. */
+    /** A memserver's decoder before the greeting is over: only HELLO, or AUTH then AUTH_PROOF, may come. */
     public boolean awaitingHello() {
         return awaitingHello;
     }
@@ -190,12 +192,22 @@ public final class MessageDecoder {
     /** A memserver's decoder after a header: the message if it has no body to read, else null (body state set). */
     private Message requestHeader() throws MalformedMessageException {
         Opcode op = Opcode.of(code);
-        if (awaitingHello) {
-            if (op != Opcode.HELLO) {
-                throw new MalformedMessageException("expected HELLO first, got " + Opcode.name(code));
+        if (awaitingProof) {
+            if (op != Opcode.AUTH_PROOF) {
+                throw new MalformedMessageException("expected AUTH_PROOF after AUTH, got " + Opcode.name(code));
             }
             if (length > Protocol.MAX_HELLO_BODY) {
-                throw new MalformedMessageException("HELLO of " + length + " bytes (at most "
+                throw new MalformedMessageException("AUTH_PROOF of " + length + " bytes (at most "
+                        + Protocol.MAX_HELLO_BODY + ")");
+            }
+            return body(length);
+        }
+        if (awaitingHello) {
+            if (op != Opcode.HELLO && op != Opcode.AUTH) {
+                throw new MalformedMessageException("expected HELLO or AUTH first, got " + Opcode.name(code));
+            }
+            if (length > Protocol.MAX_HELLO_BODY) {
+                throw new MalformedMessageException(op + " of " + length + " bytes (at most "
                         + Protocol.MAX_HELLO_BODY + ")");
             }
             if (version != Protocol.VERSION) {
@@ -326,14 +338,17 @@ public final class MessageDecoder {
         } catch (BufferUnderflowException | IllegalArgumentException e) {
             String why = e.getMessage() == null ? "truncated" : e.getMessage();
             if (awaitingHello) {
-                throw new MalformedMessageException("HELLO body is malformed (" + why + ")");
+                throw new MalformedMessageException(Opcode.name(code) + " body is malformed (" + why + ")");
             }
             state = State.HEADER;
             return new Message.Unreadable(id, code, (atMemserver ? "" : "reply to ") + Opcode.name(code)
                     + " body is malformed (" + why + ")");
         }
-        if (m instanceof Message.Hello) {
+        if (m instanceof Message.Hello || m instanceof Message.AuthProof) {
             awaitingHello = false;
+            awaitingProof = false;
+        } else if (m instanceof Message.AuthStart) {
+            awaitingProof = true;
         }
         return finish(m, m instanceof Message.Write w ? w.length() : 0);
     }
@@ -384,6 +399,11 @@ public final class MessageDecoder {
             case MAP -> new Message.MapRegion(id, b.getLong(), b.getLong(), b.getLong());
             case INVALIDATE -> new Message.InvalidateDone(id);
             case UCX_PROBE -> new Message.UcxProbe(id);
+            case AUTH -> {
+                String name = getString(b);
+                yield new Message.AuthStart(id, name, getBytes(b));
+            }
+            case AUTH_PROOF -> new Message.AuthProof(id, getBytes(b));
         };
     }
 
@@ -419,6 +439,13 @@ public final class MessageDecoder {
             case UCX_PROBE -> {
                 long address = b.getLong();
                 yield new Message.UcxProbeReply(id, address, getBytes(b));
+            }
+            case AUTH -> new Message.AuthChallenge(id, getBytes(b));
+            case AUTH_PROOF -> {
+                String serverId = getString(b);
+                long capacity = b.getLong();
+                long free = b.getLong();
+                yield new Message.AuthWelcome(id, serverId, capacity, free, getBytes(b));
             }
             case INVALIDATE -> {
                 int n = b.getInt();

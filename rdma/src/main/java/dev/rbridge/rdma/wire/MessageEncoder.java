@@ -54,6 +54,10 @@ public final class MessageEncoder {
             case Message.MapRegion m2 -> 24;
             case Message.InvalidateDone d -> 0;
             case Message.UcxProbe p -> 0;
+            case Message.AuthStart a -> stringLength(a.clientName()) + 4 + a.clientNonce().remaining();
+            case Message.AuthProof a -> 4 + a.proof().remaining();
+            case Message.AuthChallenge a -> 4 + a.serverNonce().remaining();
+            case Message.AuthWelcome a -> stringLength(a.serverId()) + 16 + 4 + a.serverProof().remaining();
             case Message.HelloReply h -> stringLength(h.serverId()) + 16;
             case Message.AllocateReply a -> descriptorLength(a.region());
             case Message.OpenReply o -> descriptorLength(o.region());
@@ -172,6 +176,17 @@ public final class MessageEncoder {
             case Message.InvalidateDone d -> {
             }
             case Message.UcxProbe p -> {
+            }
+            case Message.AuthStart a -> {
+                putString(dst, a.clientName());
+                putBytes(dst, a.clientNonce());
+            }
+            case Message.AuthProof a -> putBytes(dst, a.proof());
+            case Message.AuthChallenge a -> putBytes(dst, a.serverNonce());
+            case Message.AuthWelcome a -> {
+                putString(dst, a.serverId());
+                dst.putLong(a.capacityBytes()).putLong(a.freeBytes());
+                putBytes(dst, a.serverProof());
             }
             case Message.ReleaseReply r -> {
             }

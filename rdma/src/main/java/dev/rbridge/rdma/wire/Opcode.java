@@ -4,7 +4,8 @@ package dev.rbridge.rdma.wire;
  * The operations of the control protocol, by wire code. Codes 1-19 are the region, lease and data operations every
  * memserver serves (READ and WRITE travel on this connection for the tcp transport only); 32-34 are the ucx
  * transport's additions (35 came later: a client that knows it asks for it, a memserver that predates it answers
- * "unexpected OP_35"). A code not listed here is an operation this build predates.
+ * "unexpected OP_35"); 36-37 the greeting that proves the token without sending it. A code not listed here is an
+ * operation this build predates.
  */
 public enum Opcode {
     HELLO(1), ALLOCATE(2), OPEN(3), LIST(4), RELEASE(5), RETAG(6), LEASE(7), UNLEASE(8), INFO(9),
@@ -19,9 +20,16 @@ public enum Opcode {
      * Client to memserver, after UCX_CONNECT: where the memserver's probe word is and its packed UCX remote key. The
      * client reads the word over its new endpoint before its connect completes, so UCX's wire-up is over both ways.
      */
-    UCX_PROBE(35);
+    UCX_PROBE(35),
+    /**
+     * Client to memserver, first, instead of HELLO: its name and a nonce. The memserver answers with a nonce of its own,
+     * and the token never crosses the wire: each side proves it knows it (AUTH_PROOF). See {@link TokenProof}.
+     */
+    AUTH(36),
+    /** Client to memserver, after AUTH: its proof; the reply is HELLO's, with the memserver's proof. */
+    AUTH_PROOF(37);
 
-    private static final Opcode[] BY_CODE = new Opcode[36];
+    private static final Opcode[] BY_CODE = new Opcode[38];
 
     static {
         for (Opcode o : values()) {

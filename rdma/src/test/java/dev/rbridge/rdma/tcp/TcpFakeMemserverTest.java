@@ -72,6 +72,8 @@ class TcpFakeMemserverTest {
                 MessageDecoder decoder = MessageDecoder.forMemserver();
                 ByteBuffer in = ByteBuffer.allocate(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
                 boolean greeted = false;
+                Message.AuthStart started = null;
+                byte[] serverNonce = dev.rbridge.rdma.wire.TokenProof.nonce();
                 while (true) {
                     Message m = decoder.next(in);
                     if (m == null) {
@@ -86,9 +88,22 @@ class TcpFakeMemserverTest {
                     if (decoder.payloadRemaining() > 0) {
                         decoder.skipPayload();
                     }
-                    byte[] reply = greeted ? answer.apply(m) : greeting;
                     if (!greeted && greeting.length == 0) {
                         return; // no answer at all: the connection closes
+                    }
+                    if (!greeted && greeting == WELCOME && m instanceof Message.AuthStart a) {
+                        started = a; // a welcome is earned: the token proven both ways, as a memserver would
+                        ch.write(MessageEncoder.encode(new Message.AuthChallenge(a.id(), ByteBuffer.wrap(serverNonce))));
+                        continue;
+                    }
+                    byte[] reply = greeted ? answer.apply(m) : greeting;
+                    if (!greeted && started != null && m instanceof Message.AuthProof) {
+                        byte[] clientNonce = new byte[started.clientNonce().remaining()];
+                        started.clientNonce().get(clientNonce);
+                        byte[] transcript = dev.rbridge.rdma.wire.TokenProof.transcript(started.clientName(),
+                                clientNonce, serverNonce);
+                        reply = bytes(new Message.AuthWelcome(m.id(), "fake", 1 << 30, 1 << 30, ByteBuffer.wrap(
+                                dev.rbridge.rdma.wire.TokenProof.server(TOKEN, transcript))), 0);
                     }
                     greeted = true;
                     if (reply != null) {

@@ -169,19 +169,55 @@ class ControlClientTest {
             }
         }
 
-        /** Reads the request the client sent (whole, it is small) and answers {@code reply}. */
+        /** Reads the first request the client sent (whole, it is small) and answers {@code reply}. */
         void answer(byte[] reply) throws Exception {
+            read();
+            peer.write(ByteBuffer.wrap(reply));
+        }
+
+        /** The next request, and every byte it came in (appended to {@code seen} when not null). */
+        Message read() throws Exception {
+            return read(MessageDecoder.forMemserver(), null);
+        }
+
+        Message read(MessageDecoder d, java.io.ByteArrayOutputStream seen) throws Exception {
             ByteBuffer in = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN);
-            MessageDecoder d = MessageDecoder.forMemserver();
             Message m;
             do {
+                int before = in.position();
                 peer.read(in);
+                if (seen != null) {
+                    seen.write(in.array(), before, in.position() - before);
+                }
                 in.flip();
                 m = d.next(in);
                 in.compact();
             } while (m == null);
-            assertInstanceOf(Message.Hello.class, m);
-            peer.write(ByteBuffer.wrap(reply));
+            return m;
+        }
+
+        /**
+         * Plays a memserver through AUTH and AUTH_PROOF knowing {@code token} (null: a fake that does not, and
+         * answers with a made-up proof); returns every byte the client sent, and the client's proof was checked.
+         */
+        byte[] authenticate(String token, byte[] after) throws Exception {
+            java.io.ByteArrayOutputStream seen = new java.io.ByteArrayOutputStream();
+            MessageDecoder d = MessageDecoder.forMemserver();
+            Message.AuthStart start = assertInstanceOf(Message.AuthStart.class, read(d, seen));
+            byte[] serverNonce = TokenProof.nonce();
+            peer.write(MessageEncoder.encode(new Message.AuthChallenge(start.id(), ByteBuffer.wrap(serverNonce))));
+            Message.AuthProof proof = assertInstanceOf(Message.AuthProof.class, read(d, seen));
+            byte[] transcript = TokenProof.transcript(start.clientName(), TokenProof.bytes(start.clientNonce()),
+                    serverNonce);
+            if (token != null) {
+                assertTrue(TokenProof.matches(TokenProof.client(token, transcript), TokenProof.bytes(proof.proof())),
+                        "the client's proof checks out with the token");
+            }
+            byte[] serverProof = token != null ? TokenProof.server(token, transcript) : TokenProof.nonce();
+            peer.write(ByteBuffer.wrap(bytes(new Message.AuthWelcome(proof.id(), "srv-1", 1 << 30, 1 << 29,
+                    ByteBuffer.wrap(serverProof)))));
+            peer.write(ByteBuffer.wrap(after));
+            return seen.toByteArray();
         }
 
         public void close() throws IOException {
@@ -203,7 +239,7 @@ class ControlClientTest {
         try (Pair p = Pair.open()) {
             Thread peer = Thread.ofPlatform().start(() -> {
                 try {
-                    p.answer(bytes(new Message.HelloReply(0, "srv-1", 1 << 30, 1 << 29), new Message.FlushReply(5)));
+                    p.authenticate("token", bytes(new Message.FlushReply(5)));
                 } catch (Exception e) {
                     throw new AssertionError(e);
                 }
@@ -220,6 +256,53 @@ class ControlClientTest {
         }
     }
 
+    /**
+     * A fake memserver (a raw socket the client was pointed at) sees every byte of the greeting: the token is not in
+     * them, in any form it could send on; and since it cannot prove the token, the client will not use it.
+     */
+    @Test
+    void aFakeMemserverLearnsNothingOfTheTokenAndIsNotUsed() throws Exception {
+        String token = "f3b1c2d4e5f60718293a4b5c6d7e8f90";
+        try (Pair p = Pair.open()) {
+            byte[][] seen = new byte[1][];
+            Thread peer = Thread.ofPlatform().start(() -> {
+                try {
+                    seen[0] = p.authenticate(null, new byte[0]);
+                } catch (Exception e) {
+                    throw new AssertionError(e);
+                }
+            });
+            RemoteMemoryException e = assertThrows(RemoteMemoryException.class,
+                    () -> ControlClient.greet(p.client(), "peer", token, "bridge-a"));
+            peer.join();
+            assertEquals(Status.AUTH_FAILED, e.status());
+            assertTrue(e.getMessage().contains("could not prove it knows the token"), e.getMessage());
+            String wire = new String(seen[0], java.nio.charset.StandardCharsets.ISO_8859_1);
+            assertTrue(wire.contains("bridge-a"), "the greeting was seen");
+            assertFalse(wire.contains(token), "the token crossed the wire");
+            assertFalse(wire.contains(new String(java.util.HexFormat.of().parseHex(token),
+                    java.nio.charset.StandardCharsets.ISO_8859_1)), "the token crossed the wire as bytes");
+        }
+    }
+
+    /** Without a token there is nothing to prove: HELLO with an empty one, as to a memserver that has none. */
+    @Test
+    void withoutATokenTheGreetingIsAPlainHello() throws Exception {
+        try (Pair p = Pair.open()) {
+            Thread peer = Thread.ofPlatform().start(() -> {
+                try {
+                    Message.Hello h = assertInstanceOf(Message.Hello.class, p.read());
+                    assertEquals("", h.token());
+                    p.peer().write(ByteBuffer.wrap(bytes(new Message.HelloReply(h.id(), "open", 1, 1))));
+                } catch (Exception e) {
+                    throw new AssertionError(e);
+                }
+            });
+            assertEquals("open", ControlClient.greet(p.client(), "peer", "", "n").serverId());
+            peer.join();
+        }
+    }
+
     @Test
     void aRefusalAnotherVersionOrAPeerThatIsNoMemserverFailTheGreetingSayingWhy() throws Exception {
         record Case(byte[] reply, Status status, String says) {
@@ -230,7 +313,9 @@ class ControlClientTest {
                 new Case(bytes(new Message.OtherVersion(0, 3)), Status.VERSION_MISMATCH,
                         "memserver peer speaks protocol v3, this client v1"),
                 new Case("HTTP/1.1 400 Bad Request\r\n\r\n".getBytes(), null, "peer is not a memserver"),
-                new Case(bytes(new Message.InfoReply(0, "x", 1, 1)), null, "malformed hello reply"))) {
+                new Case(bytes(new Message.InfoReply(0, "x", 1, 1)), null, "malformed AUTH reply"),
+                new Case(bytes(new Message.Error(0, 0, Status.BAD_REQUEST.code(), "malformed message: expected HELLO "
+                        + "first, got OP_36")), Status.VERSION_MISMATCH, "predates token proofs"))) {
             try (Pair p = Pair.open()) {
                 Thread peer = Thread.ofPlatform().start(() -> {
                     try {

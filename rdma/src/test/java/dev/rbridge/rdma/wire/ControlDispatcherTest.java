@@ -23,7 +23,8 @@ class ControlDispatcherTest {
 
     @BeforeEach
     void open() throws Exception {
-        session = new ArenaRegionServiceForTests("t").open("t", "client", new InetSocketAddress("127.0.0.1", 1));
+        session = new ArenaRegionServiceForTests("t").open(new dev.rbridge.rdma.RegionService.Credential.Token("t"),
+                "client", new InetSocketAddress("127.0.0.1", 1));
     }
 
     @Test

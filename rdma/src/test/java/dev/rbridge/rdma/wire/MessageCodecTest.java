@@ -474,8 +474,13 @@ class MessageCodecTest {
         }
         for (Bad b : List.of(
                 new Bad(true, "GET / HTTP/1.1\r\nHost: x\r\n\r\n".getBytes(StandardCharsets.US_ASCII), "bad magic"),
-                new Bad(true, header(1, 2, 1, 0, 8), "expected HELLO first, got ALLOCATE"),
-                new Bad(true, header(1, 99, 1, 0, 0), "expected HELLO first, got OP_99"),
+                new Bad(true, header(1, 2, 1, 0, 8), "expected HELLO or AUTH first, got ALLOCATE"),
+                new Bad(true, header(1, 99, 1, 0, 0), "expected HELLO or AUTH first, got OP_99"),
+                new Bad(true, header(1, 37, 1, 0, 4), "expected HELLO or AUTH first, got AUTH_PROOF"),
+                new Bad(true, concat(message(36, 1, new Bytes().str("c").u32(2).raw(new byte[2])),
+                        header(1, 4, 2, 0, 0)), "expected AUTH_PROOF after AUTH, got LIST"),
+                new Bad(true, concat(message(36, 1, new Bytes().str("c").u32(2).raw(new byte[2])),
+                        header(1, 37, 2, 0, Protocol.MAX_HELLO_BODY + 1)), "AUTH_PROOF of 4097 bytes"),
                 new Bad(true, header(1, 1, 1, 0, Protocol.MAX_HELLO_BODY + 1), "HELLO of 4097 bytes (at most 4096)"),
                 new Bad(true, message(1, 1, new Bytes().u16(50).raw(new byte[4])), "HELLO body is malformed"),
                 new Bad(true, header(1, 1, 1, 0, -1), "body length 4294967295 exceeds"),
@@ -492,6 +497,34 @@ class MessageCodecTest {
             MalformedMessageException e = malformed(d, b.bytes());
             assertTrue(e.getMessage().contains(b.says()), "'" + e.getMessage() + "' should say " + b.says());
         }
+    }
+
+    /**
+     * The greeting that proves the token: AUTH (name, nonce), AUTH_PROOF (proof), and their replies, byte by byte; the
+     * greeting is over once the proof is read, and what follows is served.
+     */
+    @Test
+    void theAuthGreetingRoundTripsByteByByte() throws Exception {
+        byte[] nonce = data(32, 7);
+        byte[] proof = data(32, 9);
+        byte[] stream = concat(message(36, 1, new Bytes().str("bridge-a").u32(32).raw(nonce)),
+                message(37, 2, new Bytes().u32(32).raw(proof)), message(4, 3, new Bytes()));
+        MessageDecoder d = MessageDecoder.forMemserver();
+        assertEquals(List.of(new Message.AuthStart(1, "bridge-a", ByteBuffer.wrap(nonce)),
+                new Message.AuthProof(2, ByteBuffer.wrap(proof)), new Message.ListRegions(3)),
+                feed(d, stream, byteByByte(stream.length)));
+        assertFalse(d.awaitingHello());
+        assertArrayEquals(stream, concat(MessageEncoder.encode(new Message.AuthStart(1, "bridge-a",
+                ByteBuffer.wrap(nonce))).array(), MessageEncoder.encode(new Message.AuthProof(2,
+                ByteBuffer.wrap(proof))).array(), MessageEncoder.encode(new Message.ListRegions(3)).array()));
+
+        byte[] replies = concat(message(36, 1, new Bytes().u32(32).raw(nonce)),
+                message(37, 2, new Bytes().str("srv").u64(1 << 30).u64(1 << 20).u32(32).raw(proof)));
+        assertEquals(List.of(new Message.AuthChallenge(1, ByteBuffer.wrap(nonce)),
+                new Message.AuthWelcome(2, "srv", 1 << 30, 1 << 20, ByteBuffer.wrap(proof))),
+                feed(MessageDecoder.forClient(), replies, byteByByte(replies.length)));
+        assertFalse(new Message.AuthProof(2, ByteBuffer.wrap(proof)).toString().contains("proof=java"),
+                "a proof is not shown");
     }
 
     @Test
