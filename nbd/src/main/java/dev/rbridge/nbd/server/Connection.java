@@ -539,7 +539,9 @@ final class Connection implements Runnable {
             socketDry = false; // decrypted input waits here: the socket would not say so
             return;
         }
-        key.interestOps((stopped ? 0 : SelectionKey.OP_READ) | (outbox.blocked() ? SelectionKey.OP_WRITE : 0));
+        // TLS records the reader made (a key update's answer) wait for the socket as replies do
+        boolean mustWrite = outbox.blocked() || wire.pendingOutput();
+        key.interestOps((stopped ? 0 : SelectionKey.OP_READ) | (mustWrite ? SelectionKey.OP_WRITE : 0));
         selector.select();
         paused = false;
         boolean selected = selector.selectedKeys().contains(key) && key.isValid();
@@ -855,8 +857,10 @@ final class Connection implements Runnable {
 
     void closeChannel() {
         SecureWire t = tls;
-        if (t != null && channel.isOpen()) {
-            t.closeQuietly(); // close_notify, if the socket takes it now
+        if (t != null && channel.isOpen() && !channel.isBlocking()) {
+            // close_notify, if the socket takes it now. Never while the socket blocks (the NBD handshake): this may
+            // be the housekeeper's or the listener's thread, and a client that reads nothing would hold it for ever.
+            t.closeQuietly();
         }
         try {
             channel.close();
@@ -916,10 +920,10 @@ final class Connection implements Runnable {
                 TimeUnit.MILLISECONDS.sleep(1);
                 return;
             }
-            key.interestOps(outbox.blocked() ? SelectionKey.OP_WRITE : 0);
+            key.interestOps(outbox.blocked() || wire.pendingOutput() ? SelectionKey.OP_WRITE : 0);
             selector.select(50);
             selector.selectedKeys().clear();
-            if (outbox.blocked()) {
+            if (outbox.blocked() || wire.pendingOutput()) {
                 outbox.writable();
             }
         } catch (IOException e) {

@@ -15,6 +15,14 @@ public final class NbdTls {
 
     public static final NbdTls OFF = new NbdTls(TlsMode.OFF, null, null, false, "off");
 
+    static {
+        // TLS 1.2 renegotiation a client starts would run inside a connection's replies, which the wire does not
+        // handle; nobody needs it (TLS 1.3 has none). JSSE reads this once, when it first starts.
+        if (System.getProperty("jdk.tls.rejectClientInitiatedRenegotiation") == null) {
+            System.setProperty("jdk.tls.rejectClientInitiatedRenegotiation", "true");
+        }
+    }
+
     private final TlsMode mode;
     private final SSLContext context;
     private final PskKeys psk;

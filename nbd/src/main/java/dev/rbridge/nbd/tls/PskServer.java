@@ -15,8 +15,8 @@ import java.util.Vector;
 
 /**
  * The server side of one TLS-PSK handshake (Bouncy Castle's TLS API: JSSE has no PSK cipher suites). TLS 1.3 with an
- * external PSK and (EC)DHE, as GnuTLS clients (libnbd, qemu) prefer; TLS 1.2 with the PSK suites GnuTLS offers, those
- * with an ephemeral (EC)DHE first. The identity the client names picks the key; an unknown one ends the handshake.
+ * external PSK and (EC)DHE, as GnuTLS clients (libnbd, qemu) prefer; TLS 1.2 with the (EC)DHE-PSK suites GnuTLS
+ * offers (not plain PSK, which has no forward secrecy). The identity the client names picks the key; an unknown one ends the handshake.
  * TLS 1.3 offers only SHA-256 suites: an external PSK is bound to SHA-256 (GnuTLS's and this side's default), and a
  * SHA-384 suite chosen with it derives keys the client does not ("Decryption has failed" from GnuTLS).
  */
@@ -28,8 +28,7 @@ public final class PskServer extends PSKTlsServer {
             CipherSuite.TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
             CipherSuite.TLS_DHE_PSK_WITH_AES_256_GCM_SHA384, CipherSuite.TLS_DHE_PSK_WITH_AES_128_GCM_SHA256,
             CipherSuite.TLS_DHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
-            CipherSuite.TLS_ECDHE_PSK_WITH_AES_256_CBC_SHA384, CipherSuite.TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256,
-            CipherSuite.TLS_PSK_WITH_AES_256_GCM_SHA384, CipherSuite.TLS_PSK_WITH_AES_128_GCM_SHA256};
+            CipherSuite.TLS_ECDHE_PSK_WITH_AES_256_CBC_SHA384, CipherSuite.TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256};
 
     private final PskKeys keys;
     /** The identity the client was known by, once it was. */
