@@ -32,21 +32,30 @@ final class Endpoints {
         return new InetSocketAddress(host.isEmpty() ? "0.0.0.0" : host, port);
     }
 
+    /**
+     * Warns that a {@code --token} given on the command line shows in ps to every user of the host: for the servers,
+     * which stay in ps for days (a tool's few seconds are not worth a line in its output).
+     */
+    static void warnIfOnCommandLine(String token) {
+        if (token != null) {
+            org.slf4j.LoggerFactory.getLogger(Endpoints.class).warn("--token on the command line is visible to other"
+                    + " users of this host (ps, /proc): use --token-file FILE or the " + TOKEN_ENV
+                    + " environment variable");
+        }
+    }
+
     /** The environment variable a token may come from when neither --token nor --token-file is given. */
     static final String TOKEN_ENV = "RBRIDGE_TOKEN";
 
     /**
-     * The token from {@code --token} (with a warning: other users see it in ps), {@code --token-file}, or else the
-     * {@value #TOKEN_ENV} environment variable; null when none.
+     * The token from {@code --token}, {@code --token-file}, or else the {@value #TOKEN_ENV} environment variable; null
+     * when none.
      */
     static String token(String token, Path tokenFile) {
         if (token != null && tokenFile != null) {
             throw new IllegalArgumentException("give --token or --token-file, not both");
         }
         if (token != null) {
-            org.slf4j.LoggerFactory.getLogger(Endpoints.class).warn("--token on the command line is visible to other"
-                    + " users of this host (ps, /proc): use --token-file FILE or the " + TOKEN_ENV
-                    + " environment variable");
             return token;
         }
         if (tokenFile == null) {

@@ -125,6 +125,7 @@ final class MemServerCommand implements Callable<Integer> {
             huge = HugePages.choose(HugePages.Mode.parse(hugePages), transport, capacityBytes);
             java.net.InetSocketAddress address = Endpoints.parse(listen, Defaults.MEMSERVER_PORT);
             String secret = Endpoints.token(token, tokenFile);
+            Endpoints.warnIfOnCommandLine(token);
             if (secret == null && !insecure && !Exposure.loopback(address.getHostString())) {
                 throw new IllegalArgumentException("memserver would lend memory on " + listen + ", which other hosts"
                         + " reach, to anyone who connects: add --token-file FILE (openssl rand -hex 32 > FILE), or"

@@ -103,6 +103,7 @@ public final class ServeCommand implements Callable<Integer> {
                 ConfigFile.apply(configFile, spec);
             }
             bridgeConfig = bridgeConfig();
+            Endpoints.warnIfOnCommandLine(token);
             process.limits.validate();
             process.tls.settings();
             process.checkExposure("serve");

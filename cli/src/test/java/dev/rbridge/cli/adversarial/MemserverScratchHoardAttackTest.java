@@ -70,8 +70,16 @@ class MemserverScratchHoardAttackTest extends MemserverAttackTest {
                             + "== b'\\x17' * 65536"));
             assertEquals(0, write.exitCode(), "a write to a new slab after the hoarder left: " + write.output());
             for (ServeCluster.Memserver m : c.memservers()) {
-                double granted = Scrape.sum(Scrape.metrics(m.metricsAddress()), "rbridge_memserver_granted_bytes");
-                assertEquals(grantedBefore[m.index()] + (16 << 20), granted, "memserver " + m.address()
+                // The memserver's gauges are read at most every 200 ms: a scrape right after the one above may
+                // still show the stats from before the write.
+                double expected = grantedBefore[m.index()] + (16 << 20);
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+                double granted;
+                while ((granted = Scrape.sum(Scrape.metrics(m.metricsAddress()), "rbridge_memserver_granted_bytes"))
+                        != expected && System.nanoTime() < deadline) {
+                    Thread.sleep(50);
+                }
+                assertEquals(expected, granted, "memserver " + m.address()
                         + ": the volume's new slab is granted beside what was there before the hoard");
             }
             assertServesAsBefore(c, w);

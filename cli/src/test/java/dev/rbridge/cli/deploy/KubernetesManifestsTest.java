@@ -116,9 +116,10 @@ class KubernetesManifestsTest {
         assertNotNull(serveConf, "ConfigMap rbridge-serve has serve.conf");
         Map<String, String> conf = new LinkedHashMap<>();
         for (String line : serveConf.lines().map(String::strip).filter(l -> !l.isEmpty() && !l.startsWith("#")).toList()) {
-            String key = line.substring(0, line.indexOf('=')).strip();
+            int eq = line.indexOf('=');
+            String key = (eq < 0 ? line : line.substring(0, eq)).strip(); // a flag alone: `insecure`
             assertNotNull(serve.findOption("--" + key), "serve.conf in the ConfigMap: '" + key + "' is no serve option");
-            conf.put(key, line.substring(line.indexOf('=') + 1).strip());
+            conf.put(key, eq < 0 ? "" : line.substring(eq + 1).strip());
         }
         Map<String, Object> bridge = container(objects.get("Deployment/rbridge-bridge"));
         assertEquals(List.of("serve", "--config", "/etc/rbridge/serve.conf"), bridge.get("args"));
