@@ -62,4 +62,13 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
                     + " (a list of every region must fit in one message): " + maxRegions);
         }
     }
+
+    /** Every field but the token's value: a record's own toString would print it, and configs end up in logs. */
+    @Override
+    public String toString() {
+        return "MemServerConfig[listen=" + listen + ", capacityBytes=" + capacityBytes + ", token="
+                + (token == null ? "none" : "(withheld)") + ", transport=" + transport + ", hugePages=" + hugePages
+                + ", mlock=" + mlock + ", tcpCongestion=" + tcpCongestion + ", connections=" + connections
+                + ", maxRegions=" + maxRegions + "]";
+    }
 }
