@@ -260,8 +260,9 @@ final class Connection implements Runnable {
                                 id, peer, o.name());
                         return false;
                     }
-                    writeFully(HandshakeEncoder.exportNameReply(e.size(), transmissionFlags(e), clientFlags.noZeroes()));
-                    enterTransmission(e);
+                    int flags = transmissionFlags(e);
+                    enterTransmission(e); // before the client hears it (see info)
+                    writeFully(HandshakeEncoder.exportNameReply(e.size(), flags, clientFlags.noZeroes()));
                     return true;
                 }
                 case OptionRequest.Abort o -> {
@@ -352,11 +353,14 @@ final class Connection implements Runnable {
         // Always sent: clients that did not ask still learn the limits they must respect.
         writeFully(HandshakeEncoder.reply(o.option(), Nbd.REP_INFO, HandshakeEncoder.infoBlockSize(
                 e.minimumBlockSize(), e.preferredBlockSize(), e.maximumPayload())));
-        writeFully(HandshakeEncoder.ack(o.option()));
         if (o.go()) {
+            // In transmission before the client can know it: a client that hears the ACK and opens its next
+            // connection must find this one counted as serving, not as a handshake to evict first.
             enterTransmission(e);
+            writeFully(HandshakeEncoder.ack(o.option()));
             return true;
         }
+        writeFully(HandshakeEncoder.ack(o.option()));
         return false;
     }
 
