@@ -77,7 +77,8 @@ public final class X509Credentials {
         }
     }
 
-    private static List<X509Certificate> certificates(Path file) {
+    /** Every certificate in a PEM file, in order; IllegalArgumentException naming the file. */
+    static List<X509Certificate> certificates(Path file) {
         try (InputStream in = Files.newInputStream(file)) {
             List<X509Certificate> out = new ArrayList<>();
             for (Certificate c : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
@@ -94,7 +95,8 @@ public final class X509Credentials {
         }
     }
 
-    private static PrivateKey privateKey(Path file) {
+    /** The unencrypted private key of a PEM file (PKCS#8, PKCS#1, SEC1); IllegalArgumentException naming the file. */
+    static PrivateKey privateKey(Path file) {
         try (Reader r = Files.newBufferedReader(file, StandardCharsets.US_ASCII); PEMParser p = new PEMParser(r)) {
             Object o = p.readObject();
             JcaPEMKeyConverter converter = new JcaPEMKeyConverter();

@@ -41,7 +41,7 @@ public final class TestCertificates {
         this.caKey = keyPair();
         X500Name subject = new X500Name("CN=" + name);
         this.ca = sign(new JcaX509v3CertificateBuilder(subject, serial(), from(Instant.now().minus(Duration.ofDays(1))),
-                from(Instant.now().plus(Duration.ofDays(30))), subject, caKey.getPublic()), true, null, caKey);
+                from(Instant.now().plus(Duration.ofDays(30))), subject, caKey.getPublic()), true, null, caKey, false);
     }
 
     /** A new CA. */
@@ -85,11 +85,6 @@ public final class TestCertificates {
                 from(Instant.now().minus(Duration.ofDays(2))), from(notAfter), new X500Name(subject),
                 key.getPublic());
         return sign(b, false, purpose, caKey, hostNames);
-    }
-
-    private static X509CertificateHolder sign(JcaX509v3CertificateBuilder b, boolean isCa, KeyPurposeId purpose,
-                                              KeyPair signer) {
-        return sign(b, isCa, purpose, signer, false);
     }
 
     private static X509CertificateHolder sign(JcaX509v3CertificateBuilder b, boolean isCa, KeyPurposeId purpose,
@@ -163,29 +158,19 @@ public final class TestCertificates {
      */
     public static javax.net.ssl.SSLContext clientContext(Path dir) {
         try {
+            // read as the server reads its own files: one PEM loader for both sides
             java.security.KeyStore trust = java.security.KeyStore.getInstance("PKCS12");
             trust.load(null, null);
-            try (var in = Files.newInputStream(dir.resolve("ca-cert.pem"))) {
-                trust.setCertificateEntry("ca", java.security.cert.CertificateFactory.getInstance("X.509")
-                        .generateCertificate(in));
-            }
+            trust.setCertificateEntry("ca", X509Credentials.certificates(dir.resolve("ca-cert.pem")).getFirst());
             javax.net.ssl.TrustManagerFactory tmf = javax.net.ssl.TrustManagerFactory.getInstance("PKIX");
             tmf.init(trust);
             javax.net.ssl.KeyManager[] keys = null;
             if (Files.exists(dir.resolve("client-cert.pem"))) {
                 java.security.KeyStore ks = java.security.KeyStore.getInstance("PKCS12");
                 ks.load(null, null);
-                java.security.cert.Certificate cert;
-                try (var in = Files.newInputStream(dir.resolve("client-cert.pem"))) {
-                    cert = java.security.cert.CertificateFactory.getInstance("X.509").generateCertificate(in);
-                }
-                java.security.PrivateKey key;
-                try (var r = Files.newBufferedReader(dir.resolve("client-key.pem"));
-                     var parser = new org.bouncycastle.openssl.PEMParser(r)) {
-                    key = new org.bouncycastle.openssl.jcajce.JcaPEMKeyConverter().getPrivateKey(
-                            ((org.bouncycastle.openssl.PEMKeyPair) parser.readObject()).getPrivateKeyInfo());
-                }
-                ks.setKeyEntry("client", key, new char[0], new java.security.cert.Certificate[]{cert});
+                ks.setKeyEntry("client", X509Credentials.privateKey(dir.resolve("client-key.pem")), new char[0],
+                        X509Credentials.certificates(dir.resolve("client-cert.pem"))
+                                .toArray(java.security.cert.Certificate[]::new));
                 javax.net.ssl.KeyManagerFactory kmf = javax.net.ssl.KeyManagerFactory.getInstance("PKIX");
                 kmf.init(ks, new char[0]);
                 keys = kmf.getKeyManagers();

@@ -71,7 +71,8 @@ public final class TokenProof {
         }
     }
 
-    static byte[] bytes(ByteBuffer b) {
+    /** The remaining bytes of a message's (read-only) field. */
+    public static byte[] bytes(ByteBuffer b) {
         byte[] out = new byte[b.remaining()];
         b.duplicate().get(out);
         return out;

@@ -98,10 +98,8 @@ class TcpFakeMemserverTest {
                     }
                     byte[] reply = greeted ? answer.apply(m) : greeting;
                     if (!greeted && started != null && m instanceof Message.AuthProof) {
-                        byte[] clientNonce = new byte[started.clientNonce().remaining()];
-                        started.clientNonce().get(clientNonce);
                         byte[] transcript = dev.rbridge.rdma.wire.TokenProof.transcript(started.clientName(),
-                                clientNonce, serverNonce);
+                                dev.rbridge.rdma.wire.TokenProof.bytes(started.clientNonce()), serverNonce);
                         reply = bytes(new Message.AuthWelcome(m.id(), "fake", 1 << 30, 1 << 30, ByteBuffer.wrap(
                                 dev.rbridge.rdma.wire.TokenProof.server(TOKEN, transcript))), 0);
                     }
