@@ -331,7 +331,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private boolean connect(MemserverLink l, Attachment attachment) {
         RemoteConnection c;
         try {
-            c = provider.connect(new ConnectParams().address(l.address()).token(config.token())
+            c = provider.connect(new ConnectParams().address(l.address()).token(config.token()).tls(config.memserverTls())
                     .clientName("rbridge-bridge " + publicName(config.owner()))
                     .operationTimeout(config.operationTimeout())
                     .lanes(config.lanes()).tcpCongestion(config.tcpCongestion())

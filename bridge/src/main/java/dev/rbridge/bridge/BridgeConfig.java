@@ -5,6 +5,7 @@ import dev.rbridge.rdma.Lease;
 
 import java.io.IOException;
 import java.net.InetAddress;
+import javax.net.ssl.SSLContext;
 import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -24,6 +25,7 @@ public final class BridgeConfig {
     private final List<VolumeSpec> volumes;
     private final String transport;
     private final String token;
+    private final SSLContext memserverTls;
     private final String owner;
     private final Duration operationTimeout;
     private final Duration leaseTtl;
@@ -58,6 +60,7 @@ public final class BridgeConfig {
         this.volumes = List.copyOf(b.volumes);
         this.transport = Objects.requireNonNull(b.transport);
         this.token = b.token == null ? "" : b.token;
+        this.memserverTls = b.memserverTls;
         this.owner = Objects.requireNonNull(b.owner, "owner");
         this.operationTimeout = positive("operation timeout", b.operationTimeout);
         this.leaseTtl = positive("lease", b.leaseTtl);
@@ -140,6 +143,11 @@ public final class BridgeConfig {
         return tcpCongestion;
     }
 
+    /** TLS to the memservers (ConnectParams#tls), or null: in clear. */
+    public SSLContext memserverTls() {
+        return memserverTls;
+    }
+
     public BridgeMetrics metrics() {
         return metrics;
     }
@@ -151,7 +159,7 @@ public final class BridgeConfig {
         volumes.forEach(b::volume);
         return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
                 .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
-                .lanes(lanes).tcpCongestion(tcpCongestion).metrics(m).build();
+                .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).metrics(m).build();
     }
 
     public static final class Builder {
@@ -159,6 +167,7 @@ public final class BridgeConfig {
         private final List<VolumeSpec> volumes = new ArrayList<>();
         private String transport = "tcp";
         private String token;
+        private SSLContext memserverTls;
         private String owner = defaultOwner();
         private Duration operationTimeout = Duration.ofSeconds(5);
         private Duration leaseTtl = Duration.ofSeconds(10);
@@ -185,6 +194,12 @@ public final class BridgeConfig {
 
         public Builder token(String t) {
             this.token = t;
+            return this;
+        }
+
+        /** TLS to the memservers; null (the default): in clear. */
+        public Builder memserverTls(SSLContext context) {
+            this.memserverTls = context;
             return this;
         }
 

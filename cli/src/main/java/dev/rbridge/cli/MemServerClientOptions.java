@@ -1,5 +1,6 @@
 package dev.rbridge.cli;
 
+import dev.rbridge.common.tls.X509Credentials;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -28,6 +29,12 @@ final class MemServerClientOptions {
 
     @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
     Path tokenFile;
+
+    @Option(names = "--tls-certificates", paramLabel = "DIR",
+            description = "Speak TLS to the memserver (started with --tls-certificates): DIR holds ca-cert.pem, the CA"
+                    + " its certificate must chain to (and name the address in --server), and client-cert.pem and"
+                    + " client-key.pem for a memserver that verifies clients. ucx: the control connection only.")
+    Path tlsCertificates;
 
     @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "" + Defaults.MEMSERVER_TIMEOUT_SECONDS,
             description = "Declare the memserver dead after this long without an answer. Default ${DEFAULT-VALUE}.")
@@ -89,7 +96,8 @@ final class MemServerClientOptions {
         return new ConnectParams().address(Endpoints.parse(server, Defaults.MEMSERVER_PORT))
                 .token(Endpoints.token(token, tokenFile)).clientName(clientName)
                 .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes)
-                .callerDriven(callerReads()).tcpCongestion(tcpCongestion);
+                .callerDriven(callerReads()).tcpCongestion(tcpCongestion)
+                .tls(tlsCertificates == null ? null : X509Credentials.clientContext(tlsCertificates));
     }
 
     /** Whether a thread waiting on an operation reads its reply itself ({@code --completion caller}). */

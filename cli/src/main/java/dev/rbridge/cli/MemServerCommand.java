@@ -52,9 +52,19 @@ final class MemServerCommand implements Callable<Integer> {
             + " (make it random: openssl rand -hex 32 > FILE). Else " + Endpoints.TOKEN_ENV + " is used when set.")
     Path tokenFile;
 
+    @Option(names = "--tls-certificates", paramLabel = "DIR",
+            description = "Speak TLS to every client (tcp: the whole connection; ucx: the control connection, RDMA"
+                    + " data cannot be encrypted); clients in clear are refused. DIR holds server-cert.pem and"
+                    + " server-key.pem (nbdkit's and qemu's names), and ca-cert.pem for --tls-verify-peer.")
+    Path tlsCertificates;
+
+    @Option(names = "--tls-verify-peer", description = "With --tls-certificates: admit only clients presenting a"
+            + " certificate from ca-cert.pem's CA (mutual TLS; it stands in for a token, and with one both are needed).")
+    boolean tlsVerifyPeer;
+
     @Option(names = "--insecure", description = "Lend memory without a token on an address other hosts reach: anyone"
             + " there can then read and write every region. Without it, a --listen address that is not loopback"
-            + " needs a token.")
+            + " needs a token or --tls-verify-peer.")
     boolean insecure;
 
     @CommandLine.Mixin
@@ -126,14 +136,18 @@ final class MemServerCommand implements Callable<Integer> {
             java.net.InetSocketAddress address = Endpoints.parse(listen, Defaults.MEMSERVER_PORT);
             String secret = Endpoints.token(token, tokenFile);
             Endpoints.warnIfOnCommandLine(token);
-            if (secret == null && !insecure && !Exposure.loopback(address.getHostString())) {
+            if (tlsVerifyPeer && tlsCertificates == null) {
+                throw new IllegalArgumentException("--tls-verify-peer needs --tls-certificates DIR");
+            }
+            if (secret == null && !tlsVerifyPeer && !insecure && !Exposure.loopback(address.getHostString())) {
                 throw new IllegalArgumentException("memserver would lend memory on " + listen + ", which other hosts"
-                        + " reach, to anyone who connects: add --token-file FILE (openssl rand -hex 32 > FILE), or"
-                        + " --insecure to lend it open on purpose");
+                        + " reach, to anyone who connects: add --token-file FILE (openssl rand -hex 32 > FILE) or"
+                        + " --tls-certificates DIR --tls-verify-peer, or --insecure to lend it open on purpose");
             }
             config = new MemServerConfig(address, capacityBytes,
                     secret, transport, huge.use(), mlock, tcpCongestion,
-                    ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions);
+                    ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions)
+                    .withTls(tlsCertificates, tlsVerifyPeer);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }

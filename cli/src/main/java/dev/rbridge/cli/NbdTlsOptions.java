@@ -3,7 +3,7 @@ package dev.rbridge.cli;
 import dev.rbridge.nbd.tls.NbdTls;
 import dev.rbridge.nbd.tls.PskKeys;
 import dev.rbridge.nbd.tls.TlsMode;
-import dev.rbridge.nbd.tls.X509Credentials;
+import dev.rbridge.common.tls.X509Credentials;
 import picocli.CommandLine.Option;
 
 import java.nio.file.Path;

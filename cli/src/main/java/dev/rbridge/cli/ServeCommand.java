@@ -4,6 +4,7 @@ import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.ops.metrics.BridgeMeters;
 import dev.rbridge.ops.metrics.Telemetry;
+import dev.rbridge.common.tls.X509Credentials;
 import dev.rbridge.rdma.ConnectParams;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
@@ -58,6 +59,13 @@ public final class ServeCommand implements Callable<Integer> {
 
     @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
     Path tokenFile;
+
+    @Option(names = "--memserver-tls-certificates", paramLabel = "DIR",
+            description = "Speak TLS to the memservers (started with --tls-certificates): DIR holds ca-cert.pem, the CA"
+                    + " their certificates must chain to (and name the address given in --memserver), and"
+                    + " client-cert.pem and client-key.pem for memservers that verify clients. With the ucx transport"
+                    + " only the control connection is encrypted: RDMA data cannot be.")
+    Path memserverTls;
 
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
             description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
@@ -137,6 +145,9 @@ public final class ServeCommand implements Callable<Integer> {
                 .leaseTtl(seconds("--lease", lease))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
                 .tcpCongestion(process.tcpCongestion);
+        if (memserverTls != null) {
+            b.memserverTls(X509Credentials.clientContext(memserverTls));
+        }
         if (lanes != null) {
             if (!transport.equals("tcp")) {
                 throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport

@@ -6,11 +6,11 @@ import java.util.ArrayList;
 import java.util.List;
 
 /** Runs {@code rbridge ARGS} as its own JVM on the test classpath, stderr to a log file. */
-final class CliProcess {
+public final class CliProcess {
     private CliProcess() {
     }
 
-    static Process start(Path log, String... args) throws IOException {
+    public static Process start(Path log, String... args) throws IOException {
         List<String> cmd = new ArrayList<>(List.of(
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED",

@@ -5,6 +5,7 @@ import dev.rbridge.memory.WrittenPages;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.common.tls.X509Credentials;
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -111,15 +112,27 @@ public final class MemServer implements RegionService, AutoCloseable {
     static MemServer start(MemServerConfig config, Duration helloTimeout) throws IOException {
         RemoteMemoryProvider provider = Providers.byName(config.transport());
         MemServer server = new MemServer(config);
-        server.listener = provider.listen(new ListenParams().address(config.listen())
-                .tcpCongestion(config.tcpCongestion()).limits(config.connections()).helloTimeout(helloTimeout),
-                server);
-        if (config.token() == null && !provider.name().equals("local")) { // local: only this process reaches it
+        ListenParams params = new ListenParams().address(config.listen())
+                .tcpCongestion(config.tcpCongestion()).limits(config.connections()).helloTimeout(helloTimeout);
+        if (config.tlsCertificates() != null) {
+            if (provider.name().equals("local")) {
+                throw new IllegalArgumentException("TLS applies to the tcp and ucx transports; local never leaves "
+                        + "the process");
+            }
+            params.tls(X509Credentials.serverContext(config.tlsCertificates(), config.tlsVerifyPeer()),
+                    config.tlsVerifyPeer());
+        }
+        server.listener = provider.listen(params, server);
+        if (config.token() == null && !config.tlsVerifyPeer() && !provider.name().equals("local")) {
+            // local: only this process reaches it
             log.warn("no token configured: any client that can reach {} may use this memory", server.address());
         }
-        log.info("memserver {} lending up to {} bytes over {} at {}:{}{}", server.serverId, config.capacityBytes(),
+        log.info("memserver {} lending up to {} bytes over {} at {}:{}{}{}", server.serverId, config.capacityBytes(),
                 provider.name(), server.address().getHostString(), server.address().getPort(),
-                provider.name().equals("tcp") ? " (TCP congestion control: " + config.tcpCongestion() + ")" : "");
+                provider.name().equals("tcp") ? " (TCP congestion control: " + config.tcpCongestion() + ")" : "",
+                config.tlsCertificates() == null ? ", in clear" : ", TLS" + (config.tlsVerifyPeer()
+                        ? " with client certificates" : "") + (provider.name().equals("ucx")
+                        ? " on the control connection (RDMA data is not encrypted)" : ""));
         return server;
     }
 

@@ -4,16 +4,19 @@ import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionLimits;
 
 import java.net.InetSocketAddress;
+import java.nio.file.Path;
 import java.util.Objects;
 
 /**
  * The memserver's settings, validated once. A null token admits every client (logged loudly at start).
  * {@code tcpCongestion}: see {@link ConnectParams#tcpCongestion(String)}. {@code connections}: how many connections
  * the listener holds ({@link ConnectionLimits}). {@code maxRegions}: how many regions it grants at once.
+ * {@code tlsCertificates}: a directory with server-cert.pem and server-key.pem (and ca-cert.pem with {@code
+ * tlsVerifyPeer}, which makes every client present a certificate from that CA), or null for a wire in clear.
  */
 public record MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
                               boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
-                              int maxRegions) {
+                              int maxRegions, Path tlsCertificates, boolean tlsVerifyPeer) {
     public static final int DEFAULT_PORT = 7471;
     /**
      * Each region is one memory mapping, and the kernel allows a process 65530 by default (vm.max_map_count), the
@@ -46,6 +49,20 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
                 MAX_REGIONS_DEFAULT);
     }
 
+    /** In clear. */
+    public MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
+                           boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
+                           int maxRegions) {
+        this(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion, connections, maxRegions, null,
+                false);
+    }
+
+    /** This config with TLS from {@code certificates} (null: in clear). */
+    public MemServerConfig withTls(Path certificates, boolean verifyPeer) {
+        return new MemServerConfig(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion,
+                connections, maxRegions, certificates, verifyPeer);
+    }
+
     public MemServerConfig {
         Objects.requireNonNull(listen, "listen");
         Objects.requireNonNull(transport, "transport");
@@ -56,6 +73,9 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
         ConnectParams.checkCongestion(tcpCongestion);
         if (token != null && token.isBlank()) {
             throw new IllegalArgumentException("the token is empty");
+        }
+        if (tlsVerifyPeer && tlsCertificates == null) {
+            throw new IllegalArgumentException("--tls-verify-peer needs --tls-certificates");
         }
         if (maxRegions < 1 || maxRegions > MAX_REGIONS_LIMIT) {
             throw new IllegalArgumentException("--max-regions must be from 1 to " + MAX_REGIONS_LIMIT
@@ -69,6 +89,7 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
         return "MemServerConfig[listen=" + listen + ", capacityBytes=" + capacityBytes + ", token="
                 + (token == null ? "none" : "(withheld)") + ", transport=" + transport + ", hugePages=" + hugePages
                 + ", mlock=" + mlock + ", tcpCongestion=" + tcpCongestion + ", connections=" + connections
-                + ", maxRegions=" + maxRegions + "]";
+                + ", maxRegions=" + maxRegions + ", tls=" + (tlsCertificates == null ? "off" : tlsCertificates
+                + (tlsVerifyPeer ? " (client certificates verified)" : "")) + "]";
     }
 }

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma;
 
+import javax.net.ssl.SSLContext;
 import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.Objects;
@@ -14,6 +15,7 @@ public final class ConnectParams {
     private int lanes = 1;
     private boolean callerDriven;
     private String tcpCongestion = TCP_CONGESTION_DEFAULT;
+    private SSLContext tls;
 
     /**
      * The TCP congestion control the tcp provider asks for on its sockets unless told otherwise: CUBIC, because BBR
@@ -114,6 +116,22 @@ public final class ConnectParams {
                     + "(up to 15 letters, digits or _), or 'system' for the host's default: " + algorithm);
         }
         return algorithm;
+    }
+
+    /**
+     * TLS on the memserver wire (the tcp provider's whole connection, the ucx provider's control connection; RDMA
+     * itself cannot be encrypted): the memserver's certificate must chain to {@code context}'s CA and name the
+     * address as given, and the context's own certificate, if any, is presented to a memserver that verifies
+     * clients. Null (the default): in clear.
+     */
+    public ConnectParams tls(SSLContext context) {
+        this.tls = context;
+        return this;
+    }
+
+    /** The TLS context, or null for a connection in clear. */
+    public SSLContext tls() {
+        return tls;
     }
 
     public InetSocketAddress address() {

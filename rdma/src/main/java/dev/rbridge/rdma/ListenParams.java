@@ -1,5 +1,6 @@
 package dev.rbridge.rdma;
 
+import javax.net.ssl.SSLContext;
 import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.Objects;
@@ -10,6 +11,8 @@ public final class ListenParams {
     private Duration helloTimeout = Duration.ofSeconds(10);
     private String tcpCongestion = ConnectParams.TCP_CONGESTION_DEFAULT;
     private ConnectionLimits limits = ConnectionLimits.DEFAULTS;
+    private SSLContext tls;
+    private boolean tlsVerifyPeer;
 
     public ListenParams address(InetSocketAddress address) {
         this.address = Objects.requireNonNull(address);
@@ -32,6 +35,31 @@ public final class ListenParams {
     public ListenParams limits(ConnectionLimits limits) {
         this.limits = Objects.requireNonNull(limits);
         return this;
+    }
+
+    /**
+     * TLS on every connection (the tcp provider's whole connection, the ucx provider's control connection): clients
+     * that do not speak it are refused ({@code tls_required}), handshakes that fail counted as {@code tls_handshake}.
+     * With {@code verifyPeer} each client must present a certificate that chains to {@code context}'s CA. Null: in
+     * clear.
+     */
+    public ListenParams tls(SSLContext context, boolean verifyPeer) {
+        if (context == null && verifyPeer) {
+            throw new IllegalArgumentException("verifying clients' certificates needs TLS");
+        }
+        this.tls = context;
+        this.tlsVerifyPeer = verifyPeer;
+        return this;
+    }
+
+    /** The TLS context, or null for connections in clear. */
+    public SSLContext tls() {
+        return tls;
+    }
+
+    /** Whether clients must present a certificate from the CA. */
+    public boolean tlsVerifyPeer() {
+        return tlsVerifyPeer;
     }
 
     public ConnectionLimits limits() {

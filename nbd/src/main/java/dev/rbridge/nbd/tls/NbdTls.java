@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.tls;
 
+import dev.rbridge.common.tls.X509Credentials;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLEngine;
 import javax.net.ssl.SSLParameters;

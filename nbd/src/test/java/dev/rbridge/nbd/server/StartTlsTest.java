@@ -2,9 +2,9 @@ package dev.rbridge.nbd.server;
 
 import dev.rbridge.nbd.protocol.Nbd;
 import dev.rbridge.nbd.tls.NbdTls;
-import dev.rbridge.nbd.tls.TestCertificates;
+import dev.rbridge.common.tls.TestCertificates;
 import dev.rbridge.nbd.tls.TlsMode;
-import dev.rbridge.nbd.tls.X509Credentials;
+import dev.rbridge.common.tls.X509Credentials;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;

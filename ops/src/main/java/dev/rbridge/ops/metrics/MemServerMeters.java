@@ -24,8 +24,8 @@ import java.util.function.ToDoubleFunction;
  * rbridge_memserver_regions                           regions granted
  * rbridge_memserver_clients                           clients connected
  * rbridge_memserver_draining                          1 while draining
- * rbridge_memserver_refused_connections_total{reason} token, draining, version, malformed, hello_timeout,
- *                                                     no_memory, accept_failed, connection_limit, peer_limit,
+ * rbridge_memserver_refused_connections_total{reason} token, draining, version, malformed, hello_timeout, tls_required,
+ *                                                     tls_handshake, no_memory, accept_failed, connection_limit, peer_limit,
  *                                                     unauthenticated_limit, unauthenticated_peer_limit,
  *                                                     unauthenticated_evicted, other
  * rbridge_transport_send_messages_total{transport}    two-sided messages sent (and _bytes_total)
@@ -37,7 +37,7 @@ import java.util.function.ToDoubleFunction;
 public final class MemServerMeters {
     /** Refusal reasons registered up front, so their series exist at zero. */
     static final List<String> REFUSAL_REASONS = List.of("token", "draining", "version", "malformed", "hello_timeout",
-            "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT, ConnectionGate.PEER_LIMIT,
+            "tls_required", "tls_handshake", "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT, ConnectionGate.PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_LIMIT, ConnectionGate.UNAUTHENTICATED_PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_EVICTED);
 

@@ -18,7 +18,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.ClosedChannelException;
-import java.nio.channels.SocketChannel;
+import dev.rbridge.rdma.link.Link;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.BooleanSupplier;
 
@@ -32,7 +32,7 @@ import java.util.function.BooleanSupplier;
 final class ReplyReader {
     private static final Logger log = LoggerFactory.getLogger(ReplyReader.class);
 
-    private final SocketChannel channel;
+    private final Link channel;
     private final String peer;
     private final ControlClient control;
     private final RequestWriter writer;
@@ -54,7 +54,7 @@ final class ReplyReader {
      */
     private volatile TcpCall current;
 
-    ReplyReader(SocketChannel channel, String peer, ControlClient control, RequestWriter writer,
+    ReplyReader(Link channel, String peer, ControlClient control, RequestWriter writer,
                 ConnectionStats stats, AtomicLong busyBytes) throws IOException {
         this.channel = channel;
         this.peer = peer;
@@ -62,7 +62,7 @@ final class ReplyReader {
         this.writer = writer;
         this.stats = stats;
         this.busyBytes = busyBytes;
-        this.spinner = new Spinner(channel.socket().getInputStream(), control::issued);
+        this.spinner = new Spinner(channel, control::issued);
         this.replies = new MessageReader(channel, decoder, in);
     }
 

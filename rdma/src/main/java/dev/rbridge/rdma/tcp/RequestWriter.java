@@ -7,7 +7,7 @@ import java.io.IOException;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.channels.SocketChannel;
+import dev.rbridge.rdma.link.Link;
 import java.util.Arrays;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicLong;
@@ -30,7 +30,7 @@ final class RequestWriter {
     /** Most buffers in one gathering write (Linux IOV_MAX is 1024). */
     private static final int MAX_VECTOR = 1024;
 
-    private final SocketChannel channel;
+    private final Link channel;
     /** Whether the connection is still open. */
     private final BooleanSupplier open;
     /** The connection lost its socket while writing: it closes. */
@@ -70,14 +70,14 @@ final class RequestWriter {
     /** Writes what the reader may not write itself (see {@link #writeBesideReplies}). */
     private final Thread flusher;
 
-    RequestWriter(SocketChannel channel, String peer, BooleanSupplier open, Consumer<IOException> lost,
+    RequestWriter(Link channel, String peer, BooleanSupplier open, Consumer<IOException> lost,
                   Consumer<TcpCall> unsendable) throws IOException {
         this.channel = channel;
         this.open = open;
         this.lost = lost;
         this.unsendable = unsendable;
-        this.safeReplyBytes = channel.getOption(StandardSocketOptions.SO_RCVBUF) / 4;
-        this.safeRequestBytes = channel.getOption(StandardSocketOptions.SO_SNDBUF) / 4;
+        this.safeReplyBytes = channel.socket().getOption(StandardSocketOptions.SO_RCVBUF) / 4;
+        this.safeRequestBytes = channel.socket().getOption(StandardSocketOptions.SO_SNDBUF) / 4;
         this.flusher = new Thread(this::flushLoop, "rdma-tcp-flusher-" + peer);
         flusher.setDaemon(true);
     }

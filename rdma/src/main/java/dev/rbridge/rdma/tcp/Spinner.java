@@ -1,7 +1,8 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.rdma.link.Link;
+
 import java.io.IOException;
-import java.io.InputStream;
 import java.util.function.LongSupplier;
 
 /**
@@ -32,7 +33,7 @@ final class Spinner {
     /** Most waits that block at once after a run of empty polls. */
     static final int MAX_SKIP = 1024;
 
-    private final InputStream socket;
+    private final Link socket;
     /** Waits left that block at once. */
     private int skip;
     /** The skip set by the last empty poll: doubled by the next one, cleared by a poll that finds input. */
@@ -42,12 +43,12 @@ final class Spinner {
     private final LongSupplier issued;
 
     /**
-     * {@code socket}: the connection's input stream, used only for {@link InputStream#available()}; {@code issued}:
+     * {@code socket}: the connection, used only for {@link Link#available()}; {@code issued}:
      * a count of the requests issued on it, or null. A request issued while polling restarts the budget (up to
      * {@link #MAX_POLL_NANOS} in all): its reply is due a round trip later, whatever the wait before it was (a reader
      * thread whose last reply woke the thread that issues the next request polls through that wake-up).
      */
-    Spinner(InputStream socket, LongSupplier issued) {
+    Spinner(Link socket, LongSupplier issued) {
         this.socket = socket;
         this.issued = issued;
     }

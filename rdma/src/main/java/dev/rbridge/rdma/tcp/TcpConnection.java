@@ -18,6 +18,7 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import dev.rbridge.rdma.link.Link;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
@@ -42,7 +43,7 @@ final class TcpConnection extends ControlPlaneConnection {
     /** Queued bytes beyond which the thread reading replies writes what it issued from callbacks at once. */
     private static final long FLUSH_AT_BYTES = 1 << 20;
 
-    private final SocketChannel channel;
+    private final Link channel;
     private final String peer;
     private final long timeoutNanos;
     /** Shared by the lanes of one {@link TcpLanes} connection. */
@@ -61,7 +62,7 @@ final class TcpConnection extends ControlPlaneConnection {
     private final Watchdog watchdog;
     private final Thread readerThread;
 
-    private TcpConnection(SocketChannel channel, String peer, long timeoutNanos, ServerInfo server,
+    private TcpConnection(Link channel, String peer, long timeoutNanos, ServerInfo server,
                           ConnectionStats stats, boolean callerDriven) throws IOException {
         super(server);
         this.channel = channel;
@@ -105,11 +106,12 @@ final class TcpConnection extends ControlPlaneConnection {
             TcpSockets.tune(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
             TcpCongestion.apply(ch, params.tcpCongestion());
-            ServerInfo info = ControlClient.greet(ch, peer, params.token(), clientName);
+            Link link = Link.client(ch, params.tls(), params.address());
+            ServerInfo info = ControlClient.greet(link, peer, params.token(), clientName);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
             }
-            return new TcpConnection(ch, peer, params.operationTimeout().toNanos(), info, stats,
+            return new TcpConnection(link, peer, params.operationTimeout().toNanos(), info, stats,
                     params.callerDriven());
         } catch (IOException e) {
             boolean timedOut = !guard.cancel(false); // the guard already ran: it closed the socket
@@ -343,7 +345,7 @@ final class TcpConnection extends ControlPlaneConnection {
             return closed.get();
         }
         watchdog.cancel();
-        TcpSockets.closeQuietly(channel);
+        TcpSockets.closeQuietly(channel.socket());
         writer.wakeFlusher();
         LockSupport.unpark(readerThread);
         if (failElsewhere) {

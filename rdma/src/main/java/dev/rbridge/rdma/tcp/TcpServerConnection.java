@@ -22,6 +22,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
+import dev.rbridge.rdma.link.Link;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Future;
@@ -57,6 +58,8 @@ final class TcpServerConnection implements GatedListener.Connection {
     private static final int FLUSH_AT_BYTES = 4 << 20;
 
     private final SocketChannel channel;
+    /** The socket, or TLS over it: what requests are read from and replies written to; set first thing. */
+    private Link link;
     /** The greeting, the hello guard, and the counting of refusals. */
     private final Admission admission;
     /** Where the buffers of an authenticated client come from and go back to. */
@@ -107,13 +110,15 @@ final class TcpServerConnection implements GatedListener.Connection {
             ByteBuffer hello = ByteBuffer.allocate(HELLO_INPUT + HELLO_REPLIES);
             in = hello.slice(0, HELLO_INPUT).order(ByteOrder.LITTLE_ENDIAN).flip();
             replyArea = hello.slice(HELLO_INPUT, HELLO_REPLIES).order(ByteOrder.LITTLE_ENDIAN);
+            link = Link.plain(channel); // a client refused for speaking in clear is told so in clear
+            link = admission.link(channel);
             RegionService.Session s = greet();
             if (s != null) {
                 serve(s);
             }
         } catch (IOException | MalformedMessageException | RuntimeException | OutOfMemoryError e) {
             Message.Error bye = admission.failed(e);
-            if (bye != null && replyArea != null) {
+            if (bye != null && replyArea != null && link != null) {
                 tryReply(bye);
             }
         } finally {
@@ -224,7 +229,7 @@ final class TcpServerConnection implements GatedListener.Connection {
             int buffered = Math.min(in.remaining(), length);
             dst.put(in.slice(in.position(), buffered));
             in.position(in.position() + buffered);
-            TcpSockets.readFully(channel, dst); // the rest straight from the socket into region memory
+            TcpSockets.readFully(link, dst); // the rest straight from the socket into region memory
             pin.wrote();
         }
         decoder.payloadMoved(length);
@@ -342,11 +347,11 @@ final class TcpServerConnection implements GatedListener.Connection {
     private void readMore(int upTo) throws IOException {
         flushReplies();
         if (spinner == null) {
-            spinner = new Spinner(channel.socket().getInputStream(), null);
+            spinner = new Spinner(link, null);
         }
         spinner.await();
         socketReads++;
-        MessageReader.readMore(channel, in, upTo);
+        MessageReader.readMore(link, in, upTo);
     }
 
     // ------------------------------------------------------------------------------------------------ replies
@@ -401,7 +406,7 @@ final class TcpServerConnection implements GatedListener.Connection {
             ByteBuffer[] vector = replies.toArray(ByteBuffer[]::new);
             int first = 0;
             while (first < vector.length) {
-                channel.write(vector, first, vector.length - first);
+                link.write(vector, first, vector.length - first);
                 while (first < vector.length && !vector[first].hasRemaining()) {
                     first++;
                 }

@@ -30,7 +30,7 @@ final class TcpSockets {
         ch.setOption(StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER);
     }
 
-    static void readFully(SocketChannel ch, ByteBuffer b) throws IOException {
+    static void readFully(java.nio.channels.ReadableByteChannel ch, ByteBuffer b) throws IOException {
         while (b.hasRemaining()) {
             if (ch.read(b) < 0) {
                 throw new EOFException();

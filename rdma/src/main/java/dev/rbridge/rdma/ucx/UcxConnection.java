@@ -33,6 +33,7 @@ import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
+import dev.rbridge.rdma.link.Link;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
@@ -73,7 +74,8 @@ final class UcxConnection extends ControlPlaneConnection {
     private static final ValueLayout.OfLong PROBE_WORD = ValueLayout.JAVA_LONG.withOrder(ByteOrder.LITTLE_ENDIAN);
 
     /** The control connection. */
-    private final SocketChannel channel;
+    /** The control connection: the socket, or TLS over it. */
+    private final Link channel;
     private final String peer;
     private final long timeoutNanos;
     private final ConnectionStats stats = new ConnectionStats();
@@ -175,7 +177,7 @@ final class UcxConnection extends ControlPlaneConnection {
         }
     }
 
-    private UcxConnection(SocketChannel channel, String peer, ConnectParams params, ServerInfo server, UcxLoop loop) {
+    private UcxConnection(Link channel, String peer, ConnectParams params, ServerInfo server, UcxLoop loop) {
         super(server);
         this.channel = channel;
         this.peer = peer;
@@ -205,16 +207,17 @@ final class UcxConnection extends ControlPlaneConnection {
         try {
             Ucx.tuneControlSocket(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
-            ServerInfo info = ControlClient.greet(ch, peer, params.token(), params.clientName());
+            Link link = Link.client(ch, params.tls(), params.address());
+            ServerInfo info = ControlClient.greet(link, peer, params.token(), params.clientName());
             loop = new UcxLoop(context, "rdma-ucx-progress-" + peer);
             UcxLoop worker = loop;
-            ByteBuffer serverAddress = ucxConnect(ch, peer, loop.call(() -> worker.worker.getAddress(),
+            ByteBuffer serverAddress = ucxConnect(link, peer, loop.call(() -> worker.worker.getAddress(),
                     params.connectTimeout().toMillis()));
-            Message.UcxProbeReply probe = ucxProbe(ch, peer);
+            Message.UcxProbeReply probe = ucxProbe(link, peer);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");
             }
-            UcxConnection c = new UcxConnection(ch, peer, params, info, loop);
+            UcxConnection c = new UcxConnection(link, peer, params, info, loop);
             UcxLoop l = loop;
             try {
                 c.endpoint = l.call(() -> l.worker.newEndpoint(new UcpEndpointParams().setUcpAddress(serverAddress)
@@ -260,7 +263,7 @@ final class UcxConnection extends ControlPlaneConnection {
      * The memserver worker's UCX address, asked right after the greeting, before the reader thread runs, with this
      * connection's worker address, to which the memserver makes an endpoint of its own (see {@link UcxServerConnection}).
      */
-    private static ByteBuffer ucxConnect(SocketChannel ch, String peer, ByteBuffer clientAddress)
+    private static ByteBuffer ucxConnect(Link ch, String peer, ByteBuffer clientAddress)
             throws IOException, RemoteMemoryException {
         return switch (ControlClient.exchange(ch, peer, new Message.UcxConnect(0, clientAddress))) {
             case Message.UcxConnectReply r -> direct(r.workerAddress());
@@ -278,7 +281,7 @@ final class UcxConnection extends ControlPlaneConnection {
      * Where the memserver's probe word is, asked right after UCX_CONNECT; null from a memserver that predates
      * UCX_PROBE (its wire-up is then awaited with the endpoint flush alone).
      */
-    private static Message.UcxProbeReply ucxProbe(SocketChannel ch, String peer)
+    private static Message.UcxProbeReply ucxProbe(Link ch, String peer)
             throws IOException, RemoteMemoryException {
         return switch (ControlClient.exchange(ch, peer, new Message.UcxProbe(0))) {
             case Message.UcxProbeReply r -> r;
@@ -819,7 +822,7 @@ final class UcxConnection extends ControlPlaneConnection {
             return closed.get();
         }
         watchdog.cancel(false);
-        closeQuietly(channel);
+        closeQuietly(channel.socket());
         loop.execute(() -> {
             if (endpoint != null && !wiredUp.isDone()) {
                 wiredUp.completeOnTimeout(null, lingerMillis, TimeUnit.MILLISECONDS)

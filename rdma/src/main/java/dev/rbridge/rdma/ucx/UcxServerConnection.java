@@ -24,6 +24,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
+import dev.rbridge.rdma.link.Link;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -57,7 +58,10 @@ final class UcxServerConnection implements GatedListener.Connection {
     private final String peer;
     private final ConnectionStats stats = new ConnectionStats();
     private final MessageDecoder decoder = MessageDecoder.forMemserver();
-    private final MessageReader requests;
+    /** Over {@link #link}, once it is set up. */
+    private MessageReader requests;
+    /** The control socket, or TLS over it; set first thing, by the connection's thread. */
+    private volatile Link link;
     private final Object writeLock = new Object();
     private final AtomicLong pushIds = new AtomicLong();
     private final Map<Long, CompletableFuture<Boolean>> pushes = new ConcurrentHashMap<>();
@@ -70,8 +74,6 @@ final class UcxServerConnection implements GatedListener.Connection {
         this.channel = channel;
         this.admission = admission;
         this.peer = admission.peer();
-        this.requests = new MessageReader(channel, decoder,
-                ByteBuffer.allocate(INPUT).order(ByteOrder.LITTLE_ENDIAN).flip());
     }
 
     @Override
@@ -87,6 +89,10 @@ final class UcxServerConnection implements GatedListener.Connection {
     public void run() {
         try {
             Ucx.tuneControlSocket(channel);
+            link = Link.plain(channel); // a client refused for speaking in clear is told so in clear
+            link = admission.link(channel);
+            requests = new MessageReader(link, decoder,
+                    ByteBuffer.allocate(INPUT).order(ByteOrder.LITTLE_ENDIAN).flip());
             RegionService.Session s = greet();
             if (s != null) {
                 serve(s);
@@ -352,8 +358,12 @@ final class UcxServerConnection implements GatedListener.Connection {
     }
 
     private void writeFully(ByteBuffer b) throws IOException {
+        Link l = link;
+        if (l == null) {
+            throw new java.nio.channels.ClosedChannelException(); // nothing goes out before the link is set up
+        }
         while (b.hasRemaining()) {
-            channel.write(b);
+            l.write(b);
         }
     }
 }

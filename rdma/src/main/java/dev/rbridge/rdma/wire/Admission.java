@@ -6,14 +6,19 @@ import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.link.Link;
+import dev.rbridge.rdma.link.TlsLink;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLException;
 import java.io.EOFException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
+import java.nio.channels.SocketChannel;
 import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
@@ -24,7 +29,10 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * guard, the version and token checks, the place in the {@link ConnectionGate}, and the counting of peers turned away
  * ({@link RegionService#refused}), so that whatever the transport, a peer is counted once and for the same reason:
  * {@code version} (another protocol version), {@code malformed} (garbage, a malformed greeting, a request before it),
- * {@code hello_timeout}, {@code no_memory}; a wrong token is counted by the service itself ({@code token}).
+ * {@code hello_timeout}, {@code no_memory}, {@code tls_required} (a client in clear at a TLS memserver), {@code
+ * tls_handshake} (a failed TLS handshake: a client certificate missing or not from the CA, no common suite); a wrong
+ * token is counted by the service itself ({@code token}). TLS, when the listener has it, is set up here too
+ * ({@link #link}), so that it comes before everything else the client says.
  * What peers can make this log is logged at most once per reason every few seconds.
  */
 public final class Admission {
@@ -35,6 +43,8 @@ public final class Admission {
     private final InetSocketAddress remote;
     private final ConnectionGate.Slot slot;
     private final String peer;
+    private final SSLContext tls;
+    private final boolean tlsVerifyPeer;
     private volatile RegionService.Session session;
     private volatile boolean ended;
     private volatile Future<?> guard;
@@ -44,8 +54,20 @@ public final class Admission {
     private Message.AuthStart started;
     private byte[] serverNonce;
 
+    /** A connection in clear. */
     public Admission(RegionService service, InetSocketAddress remote, ConnectionGate.Slot slot) {
+        this(service, remote, slot, null, false);
+    }
+
+    /**
+     * {@code tls}: the listener's TLS context, or null for connections in clear; {@code tlsVerifyPeer}: clients must
+     * present a certificate from its CA.
+     */
+    public Admission(RegionService service, InetSocketAddress remote, ConnectionGate.Slot slot, SSLContext tls,
+                     boolean tlsVerifyPeer) {
         this.service = service;
+        this.tls = tls;
+        this.tlsVerifyPeer = tlsVerifyPeer;
         this.remote = remote;
         this.slot = slot;
         this.peer = remote.getAddress().getHostAddress() + ":" + remote.getPort();
@@ -79,6 +101,19 @@ public final class Admission {
         if (ended) {
             g.cancel(false);
         }
+    }
+
+    /**
+     * The connection's first step, on its own thread under the hello guard: the socket itself, or TLS once the
+     * handshake is through. A failed handshake throws; {@link #failed} then counts it and says what to answer.
+     */
+    public Link link(SocketChannel channel) throws IOException {
+        if (tls == null) {
+            return Link.plain(channel);
+        }
+        TlsLink link = TlsLink.server(channel, tls, tlsVerifyPeer);
+        log.debug("client {}: {}", peer, link.describe());
+        return link;
     }
 
     /** What a message of a connection's greeting decided. */
@@ -202,6 +237,17 @@ public final class Admission {
      */
     public Message.Error failed(Throwable e) {
         switch (e) {
+            case TlsLink.PlainPeerException x -> {
+                limited.warn("tls_required", "client {} spoke in clear to this memserver, which speaks TLS only; "
+                        + "refused", peer);
+                turnAway("tls_required");
+                return new Message.Error(0, Opcode.HELLO.code(), Status.ACCESS_DENIED.code(), "this memserver "
+                        + "speaks TLS only: connect with --tls-certificates DIR (a directory with its CA's ca-cert.pem)");
+            }
+            case SSLException x when session == null -> {
+                limited.warn("tls_handshake", "client {}: TLS handshake failed ({}); refused", peer, x.getMessage());
+                turnAway("tls_handshake");
+            }
             case EOFException x -> log.debug("client {} disconnected", peer);
             case ClosedChannelException x -> log.debug("client {} disconnected", peer);
             case MalformedMessageException m -> {

@@ -12,7 +12,7 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.channels.SocketChannel;
+import java.nio.channels.ByteChannel;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -313,7 +313,7 @@ public final class ControlClient {
      * or a memserver of another protocol version is the exception; a peer that answers with something else is no
      * memserver ({@code IOException}).
      */
-    public static ServerInfo greet(SocketChannel ch, String peer, String token, String clientName)
+    public static ServerInfo greet(ByteChannel ch, String peer, String token, String clientName)
             throws IOException, RemoteMemoryException {
         if (token != null && !token.isEmpty()) {
             return authenticate(ch, peer, token, clientName);
@@ -330,7 +330,7 @@ public final class ControlClient {
         };
     }
 
-    private static ServerInfo authenticate(SocketChannel ch, String peer, String token, String clientName)
+    private static ServerInfo authenticate(ByteChannel ch, String peer, String token, String clientName)
             throws IOException, RemoteMemoryException {
         byte[] clientNonce = TokenProof.nonce();
         byte[] serverNonce = switch (exchange(ch, peer, new Message.AuthStart(0, clientName,
@@ -380,7 +380,7 @@ public final class ControlClient {
      * Writes one request and reads its reply on a blocking channel no other thread reads yet (the greeting, and what
      * a transport asks right after it). Reads no further than the reply, so what comes next is left for the reader.
      */
-    public static Message exchange(SocketChannel ch, String peer, Message request) throws IOException {
+    public static Message exchange(ByteChannel ch, String peer, Message request) throws IOException {
         ByteBuffer out = MessageEncoder.encode(request);
         while (out.hasRemaining()) {
             ch.write(out);

@@ -74,7 +74,7 @@ public abstract class GatedListener<C extends GatedListener.Connection> implemen
 
     /** Starts an admitted connection's thread, its hello guard running. */
     private void serve(SocketChannel channel, InetSocketAddress remote, ConnectionGate.Slot slot) {
-        Admission admission = new Admission(service, remote, slot);
+        Admission admission = new Admission(service, remote, slot, params.tls(), params.tlsVerifyPeer());
         C c = connection(channel, admission);
         connections.add(c);
         try {

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.rdma.link.Link;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -47,7 +48,7 @@ class SpinnerTest {
 
     @Test
     void withNothingIssuedItGivesUpAfterTheBudgetAndThenBlocksAtOnce() throws Exception {
-        Spinner spinner = new Spinner(pair.client.socket().getInputStream(), new AtomicLong()::get);
+        Spinner spinner = new Spinner(Link.plain(pair.client), new AtomicLong()::get);
         Thread writer = writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
         long start = System.nanoTime();
         assertFalse(spinner.await(), "no input within the budget");
@@ -80,7 +81,7 @@ class SpinnerTest {
                 polling.countDown();
                 return issued.incrementAndGet();
             };
-            Spinner spinner = new Spinner(pair.client.socket().getInputStream(), count);
+            Spinner spinner = new Spinner(Link.plain(pair.client), count);
             Thread writer = writeAfter(polling, 8 * Spinner.BUDGET_NANOS);
             found = spinner.await();
             writer.join();
@@ -94,7 +95,7 @@ class SpinnerTest {
     @Test
     void requestsIssuedForeverDoNotKeepItPollingPastTheLongestPoll() throws Exception {
         AtomicLong issued = new AtomicLong();
-        Spinner spinner = new Spinner(pair.client.socket().getInputStream(), issued::incrementAndGet);
+        Spinner spinner = new Spinner(Link.plain(pair.client), issued::incrementAndGet);
         writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
         long start = System.nanoTime();
         assertFalse(spinner.await(), "polled on until the input came because requests kept coming");
@@ -103,7 +104,7 @@ class SpinnerTest {
 
     @Test
     void theMemserverSideHasNoCountAndGivesUp() throws Exception {
-        Spinner spinner = new Spinner(pair.client.socket().getInputStream(), null);
+        Spinner spinner = new Spinner(Link.plain(pair.client), null);
         writeAfter(new CountDownLatch(0), TimeUnit.MILLISECONDS.toNanos(LATE_MILLIS));
         assertFalse(spinner.await());
     }

@@ -1,4 +1,4 @@
-package dev.rbridge.nbd.tls;
+package dev.rbridge.common.tls;
 
 import org.bouncycastle.asn1.x500.X500Name;
 import org.bouncycastle.asn1.x509.BasicConstraints;

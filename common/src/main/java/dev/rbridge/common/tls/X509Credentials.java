@@ -1,4 +1,4 @@
-package dev.rbridge.nbd.tls;
+package dev.rbridge.common.tls;
 
 import org.bouncycastle.asn1.pkcs.PrivateKeyInfo;
 import org.bouncycastle.openssl.PEMKeyPair;
@@ -40,41 +40,76 @@ public final class X509Credentials {
     public static final String CA_CERT = "ca-cert.pem";
     public static final String SERVER_CERT = "server-cert.pem";
     public static final String SERVER_KEY = "server-key.pem";
+    public static final String CLIENT_CERT = "client-cert.pem";
+    public static final String CLIENT_KEY = "client-key.pem";
 
     private X509Credentials() {
     }
 
-    /** The SSL context for an NBD server; IllegalArgumentException saying what is wrong with which file. */
+    /**
+     * The SSL context for a server (NBD, memserver): its certificate and key, and with {@code verifyPeer} the CA
+     * its clients' certificates must chain to. IllegalArgumentException saying what is wrong with which file.
+     */
     public static SSLContext serverContext(Path dir, boolean verifyPeer) {
-        List<X509Certificate> chain = certificates(dir.resolve(SERVER_CERT));
-        PrivateKey key = privateKey(dir.resolve(SERVER_KEY));
-        X509Certificate leaf = chain.get(0);
-        checkValid(dir.resolve(SERVER_CERT), leaf);
-        checkPair(dir, leaf.getPublicKey(), key);
         try {
-            KeyStore ks = KeyStore.getInstance("PKCS12");
-            ks.load(null, null);
-            char[] none = new char[0];
-            ks.setKeyEntry("server", key, none, chain.toArray(Certificate[]::new));
-            KeyManagerFactory kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
-            kmf.init(ks, none);
-            TrustManagerFactory tmf = null;
-            if (verifyPeer) {
-                List<X509Certificate> cas = certificates(dir.resolve(CA_CERT));
-                KeyStore trust = KeyStore.getInstance("PKCS12");
-                trust.load(null, null);
-                for (int i = 0; i < cas.size(); i++) {
-                    trust.setCertificateEntry("ca-" + i, cas.get(i));
-                }
-                tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
-                tmf.init(trust);
-            }
+            KeyManagerFactory kmf = keyManagers(dir, SERVER_CERT, SERVER_KEY);
+            TrustManagerFactory tmf = verifyPeer ? trustManagers(dir) : null;
             SSLContext context = SSLContext.getInstance("TLS");
             context.init(kmf.getKeyManagers(), tmf == null ? null : tmf.getTrustManagers(), null);
             return context;
         } catch (GeneralSecurityException | IOException e) {
             throw new IllegalArgumentException("cannot use the certificates in " + dir + ": " + e.getMessage(), e);
         }
+    }
+
+    /**
+     * The SSL context for a client (of a memserver): {@code ca-cert.pem}, the CA the server's certificate must chain
+     * to, and when the directory has them {@code client-cert.pem} and {@code client-key.pem}, the certificate it
+     * proves itself with to a server that verifies clients (qemu's and libnbd's names for a client's directory).
+     */
+    public static SSLContext clientContext(Path dir) {
+        try {
+            KeyManagerFactory kmf = Files.exists(dir.resolve(CLIENT_CERT)) || Files.exists(dir.resolve(CLIENT_KEY))
+                    ? keyManagers(dir, CLIENT_CERT, CLIENT_KEY) : null;
+            SSLContext context = SSLContext.getInstance("TLS");
+            context.init(kmf == null ? null : kmf.getKeyManagers(), trustManagers(dir).getTrustManagers(), null);
+            return context;
+        } catch (GeneralSecurityException | IOException e) {
+            throw new IllegalArgumentException("cannot use the certificates in " + dir + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** Whether {@code dir} holds a client certificate, which {@link #clientContext} then presents. */
+    public static boolean hasClientCertificate(Path dir) {
+        return Files.exists(dir.resolve(CLIENT_CERT));
+    }
+
+    private static KeyManagerFactory keyManagers(Path dir, String certFile, String keyFile)
+            throws GeneralSecurityException, IOException {
+        List<X509Certificate> chain = certificates(dir.resolve(certFile));
+        PrivateKey key = privateKey(dir.resolve(keyFile));
+        X509Certificate leaf = chain.get(0);
+        checkValid(dir.resolve(certFile), leaf);
+        checkPair(dir.resolve(certFile), dir.resolve(keyFile), leaf.getPublicKey(), key);
+        KeyStore ks = KeyStore.getInstance("PKCS12");
+        ks.load(null, null);
+        char[] none = new char[0];
+        ks.setKeyEntry("own", key, none, chain.toArray(Certificate[]::new));
+        KeyManagerFactory kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
+        kmf.init(ks, none);
+        return kmf;
+    }
+
+    private static TrustManagerFactory trustManagers(Path dir) throws GeneralSecurityException, IOException {
+        List<X509Certificate> cas = certificates(dir.resolve(CA_CERT));
+        KeyStore trust = KeyStore.getInstance("PKCS12");
+        trust.load(null, null);
+        for (int i = 0; i < cas.size(); i++) {
+            trust.setCertificateEntry("ca-" + i, cas.get(i));
+        }
+        TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+        tmf.init(trust);
+        return tmf;
     }
 
     /** Every certificate in a PEM file, in order; IllegalArgumentException naming the file. */
@@ -105,7 +140,7 @@ public final class X509Credentials {
                 case PrivateKeyInfo info -> converter.getPrivateKey(info);
                 case null -> throw new IllegalArgumentException(file + ": no PEM private key in it");
                 default -> throw new IllegalArgumentException(file + ": " + describe(o) + ", not an unencrypted "
-                        + "private key (decrypt it first, e.g. openssl pkey -in KEY -out " + SERVER_KEY + ")");
+                        + "private key (decrypt it first, e.g. openssl pkey -in KEY -out " + file.getFileName() + ")");
             };
         } catch (NoSuchFileException e) {
             throw missing(file);
@@ -120,8 +155,9 @@ public final class X509Credentials {
     }
 
     private static IllegalArgumentException missing(Path file) {
-        return new IllegalArgumentException(file + " not found: the directory must hold " + SERVER_CERT + " and "
-                + SERVER_KEY + ", and " + CA_CERT + " to verify clients (the names nbdkit and qemu use)");
+        return new IllegalArgumentException(file + " not found: a server's directory holds " + SERVER_CERT + " and "
+                + SERVER_KEY + ", and " + CA_CERT + " to verify clients; a client's " + CA_CERT + ", and "
+                + CLIENT_CERT + " and " + CLIENT_KEY + " to prove itself (the names nbdkit and qemu use)");
     }
 
     private static void checkValid(Path file, X509Certificate c) {
@@ -129,15 +165,15 @@ public final class X509Credentials {
             c.checkValidity();
         } catch (CertificateExpiredException e) {
             throw new IllegalArgumentException(file + ": the certificate expired on " + c.getNotAfter().toInstant()
-                    + "; clients would refuse it");
+                    + "; peers would refuse it");
         } catch (CertificateNotYetValidException e) {
             throw new IllegalArgumentException(file + ": the certificate is not valid before "
-                    + c.getNotBefore().toInstant() + "; clients would refuse it");
+                    + c.getNotBefore().toInstant() + "; peers would refuse it");
         }
     }
 
     /** Signs and verifies a few bytes: a key that is not the certificate's is found now, not at each handshake. */
-    private static void checkPair(Path dir, PublicKey pub, PrivateKey key) {
+    private static void checkPair(Path certFile, Path keyFile, PublicKey pub, PrivateKey key) {
         String alg = switch (key.getAlgorithm()) {
             case "RSA" -> "SHA256withRSA";
             case "EC", "ECDSA" -> "SHA256withECDSA";
@@ -158,12 +194,10 @@ public final class X509Credentials {
             v.initVerify(pub);
             v.update(probe);
             if (!v.verify(sig)) {
-                throw new IllegalArgumentException(dir.resolve(SERVER_KEY) + " is not the key of "
-                        + dir.resolve(SERVER_CERT));
+                throw new IllegalArgumentException(keyFile + " is not the key of " + certFile);
             }
         } catch (GeneralSecurityException e) {
-            throw new IllegalArgumentException(dir.resolve(SERVER_KEY) + " does not go with "
-                    + dir.resolve(SERVER_CERT) + ": " + e.getMessage(), e);
+            throw new IllegalArgumentException(keyFile + " does not go with " + certFile + ": " + e.getMessage(), e);
         }
     }
 }

@@ -1,0 +1,111 @@
+package dev.rbridge.rdma.link;
+
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLException;
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.ByteChannel;
+import java.nio.channels.GatheringByteChannel;
+import java.nio.channels.SocketChannel;
+
+/**
+ * The byte stream of one memserver-wire connection: the socket itself, or TLS over it ({@link TlsLink}). Blocking,
+ * as the socket is. One thread reads at a time and one writes at a time; reading and writing may overlap. Closing
+ * it closes the socket, which wakes a thread blocked in either.
+ */
+public interface Link extends ByteChannel, GatheringByteChannel {
+    /** The socket under it: for socket options, shutting down and closing. */
+    SocketChannel socket();
+
+    /**
+     * Bytes a read would return now without blocking, or more than 0 when it might (TLS: some of a record is here):
+     * what a reader polls before it blocks.
+     */
+    int available() throws IOException;
+
+    /** For logs: "clear", or the TLS protocol, cipher suite and who the peer proved to be. */
+    String describe();
+
+    @Override
+    default long write(ByteBuffer[] srcs) throws IOException {
+        return write(srcs, 0, srcs.length);
+    }
+
+    /** The plain socket. */
+    static Link plain(SocketChannel channel) {
+        return new Plain(channel);
+    }
+
+    /**
+     * A client's link to the memserver at {@code address} over the connected {@code channel}: plain when {@code tls}
+     * is null, else TLS after a handshake. An IOException that says in a sentence why the handshake failed.
+     */
+    static Link client(SocketChannel channel, SSLContext tls, InetSocketAddress address) throws IOException {
+        if (tls == null) {
+            return plain(channel);
+        }
+        try {
+            return TlsLink.client(channel, tls, address);
+        } catch (TlsLink.PlainPeerException e) {
+            throw new IOException("it answered in clear: the memserver does not run TLS (start it with "
+                    + "--tls-certificates DIR, or connect without TLS)", e);
+        } catch (SSLException e) {
+            throw new IOException("TLS handshake failed: " + TlsFailures.explain(e, address.getHostString()), e);
+        }
+    }
+
+    /** {@link #plain}: every call straight to the socket. */
+    final class Plain implements Link {
+        private final SocketChannel channel;
+        private InputStream stream;
+
+        private Plain(SocketChannel channel) {
+            this.channel = channel;
+        }
+
+        @Override
+        public SocketChannel socket() {
+            return channel;
+        }
+
+        @Override
+        public int available() throws IOException {
+            if (stream == null) { // used for available() only; a channel's stream reads nothing by itself
+                stream = channel.socket().getInputStream();
+            }
+            return stream.available();
+        }
+
+        @Override
+        public String describe() {
+            return "clear";
+        }
+
+        @Override
+        public int read(ByteBuffer dst) throws IOException {
+            return channel.read(dst);
+        }
+
+        @Override
+        public int write(ByteBuffer src) throws IOException {
+            return channel.write(src);
+        }
+
+        @Override
+        public long write(ByteBuffer[] srcs, int offset, int length) throws IOException {
+            return channel.write(srcs, offset, length);
+        }
+
+        @Override
+        public boolean isOpen() {
+            return channel.isOpen();
+        }
+
+        @Override
+        public void close() throws IOException {
+            channel.close();
+        }
+    }
+}
