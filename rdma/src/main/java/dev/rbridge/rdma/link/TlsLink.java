@@ -33,6 +33,12 @@ import java.util.concurrent.locks.ReentrantLock;
 public final class TlsLink implements Link {
     /** The only protocol: both ends are this project, and 1.3 has neither renegotiation nor static-RSA suites. */
     public static final String PROTOCOL = "TLSv1.3";
+    /**
+     * AES-128 first: its GCM moves the most bytes per CPU second in the JDK, and both ends are ours; the others stay
+     * allowed.
+     */
+    private static final String[] SUITES = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+            "TLS_CHACHA20_POLY1305_SHA256"};
     /** Records wrapped into one socket write, and read from the socket at most at once. */
     private static final int RECORDS_PER_IO = 4;
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
@@ -79,6 +85,7 @@ public final class TlsLink implements Link {
         e.setUseClientMode(true);
         SSLParameters p = e.getSSLParameters();
         p.setProtocols(new String[]{PROTOCOL});
+        p.setCipherSuites(SUITES);
         p.setEndpointIdentificationAlgorithm("HTTPS"); // RFC 2818 name checks: the certificate must be this host's
         e.setSSLParameters(p);
         TlsLink link = new TlsLink(channel, e, peer.getHostString());
@@ -95,6 +102,8 @@ public final class TlsLink implements Link {
         e.setUseClientMode(false);
         SSLParameters p = e.getSSLParameters();
         p.setProtocols(new String[]{PROTOCOL});
+        p.setCipherSuites(SUITES);
+        p.setUseCipherSuitesOrder(true);
         p.setNeedClientAuth(verifyPeer);
         e.setSSLParameters(p);
         TlsLink link = new TlsLink(channel, e, null);
