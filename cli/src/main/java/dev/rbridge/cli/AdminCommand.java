@@ -85,6 +85,13 @@ final class AdminCommand implements Callable<Integer> {
             secret = Endpoints.token(token, tokenFile);
             var address = bridge != null ? Endpoints.parse(bridge, Defaults.BRIDGE_ADMIN_PORT)
                     : Endpoints.parse(memserver, Defaults.MEMSERVER_ADMIN_PORT);
+            if (secret != null && !Exposure.loopback(address.getHostString())) {
+                throw new IllegalArgumentException("the token would cross the network in clear to "
+                        + address.getHostString() + ": admin interfaces take it from loopback only; run rbridge admin"
+                        + " on that host (ssh HOST rbridge admin ...) or tunnel the port (ssh -L "
+                        + address.getPort() + ":127.0.0.1:" + address.getPort() + " HOST, then --"
+                        + (bridge != null ? "bridge" : "memserver") + " 127.0.0.1:" + address.getPort() + ")");
+            }
             String base = "http://" + address.getHostString() + ":" + address.getPort() + "/";
             if (bridge != null) {
                 method = "GET";

@@ -77,4 +77,13 @@ class ExposureTest {
         assertEquals(0, run("demo", "--listen", "0.0.0.0:0", "--size", "64M", "--insecure").code());
         assertEquals(0, run("demo", "--listen", "127.0.0.1:0", "--size", "64M").code());
     }
+
+    @Test
+    void adminNeverSendsTheTokenOffLoopback() throws Exception {
+        Path token = Files.createTempFile("exposure", ".token");
+        Files.writeString(token, "s3cret-s3cret\n");
+        Result r = run("admin", "--memserver", "192.0.2.7:7472", "--token-file", token.toString(), "clients");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("would cross the network in clear") && r.err().contains("ssh -L"), r.err());
+    }
 }

@@ -13,6 +13,9 @@ import java.util.Locale;
  *       are unaffected.</li>
  *   <li>On a connection that arrived on a loopback address, the {@code Host} must be a loopback name or address
  *       (403): a page whose own name was re-pointed at 127.0.0.1 (DNS rebinding) sends its own name.</li>
+ *   <li>A server with a token takes requests from loopback peers only (403 otherwise, before the token is looked
+ *       at): this HTTP has no TLS, so a token sent across a network could be read off it. Remote operators run
+ *       {@code rbridge admin} on the host (over ssh) or tunnel the port.</li>
  *   <li>Reads (GET, HEAD) need the token when one is configured (401), as before.</li>
  *   <li>Operations that change state (POST only) always need the token, also on loopback (401); without a
  *       configured token they are off (403 naming the option that turns them on).</li>
@@ -61,6 +64,7 @@ public final class AdminRules {
     }
 
     void checkRead(HttpRequest r) {
+        checkLoopback(r);
         if (token != null && !presentsToken(r)) {
             throw unauthorized();
         }
@@ -72,8 +76,18 @@ public final class AdminRules {
                     + " change state need a token, and this " + service + " has none (start it with " + tokenOption
                     + " FILE and give rbridge admin the same)");
         }
+        checkLoopback(r);
         if (!presentsToken(r)) {
             throw unauthorized();
+        }
+    }
+
+    private void checkLoopback(HttpRequest r) {
+        if (token != null && r.peer() != null && !r.peer().getAddress().isLoopbackAddress()) {
+            throw new HttpError(403, Refusal.TOKEN_OFF_LOOPBACK, "this " + service + "'s admin interface takes its"
+                    + " token from loopback only: it speaks plain HTTP, so a token sent across the network can be read"
+                    + " on the way. Run rbridge admin on the host (ssh HOST rbridge admin ...) or tunnel the port"
+                    + " (ssh -L PORT:127.0.0.1:PORT HOST)");
         }
     }
 

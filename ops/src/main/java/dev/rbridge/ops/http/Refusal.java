@@ -35,6 +35,8 @@ public enum Refusal {
     BROWSER,
     /** A Host that is not a loopback name on a loopback connection: DNS rebinding (403). */
     HOST,
+    /** A token-protected request from a peer that is not on loopback: the token would cross the network in clear (403). */
+    TOKEN_OFF_LOOPBACK,
     /** A wrong or missing token (401). */
     UNAUTHORIZED,
     /** An operation that changes state on a server with no token configured (403). */

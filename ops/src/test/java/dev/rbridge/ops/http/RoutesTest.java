@@ -85,6 +85,30 @@ class RoutesTest {
                 "Bearer s3cret")));
     }
 
+    /**
+     * The admin HTTP has no TLS, so a token that crossed a network could be read off it: a server with a token takes
+     * it from loopback peers only, whatever address it listens on, and says how to reach it instead.
+     */
+    @Test
+    void theTokenIsTakenFromLoopbackPeersOnly() throws Exception {
+        Routes guarded = routes("s3cret");
+        InetSocketAddress remotePeer = new InetSocketAddress("192.0.2.99", 40000);
+        for (String method : List.of("GET", "POST")) {
+            String path = method.equals("GET") ? "/clients" : "/drain";
+            HttpRequest r = new HttpRequest(method, path, "HTTP/1.1", List.of(new HttpRequest.Header("Host",
+                    "192.0.2.7:7472"), new HttpRequest.Header("Authorization", "Bearer s3cret")), new byte[0],
+                    remotePeer, PUBLIC, Map.of());
+            HttpError e = refused(guarded, r);
+            assertEquals(403, e.status(), method);
+            assertEquals(Refusal.TOKEN_OFF_LOOPBACK, e.refusal());
+            assertTrue(e.getMessage().contains("loopback") && e.getMessage().contains("ssh"), e.getMessage());
+        }
+        // Without a token nothing secret is asked for: reads stay open to anyone who can reach the port.
+        assertEquals("clients", answer(routes(null), new HttpRequest("GET", "/clients", "HTTP/1.1",
+                List.of(new HttpRequest.Header("Host", "192.0.2.7:7472")), new byte[0], remotePeer, PUBLIC,
+                Map.of())));
+    }
+
     @Test
     void stateChangesArePostOnlyAndUnknownPathsAre404() {
         Routes guarded = routes("s3cret");
