@@ -56,8 +56,14 @@ public final class Attacher {
                 }
                 throw new IllegalArgumentException("no socket= in " + uri);
             }
+            if (u.getScheme() != null && u.getScheme().startsWith("nbds")) {
+                throw new IllegalArgumentException("rbridge attach cannot use TLS (" + uri + "): the kernel speaks plain"
+                        + " NBD on the socket it is given. On the bridge's host, serve --unix PATH and attach"
+                        + " nbd+unix:///EXPORT?socket=PATH (no network at all); across hosts, nbd-client built with"
+                        + " GnuTLS relays TLS in user space (-certfile, -keyfile, -cacertfile)");
+            }
             throw new IllegalArgumentException("not an NBD URI: " + uri + " (nbd://HOST:PORT/EXPORT or"
-                    + " nbd+unix:///EXPORT?socket=PATH; TLS is not supported)");
+                    + " nbd+unix:///EXPORT?socket=PATH)");
         }
 
         public String uri() {

@@ -89,7 +89,10 @@ class AttachPartsTest {
         Attacher.Target u = Attacher.Target.parse("nbd+unix:///scratch?socket=/run/rb.sock");
         assertEquals(Path.of("/run/rb.sock"), u.unix());
         assertEquals("scratch", u.export());
-        assertThrows(IllegalArgumentException.class, () -> Attacher.Target.parse("nbds://h/disk"));
+        IllegalArgumentException tls = assertThrows(IllegalArgumentException.class,
+                () -> Attacher.Target.parse("nbds://h/disk"));
+        assertTrue(tls.getMessage().contains("cannot use TLS") && tls.getMessage().contains("nbd+unix"),
+                tls.getMessage());
         assertThrows(IllegalArgumentException.class, () -> Attacher.Target.parse("nbd+unix:///disk"));
         assertEquals(3, Attacher.parseDevice("/dev/nbd3"));
         assertEquals(12, Attacher.parseDevice("nbd12"));
