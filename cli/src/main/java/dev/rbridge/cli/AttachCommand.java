@@ -93,6 +93,7 @@ public final class AttachCommand implements Callable<Integer> {
         }
         AtomicBoolean running = new AtomicBoolean(true);
         CountDownLatch done = new CountDownLatch(1);
+        GracefulStop.onTerm();
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             running.set(false);
             try {

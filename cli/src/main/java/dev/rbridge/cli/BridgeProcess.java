@@ -156,6 +156,7 @@ final class BridgeProcess {
             bridge.close();
             afterBridge.run();
         }, "shutdown"));
+        GracefulStop.onTerm();
     }
 
     /** Where it serves, one line each, on stdout: scripts and tests wait for these lines. */

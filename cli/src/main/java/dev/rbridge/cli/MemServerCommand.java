@@ -208,6 +208,7 @@ final class MemServerCommand implements Callable<Integer> {
                 + (adminServer == null ? "" : " admin " + adminServer.address().getHostString() + ":"
                 + adminServer.address().getPort()) + MetricsEndpoint.describe(metricsServer));
         System.out.flush();
+        GracefulStop.onTerm();
         stopped.await();
         return 0;
     }

@@ -205,6 +205,14 @@ class SystemdUnitsTest {
         assertTrue(Deploy.stop(bridge, Duration.ofSeconds(timeoutStop)),
                 "the bridge stops on SIGTERM within TimeoutStopSec=" + timeoutStop + " s");
         System.out.printf("bridge stopped in %.1f s%n", (System.nanoTime() - t0) / 1e9);
+        // A stop systemd asked for is a success: exit 0, not the JVM's 143 (which the unit would report as failed).
+        assertEquals(0, bridge.exitValue(), "the bridge's exit status after SIGTERM");
+        for (Process m : List.copyOf(started)) {
+            if (m != bridge && m.isAlive()) {
+                assertTrue(Deploy.stop(m, Duration.ofSeconds(30)));
+                assertEquals(0, m.exitValue(), "a memserver's exit status after SIGTERM");
+            }
+        }
     }
 
     private Process start(List<String> cmd, String name) throws Exception {
