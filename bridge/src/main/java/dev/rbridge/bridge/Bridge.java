@@ -214,6 +214,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
 
         /** Hands each volume the regions found; stale ones are released, unclean volumes resynchronized. */
         private void reattachVolumes() {
+            for (Volume v : volumes.values()) { // every volume checked before any region is released
+                guardShrink(v, found.getOrDefault(v.name(), Map.of()));
+            }
             for (Volume v : volumes.values()) {
                 Map<Integer, List<Replica>> mine = found.getOrDefault(v.name(), Map.of());
                 List<Replica> stale = v.reattach(mine);
@@ -235,6 +238,44 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     }
                 }
             }
+        }
+
+        /**
+         * Slabs past the configured end mean the volume was bigger: starting would release them. Refused unless
+         * --allow-shrink, and then said slab by slab.
+         */
+        private void guardShrink(Volume v, Map<Integer, List<Replica>> mine) {
+            List<Integer> past = mine.keySet().stream().filter(i -> i >= v.slabCount()).sorted().toList();
+            if (past.isEmpty()) {
+                return;
+            }
+            long bytes = past.stream().mapToLong(i -> mine.get(i).getFirst().region().length()).sum();
+            String what = "slab" + (past.size() == 1 ? " " : "s ") + ranges(past) + " (" + bytes
+                    + " bytes of data, on " + mine.entrySet().stream().filter(e -> e.getKey() >= v.slabCount())
+                    .flatMap(e -> e.getValue().stream()).map(r -> r.link().label()).distinct().sorted()
+                    .collect(java.util.stream.Collectors.joining(", ")) + ")";
+            if (!config.allowShrink()) {
+                throw new IllegalStateException("volume '" + v.name() + "' is configured with " + v.status().size()
+                        + " bytes but the memservers hold it bigger: starting would discard " + what + ". Start with"
+                        + " the size it was created with, or add --allow-shrink to discard them");
+            }
+            log.warn("volume {}: shrinking to {} bytes (--allow-shrink) discards {}", v.name(), v.status().size(),
+                    what);
+        }
+
+        /** Sorted indices as runs: "12, 14-15". */
+        private static String ranges(List<Integer> sorted) {
+            StringBuilder out = new StringBuilder();
+            for (int i = 0; i < sorted.size(); ) {
+                int j = i;
+                while (j + 1 < sorted.size() && sorted.get(j + 1) == sorted.get(j) + 1) {
+                    j++;
+                }
+                out.append(out.isEmpty() ? "" : ", ").append(sorted.get(i))
+                        .append(j > i ? "-" + sorted.get(j) : "");
+                i = j + 1;
+            }
+            return out.toString();
         }
 
         @Override
@@ -300,6 +341,13 @@ public final class Bridge implements SlabHost, AutoCloseable {
             MemserverLink l = r.link();
             RegionDescriptor d = r.region();
             if (v.holds(r.serverId(), d.id()) || v.adoptLost(r)) {
+                return;
+            }
+            if (d.tag().slab() >= v.slabCount() && !config.allowShrink()) {
+                log.warn("memserver {}: region {} holds slab {} of volume {}, past its configured size ({} bytes);"
+                                + " kept but not used: restart with the size the volume was created with, or with"
+                                + " --allow-shrink to discard it", l.label(), d.id(), d.tag().slab(), v.name(),
+                        v.status().size());
                 return;
             }
             long current = v.currentGeneration(d.tag().slab());

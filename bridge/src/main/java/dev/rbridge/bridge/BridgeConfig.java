@@ -26,6 +26,7 @@ public final class BridgeConfig {
     private final String transport;
     private final String token;
     private final SSLContext memserverTls;
+    private final boolean allowShrink;
     private final String owner;
     private final Duration operationTimeout;
     private final Duration leaseTtl;
@@ -61,6 +62,7 @@ public final class BridgeConfig {
         this.transport = Objects.requireNonNull(b.transport);
         this.token = b.token == null ? "" : b.token;
         this.memserverTls = b.memserverTls;
+        this.allowShrink = b.allowShrink;
         this.owner = Objects.requireNonNull(b.owner, "owner");
         this.operationTimeout = positive("operation timeout", b.operationTimeout);
         this.leaseTtl = positive("lease", b.leaseTtl);
@@ -143,6 +145,14 @@ public final class BridgeConfig {
         return tcpCongestion;
     }
 
+    /**
+     * Whether a volume configured smaller than the memservers hold it may start, releasing the slabs past its new
+     * end; without it such a start is refused, naming them.
+     */
+    public boolean allowShrink() {
+        return allowShrink;
+    }
+
     /** TLS to the memservers (ConnectParams#tls), or null: in clear. */
     public SSLContext memserverTls() {
         return memserverTls;
@@ -159,7 +169,7 @@ public final class BridgeConfig {
         volumes.forEach(b::volume);
         return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
                 .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
-                .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).metrics(m).build();
+                .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).allowShrink(allowShrink).metrics(m).build();
     }
 
     public static final class Builder {
@@ -168,6 +178,7 @@ public final class BridgeConfig {
         private String transport = "tcp";
         private String token;
         private SSLContext memserverTls;
+        private boolean allowShrink;
         private String owner = defaultOwner();
         private Duration operationTimeout = Duration.ofSeconds(5);
         private Duration leaseTtl = Duration.ofSeconds(10);
@@ -194,6 +205,12 @@ public final class BridgeConfig {
 
         public Builder token(String t) {
             this.token = t;
+            return this;
+        }
+
+        /** Let a volume start smaller than the memservers hold it, releasing what lies past its end. */
+        public Builder allowShrink(boolean allow) {
+            this.allowShrink = allow;
             return this;
         }
 

@@ -67,6 +67,11 @@ public final class ServeCommand implements Callable<Integer> {
                     + " only the control connection is encrypted: RDMA data cannot be.")
     Path memserverTls;
 
+    @Option(names = "--allow-shrink", description = "Start a volume configured smaller than the memservers hold it,"
+            + " discarding the slabs past its new end (the log names them). Without it such a start is refused:"
+            + " a smaller size= is more often a typo than a wish.")
+    boolean allowShrink;
+
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
             description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
     String transport;
@@ -144,7 +149,8 @@ public final class ServeCommand implements Callable<Integer> {
                 .operationTimeout(seconds("--timeout", timeout))
                 .leaseTtl(seconds("--lease", lease))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
-                .tcpCongestion(process.tcpCongestion);
+                .tcpCongestion(process.tcpCongestion)
+                .allowShrink(allowShrink);
         if (memserverTls != null) {
             b.memserverTls(X509Credentials.clientContext(memserverTls));
         }
