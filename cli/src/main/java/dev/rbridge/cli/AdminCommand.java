@@ -92,7 +92,8 @@ final class AdminCommand implements Callable<Integer> {
                         + address.getPort() + ":127.0.0.1:" + address.getPort() + " HOST, then --"
                         + (bridge != null ? "bridge" : "memserver") + " 127.0.0.1:" + address.getPort() + ")");
             }
-            String base = "http://" + address.getHostString() + ":" + address.getPort() + "/";
+            String host = address.getHostString();
+            String base = "http://" + (host.contains(":") ? "[" + host + "]" : host) + ":" + address.getPort() + "/";
             if (bridge != null) {
                 method = "GET";
                 path = switch (action) {
@@ -158,8 +159,17 @@ final class AdminCommand implements Callable<Integer> {
                 body = new String(bytes, StandardCharsets.UTF_8).trim();
             }
         } catch (IOException e) {
+            String why = e.getMessage() == null ? e.toString() : e.getMessage();
+            if (e instanceof java.net.ConnectException && e.getMessage() == null) {
+                why = "nothing answers there (connection refused)";
+            } else if (!(e instanceof java.net.ConnectException) && !(e instanceof java.net.http.HttpConnectTimeoutException)
+                    && !(e instanceof java.net.http.HttpTimeoutException)) {
+                why = "it does not answer HTTP (" + why + "); is that the admin port? (a memserver's admin is "
+                        + Defaults.MEMSERVER_ADMIN + ", a bridge's " + Defaults.LOOPBACK + ":"
+                        + Defaults.BRIDGE_ADMIN_PORT + " unless --admin moved them)";
+            }
             spec.commandLine().getErr().println("admin: cannot reach the " + target + "'s admin interface at "
-                    + (bridge != null ? bridge : memserver) + ": " + (e.getMessage() == null ? e : e.getMessage()));
+                    + (bridge != null ? bridge : memserver) + ": " + why);
             return 1;
         }
         PrintWriter out = spec.commandLine().getOut();

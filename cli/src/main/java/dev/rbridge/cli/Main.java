@@ -34,7 +34,38 @@ public final class Main implements Runnable {
         CommandLine cl = new CommandLine(new Main());
         cl.setCaseInsensitiveEnumValuesAllowed(true);
         cl.setUsageHelpAutoWidth(true);
+        cl.setParameterExceptionHandler(Main::usageError);
+        cl.setExecutionExceptionHandler(Main::failed);
         return cl;
+    }
+
+    /**
+     * A mistake on the command line: its one line, picocli's suggestions for a misspelt option, and where the help
+     * is, not 50 lines of usage after the line that matters. Exit 2.
+     */
+    private static int usageError(CommandLine.ParameterException e, String[] args) {
+        CommandLine c = e.getCommandLine();
+        java.io.PrintWriter err = c.getErr();
+        err.println(e.getMessage());
+        CommandLine.UnmatchedArgumentException.printSuggestions(e, err);
+        err.println("Try '" + c.getCommandSpec().qualifiedName() + " --help' for more information.");
+        err.flush();
+        return c.getCommandSpec().exitCodeOnInvalidInput();
+    }
+
+    /**
+     * A command that failed with an exception it did not turn into a sentence itself: one line, "COMMAND: what
+     * happened" (the causes' messages joined), exit 1; the stack trace only at --log-level debug or trace.
+     */
+    private static int failed(Exception e, CommandLine c, CommandLine.ParseResult parsed) {
+        java.io.PrintWriter err = c.getErr();
+        err.println(c.getCommandName() + ": " + dev.rbridge.common.Failures.reason(e));
+        String level = System.getProperty("org.slf4j.simpleLogger.defaultLogLevel", "info");
+        if (level.equalsIgnoreCase("debug") || level.equalsIgnoreCase("trace")) {
+            e.printStackTrace(err);
+        }
+        err.flush();
+        return 1;
     }
 
     @Override

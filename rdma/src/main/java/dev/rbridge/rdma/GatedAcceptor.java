@@ -78,7 +78,9 @@ public final class GatedAcceptor implements AutoCloseable {
         } catch (IOException e) {
             ch.close();
             throw new IOException("cannot listen on " + address.getHostString() + ":" + address.getPort() + ": "
-                    + e.getMessage(), e);
+                    + e.getMessage() + (e instanceof java.net.BindException && String.valueOf(e.getMessage())
+                    .contains("in use") ? " (another process has the port: stop it, or give --listen another)"
+                    : ""), e);
         }
     }
 

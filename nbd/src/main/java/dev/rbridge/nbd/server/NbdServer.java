@@ -114,7 +114,9 @@ public final class NbdServer implements AutoCloseable {
             ch.bind(address.socketAddress(), 128);
         } catch (IOException e) {
             ch.close();
-            throw new IOException("cannot listen on " + address + ": " + e.getMessage(), e);
+            throw new IOException("cannot listen on " + address + ": " + e.getMessage()
+                    + (e instanceof java.net.BindException && String.valueOf(e.getMessage()).contains("in use")
+                    ? " (another process has the port: stop it, or give --listen another)" : ""), e);
         }
         listeners.add(ch);
         if (address instanceof ListenAddress.Tcp tcp) {

@@ -323,6 +323,9 @@ public final class ControlClient {
                     h.freeBytes());
             case Message.OtherVersion v -> throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver "
                     + peer + " speaks protocol v" + v.version() + ", this client v" + Protocol.VERSION);
+            case Message.Error e when Status.of(e.status()) == Status.AUTH_FAILED -> throw new RemoteMemoryException(
+                    Status.AUTH_FAILED, "memserver " + peer + " needs a token and none was given: add --token-file"
+                    + " FILE (or set RBRIDGE_TOKEN) with the memserver's token");
             case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
                     + " refused the connection: " + e.message());
             case Message other -> throw new IOException(peer + " sent a malformed hello reply (" + describe(other)
