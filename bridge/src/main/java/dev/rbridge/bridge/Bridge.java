@@ -94,7 +94,60 @@ public final class Bridge implements SlabHost, AutoCloseable {
         }
         b.rebuilder.start();
         b.health.start();
+        b.checkCommitment(true);
         return b;
+    }
+
+    /**
+     * What the volumes need if every byte is written ({@code provisionedBytes}: sizes times replicas, summed) against
+     * what the memservers up now lend ({@code liveCapacityBytes}: their capacities, summed).
+     */
+    public record Commitment(long provisionedBytes, long liveCapacityBytes, int memserversUp) {
+        /** More is promised than the memservers up can hold: writes to new slabs fail ENOSPC once they are full. */
+        public boolean overcommitted() {
+            return provisionedBytes > liveCapacityBytes;
+        }
+    }
+
+    public Commitment commitment() {
+        long provisioned = 0;
+        for (Volume v : volumes.values()) {
+            provisioned += v.spec().size() * v.spec().replicas();
+        }
+        long live = 0;
+        int up = 0;
+        for (MemserverLink l : links) {
+            if (l.connection() != null) {
+                live += l.capacityBytes();
+                up++;
+            }
+        }
+        return new Commitment(provisioned, live, up);
+    }
+
+    /** Whether the last check found the volumes over-committed; null before the first. */
+    private volatile Boolean overcommitted;
+
+    /**
+     * Logs the commitment at start ({@code always}) and whenever it crosses the line as memservers come and go: WARN
+     * when over-committed, INFO otherwise.
+     */
+    private void checkCommitment(boolean always) {
+        Commitment c = commitment();
+        Boolean before = overcommitted;
+        overcommitted = c.overcommitted();
+        if (!always && before != null && before == c.overcommitted()) {
+            return;
+        }
+        if (c.overcommitted()) {
+            log.warn("over-committed: the volumes need {} bytes when full (size x replicas) but the {} memserver(s)"
+                            + " up lend {}; writes to slabs not yet allocated will fail ENOSPC once they are full:"
+                            + " add memservers or capacity, or fewer or smaller volumes", c.provisionedBytes(),
+                    c.memserversUp(), c.liveCapacityBytes());
+        } else {
+            log.info("capacity: the volumes need {} bytes when full (size x replicas); the {} memserver(s) up lend {}",
+                    c.provisionedBytes(), c.memserversUp(), c.liveCapacityBytes());
+        }
     }
 
     public BridgeConfig config() {
@@ -445,6 +498,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
             log.info("memserver {} is up (instance {}, {} of {} bytes free, {} region(s) of ours)", l.label(),
                     info.serverId(), info.freeBytes(), info.capacityBytes(), regions.stream()
                             .filter(ri -> volumes.containsKey(ri.descriptor().tag().volume())).count());
+            if (overcommitted != null) { // at start-up the check comes once everything is attached
+                checkCommitment(false);
+            }
             return true;
         } catch (Exception e) {
             if (e instanceof InterruptedException) {
@@ -563,6 +619,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
         volumes.values().forEach(v -> v.manifest().forget(l));
         for (Volume v : volumes.values()) {
             v.connectionLost(dead, "memserver " + l.label() + " down: " + reason);
+        }
+        if (overcommitted != null) {
+            checkCommitment(false);
         }
     }
 

@@ -47,6 +47,13 @@ public final class Volume implements BlockDevice {
     private final int slabShift;
     /** Why this volume is fenced (its lease was lost), or null while it is served. */
     private volatile String fenced;
+    private static final org.slf4j.Logger log = org.slf4j.LoggerFactory.getLogger(Volume.class);
+    /** Out-of-space failures are as frequent as writes to new slabs: logged once per interval per volume. */
+    private final dev.rbridge.common.RateLimitedLog limited = new dev.rbridge.common.RateLimitedLog(log);
+    /** Requests failed with ENOSPC: no memserver had room for a slab they touched. */
+    private final java.util.concurrent.atomic.AtomicLong outOfSpace = new java.util.concurrent.atomic.AtomicLong();
+    /** When the last ENOSPC happened (System.nanoTime), or 0. */
+    private volatile long lastOutOfSpaceNanos;
 
     public Volume(VolumeSpec spec, SlabHost host) {
         this.spec = spec;
@@ -106,6 +113,17 @@ public final class Volume implements BlockDevice {
     /** Why this volume is fenced, or null while it is served. */
     public String fenced() {
         return fenced;
+    }
+
+    /** Requests failed with ENOSPC because no memserver had room for a slab they needed. */
+    public long outOfSpaceFailures() {
+        return outOfSpace.get();
+    }
+
+    /** Whether a request failed with ENOSPC within the last {@code nanos}. */
+    public boolean outOfSpaceWithin(long nanos) {
+        long last = lastOutOfSpaceNanos;
+        return last != 0 && System.nanoTime() - last < nanos;
     }
 
     private BlockDeviceException fencedError() {
@@ -699,6 +717,12 @@ public final class Volume implements BlockDevice {
         }
         Errno errno = cause instanceof RemoteMemoryException e && e.status() == Status.NO_CAPACITY
                 ? Errno.ENOSPC : Errno.EIO;
+        if (errno == Errno.ENOSPC) {
+            outOfSpace.incrementAndGet();
+            lastOutOfSpaceNanos = System.nanoTime();
+            limited.warn("enospc-" + spec.name(), "volume {}: writes to slab {} fail with ENOSPC: {}; add a memserver"
+                    + " or raise a memserver's --capacity", spec.name(), s.index, Failures.reason(cause));
+        }
         return new BlockDeviceException(errno, "no memory for volume " + spec.name() + " slab " + s.index + ": "
                 + Failures.reason(cause), cause);
     }

@@ -32,6 +32,9 @@ import java.util.function.ToDoubleFunction;
  * rbridge_volume_replicas{export}                     configured replicas per slab
  * rbridge_volume_slabs{export,state}                  slabs by state: unallocated, healthy, degraded, rebuilding, lost
  * rbridge_volume_fenced{export}                       1 when the volume's lease was lost and it fails with EIO
+ * rbridge_volume_enospc_total{export}                 requests failed with ENOSPC: no memserver had room for a slab
+ * rbridge_bridge_provisioned_bytes                    what the volumes need when full: sizes x replicas, summed
+ * rbridge_bridge_capacity_live_bytes                  what the memservers up lend: their capacities, summed
  * rbridge_rebuild_queue_slabs                         slabs waiting for a rebuild or resync
  * rbridge_rebuild_remaining_bytes                     bytes still to copy (current slab's rest + queued slabs)
  * rbridge_rebuild_active                              1 while a slab is being copied
@@ -75,6 +78,9 @@ public final class BridgeMeters implements BridgeMetrics {
             Gauge.builder("rbridge.volume.fenced", v, x -> x.fenced() != null ? 1 : 0).tag("export", name)
                     .description("1 when this bridge lost the volume's lease to another client and fails every "
                             + "request on it with EIO").strongReference(true).register(registry);
+            FunctionCounter.builder("rbridge.volume.enospc", v, Volume::outOfSpaceFailures).tag("export", name)
+                    .description("Requests failed with ENOSPC because no memserver had room for a slab they needed")
+                    .register(registry);
             CachedStatus status = new CachedStatus(v);
             for (SlabState state : SlabState.values()) {
                 Gauge.builder("rbridge.volume.slabs", status, s -> s.count(state)).tag("export", name)
@@ -82,6 +88,12 @@ public final class BridgeMeters implements BridgeMetrics {
                         .strongReference(true).register(registry);
             }
         }
+        Gauge.builder("rbridge.bridge.provisioned", bridge, b -> b.commitment().provisionedBytes()).baseUnit("bytes")
+                .description("What the volumes need when every byte is written: sizes times replicas, summed")
+                .strongReference(true).register(registry);
+        Gauge.builder("rbridge.bridge.capacity.live", bridge, b -> b.commitment().liveCapacityBytes())
+                .baseUnit("bytes").description("What the memservers up lend: their capacities, summed")
+                .strongReference(true).register(registry);
         Rebuilder r = bridge.rebuilder();
         Gauge.builder("rbridge.rebuild.queue.slabs", r, Rebuilder::queued)
                 .description("Slabs waiting for a rebuild or resync").strongReference(true).register(registry);

@@ -17,6 +17,9 @@ import java.util.List;
  * {@link Telemetry#readinessCheck}.
  */
 public final class Readiness {
+    /** How long an ENOSPC stays listed among the warnings. */
+    private static final long OUT_OF_SPACE_SHOWN_NANOS = java.util.concurrent.TimeUnit.MINUTES.toNanos(5);
+
     private Readiness() {
     }
 
@@ -36,8 +39,17 @@ public final class Readiness {
         if (reachable == 0) {
             out.add(Problem.fatal("no memserver reachable (of " + links.size() + ")"));
         }
+        Bridge.Commitment c = bridge.commitment();
+        if (reachable > 0 && c.overcommitted()) {
+            out.add(Problem.warning("over-committed: the volumes need " + c.provisionedBytes() + " bytes when full"
+                    + " (size x replicas), the memservers up lend " + c.liveCapacityBytes()));
+        }
         for (Volume v : bridge.volumes()) {
             Volume.VolumeStatus s = v.status();
+            if (v.outOfSpaceWithin(OUT_OF_SPACE_SHOWN_NANOS)) {
+                out.add(Problem.warning("volume " + s.name() + ": writes failed with ENOSPC in the last 5 minutes"
+                        + " (no memserver had room for a new slab)"));
+            }
             if (v.fenced() != null) {
                 out.add(Problem.warning("volume " + s.name() + " fenced, failing with EIO: " + v.fenced()));
             } else if (s.lost() > 0) {
