@@ -40,7 +40,8 @@ public interface Link extends ByteChannel, GatheringByteChannel {
 
     /**
      * A client's link to the memserver at {@code address} over the connected {@code channel}: plain when {@code tls}
-     * is null, else TLS after a handshake. An IOException that says in a sentence why the handshake failed.
+     * is null, else TLS after a handshake. An IOException that says in a sentence why the handshake failed, or
+     * {@link TlsLink.PlainPeerException} with what the memserver said in clear.
      */
     static Link client(SocketChannel channel, SSLContext tls, InetSocketAddress address) throws IOException {
         if (tls == null) {
@@ -49,8 +50,7 @@ public interface Link extends ByteChannel, GatheringByteChannel {
         try {
             return TlsLink.client(channel, tls, address);
         } catch (TlsLink.PlainPeerException e) {
-            throw new IOException("it answered in clear: the memserver does not run TLS (start it with "
-                    + "--tls-certificates DIR, or connect without TLS)", e);
+            throw e; // what it said in clear is the wire's to read (a refusal, or a memserver without TLS)
         } catch (SSLException e) {
             throw new IOException("TLS handshake failed: " + TlsFailures.explain(e, address.getHostString()), e);
         }

@@ -62,6 +62,10 @@ public final class TlsLink implements Link {
     private InputStream stream;
     /** The client's: the memserver's name as given, to explain a refusal; null on the memserver's side. */
     private final String peerHost;
+    /** Application data has come: from here on a TLS failure is the stream's, not the handshake's. Reader's. */
+    private boolean dataSeen;
+    /** A handshake answer (a key update's) is queued for a thread that may block sending it. */
+    private final java.util.concurrent.atomic.AtomicBoolean answerQueued = new java.util.concurrent.atomic.AtomicBoolean();
 
     private TlsLink(SocketChannel channel, SSLEngine engine, String peerHost) {
         this.channel = channel;
@@ -111,10 +115,18 @@ public final class TlsLink implements Link {
         return link;
     }
 
-    /** The peer's first bytes were not TLS: it speaks the wire in clear. */
+    /** The peer's first bytes were not TLS: it speaks the wire in clear (or answered in clear, refusing us). */
     public static final class PlainPeerException extends SSLException {
-        PlainPeerException() {
+        private final byte[] received;
+
+        PlainPeerException(byte[] received) {
             super("the peer does not speak TLS (its first bytes are not a TLS handshake)");
+            this.received = received;
+        }
+
+        /** What it sent in clear, as far as it was read: a memserver's refusal, or a client's greeting. */
+        public java.nio.ByteBuffer received() {
+            return java.nio.ByteBuffer.wrap(received).asReadOnlyBuffer();
         }
     }
 
@@ -219,7 +231,9 @@ public final class TlsLink implements Link {
                 firstInputChecked = true;
                 byte type = netIn.get(0);
                 if (type != CONTENT_HANDSHAKE && type != CONTENT_ALERT) {
-                    throw new PlainPeerException();
+                    byte[] clear = new byte[netIn.position()];
+                    netIn.get(0, clear);
+                    throw new PlainPeerException(clear);
                 }
             }
         }
@@ -238,6 +252,10 @@ public final class TlsLink implements Link {
         } catch (PlainPeerException e) {
             throw e;
         } catch (SSLException e) {
+            if (dataSeen) {
+                throw new SSLException("TLS failed mid-connection: a record did not decrypt or verify, so data was"
+                        + " altered on the way or the peer failed [" + e.getMessage() + "]", e);
+            }
             // TLS 1.3 lets a client finish its handshake before the server checked its certificate: the server's
             // refusal is the first thing it reads.
             if (peerHost != null) {
@@ -277,6 +295,7 @@ public final class TlsLink implements Link {
                 switch (r.getStatus()) {
                     case OK -> {
                         if (r.bytesProduced() > 0) {
+                            dataSeen = true;
                             return direct ? r.bytesProduced() : drain(dst);
                         }
                         // a handshake message (a session ticket, a key update): read on
@@ -307,24 +326,35 @@ public final class TlsLink implements Link {
         return n;
     }
 
-    /** Post-handshake messages: tasks run here; an answer goes now if no writer is busy, else with the next write. */
-    private void afterUnwrap(HandshakeStatus hs) throws IOException {
+    /**
+     * Post-handshake messages: tasks run here; an answer (to a key update) goes out from a thread of its own, since
+     * sending may block until the peer reads, and the peer may be waiting for this reader to read its replies.
+     */
+    private void afterUnwrap(HandshakeStatus hs) {
         if (hs == HandshakeStatus.NEED_TASK) {
             hs = runTasks();
         }
-        if (hs == HandshakeStatus.NEED_WRAP && writing.tryLock()) {
-            try {
-                while (engine.getHandshakeStatus() == HandshakeStatus.NEED_WRAP) {
-                    netOut.clear();
-                    SSLEngineResult r = engine.wrap(EMPTY, netOut);
-                    send(netOut.flip());
-                    if (r.getStatus() == SSLEngineResult.Status.CLOSED || r.bytesProduced() == 0) {
-                        break;
-                    }
+        if (hs == HandshakeStatus.NEED_WRAP && answerQueued.compareAndSet(false, true)) {
+            Thread.ofVirtual().name("rdma-tls-answer").start(this::sendAnswer);
+        }
+    }
+
+    private void sendAnswer() {
+        writing.lock();
+        try {
+            answerQueued.set(false); // a later one queues anew; this one goes now
+            while (engine.getHandshakeStatus() == HandshakeStatus.NEED_WRAP) {
+                netOut.clear();
+                SSLEngineResult r = engine.wrap(EMPTY, netOut);
+                send(netOut.flip());
+                if (r.getStatus() == SSLEngineResult.Status.CLOSED || r.bytesProduced() == 0) {
+                    break;
                 }
-            } finally {
-                writing.unlock();
             }
+        } catch (IOException | RuntimeException e) {
+            // the connection is failing: its reader and writers see that for themselves
+        } finally {
+            writing.unlock();
         }
     }
 

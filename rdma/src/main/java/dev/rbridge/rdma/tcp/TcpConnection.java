@@ -106,7 +106,7 @@ final class TcpConnection extends ControlPlaneConnection {
             TcpSockets.tune(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
             TcpCongestion.apply(ch, params.tcpCongestion());
-            Link link = Link.client(ch, params.tls(), params.address());
+            Link link = ControlClient.link(ch, params.tls(), params.address(), peer);
             ServerInfo info = ControlClient.greet(link, peer, params.token(), clientName);
             if (!guard.cancel(false)) {
                 throw new IOException("timed out");

@@ -207,7 +207,7 @@ final class UcxConnection extends ControlPlaneConnection {
         try {
             Ucx.tuneControlSocket(ch);
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
-            Link link = Link.client(ch, params.tls(), params.address());
+            Link link = ControlClient.link(ch, params.tls(), params.address(), peer);
             ServerInfo info = ControlClient.greet(link, peer, params.token(), params.clientName());
             loop = new UcxLoop(context, "rdma-ucx-progress-" + peer);
             UcxLoop worker = loop;

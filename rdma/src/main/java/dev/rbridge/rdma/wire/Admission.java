@@ -248,6 +248,8 @@ public final class Admission {
                 limited.warn("tls_handshake", "client {}: TLS handshake failed ({}); refused", peer, x.getMessage());
                 turnAway("tls_handshake");
             }
+            case SSLException x -> limited.warn("tls_failed", "client {}: TLS failed mid-connection ({}): data altered on"
+                    + " the way, or the client failed; disconnected", peer, x.getMessage());
             case EOFException x -> log.debug("client {} disconnected", peer);
             case ClosedChannelException x -> log.debug("client {} disconnected", peer);
             case MalformedMessageException m -> {

@@ -13,6 +13,11 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.ByteChannel;
+import java.nio.channels.SocketChannel;
+import java.net.InetSocketAddress;
+import javax.net.ssl.SSLContext;
+import dev.rbridge.rdma.link.Link;
+import dev.rbridge.rdma.link.TlsLink;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -313,6 +318,32 @@ public final class ControlClient {
      * or a memserver of another protocol version is the exception; a peer that answers with something else is no
      * memserver ({@code IOException}).
      */
+    /**
+     * The connection's byte stream to {@code address} ({@link Link#client}): a memserver that answered a TLS client in
+     * clear either refused it before any TLS (the connection gate: its refusal is the exception, as after a HELLO) or
+     * does not run TLS (an IOException saying so).
+     */
+    public static Link link(SocketChannel ch, SSLContext tls, InetSocketAddress address, String peer)
+            throws IOException, RemoteMemoryException {
+        try {
+            return Link.client(ch, tls, address);
+        } catch (TlsLink.PlainPeerException e) {
+            ByteBuffer clear = e.received().order(ByteOrder.LITTLE_ENDIAN);
+            try {
+                // BAD_REQUEST is a memserver without TLS that took our TLS greeting for a malformed message.
+                if (MessageDecoder.forClient().next(clear) instanceof Message.Error refusal
+                        && Status.of(refusal.status()) != Status.BAD_REQUEST) {
+                    throw new RemoteMemoryException(Status.of(refusal.status()), "memserver " + peer
+                            + " refused the connection: " + refusal.message());
+                }
+            } catch (MalformedMessageException | RuntimeException ignored) {
+                // not a whole message of the wire: a memserver without TLS answering the TLS greeting
+            }
+            throw new IOException("it answered in clear: the memserver does not run TLS (start it with "
+                    + "--tls-certificates DIR, or connect without TLS)", e);
+        }
+    }
+
     public static ServerInfo greet(ByteChannel ch, String peer, String token, String clientName)
             throws IOException, RemoteMemoryException {
         if (token != null && !token.isEmpty()) {

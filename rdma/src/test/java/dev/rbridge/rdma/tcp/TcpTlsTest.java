@@ -188,6 +188,88 @@ class TcpTlsTest {
         awaitRefused("hello_timeout", 1);
     }
 
+    /** The gate's refusal goes out before any TLS: the client must read it as the refusal it is. */
+    @Test
+    void aTlsClientTurnedAwayByTheConnectionGateIsToldWhy() throws Exception {
+        ListenParams p = new ListenParams().address(new InetSocketAddress("127.0.0.1", 0))
+                .limits(dev.rbridge.rdma.ConnectionLimits.of(1, 1, 1))
+                .tls(X509Credentials.serverContext(ca.server(dir.resolve("server")), false), false);
+        listener = new TcpProvider().listen(p, service);
+        SSLContext tls = clientContext("client", false);
+        try (RemoteConnection first = new TcpProvider().connect(client(listener.address(), tls))) {
+            RemoteMemoryException e = assertThrows(RemoteMemoryException.class,
+                    () -> new TcpProvider().connect(client(listener.address(), tls)));
+            assertEquals(Status.NO_CAPACITY, e.status(), e.getMessage());
+            assertFalse(e.getMessage().contains("does not run TLS"), e.getMessage());
+        }
+    }
+
+    /** A certificate that expired while the memserver ran is called expired, not foreign. */
+    @Test
+    void anExpiredMemserverCertificateIsCalledExpired() throws Exception {
+        ListenParams p = new ListenParams().address(new InetSocketAddress("127.0.0.1", 0))
+                .tls(X509Credentials.serverContext(ca.server(dir.resolve("soon"), java.time.Instant.now()
+                        .plusSeconds(2)), false), false);
+        listener = new TcpProvider().listen(p, service);
+        Thread.sleep(3000);
+        RemoteMemoryException e = assertThrows(RemoteMemoryException.class,
+                () -> new TcpProvider().connect(client(listener.address(), clientContext("client", false))));
+        assertTrue(e.getMessage().contains("expired") && !e.getMessage().contains("not signed by"), e.getMessage());
+    }
+
+    /** A record altered on the way long after the handshake is reported as that, not as a failed handshake. */
+    @Test
+    void aRecordAlteredOnTheWayIsNotCalledAHandshakeFailure() throws Exception {
+        InetSocketAddress address = listen(true, false);
+        try (FlipOneBit relay = new FlipOneBit(address, 300_000); Arena arena = Arena.ofShared();
+             RemoteConnection c = new TcpProvider().connect(client(relay.address(), clientContext("c", false)))) {
+            RegionDescriptor r = c.allocate(RegionTag.scratch("t"), 4 << 20).get(10, TimeUnit.SECONDS);
+            MemorySegment dst = arena.allocate(1 << 20);
+            java.util.concurrent.ExecutionException e = assertThrows(java.util.concurrent.ExecutionException.class,
+                    () -> {
+                        for (int i = 0; i < 4; i++) {
+                            c.read(r, 0, dst).get(10, TimeUnit.SECONDS);
+                        }
+                    });
+            String m = e.getCause().getMessage();
+            assertFalse(m.contains("handshake"), m);
+            assertTrue(m.contains("altered"), m);
+        }
+    }
+
+    /** Relays both ways, flipping one bit of the memserver's stream at byte {@code at}. */
+    static final class FlipOneBit extends dev.rbridge.rdma.TcpRelay {
+        private final long at;
+
+        FlipOneBit(InetSocketAddress target, long at) throws java.io.IOException {
+            super(target);
+            this.at = at;
+        }
+
+        @Override
+        protected void relay(java.net.Socket client, java.net.Socket server) {
+            start("up", () -> pump(client, server, -1));
+            start("down", () -> pump(server, client, at));
+        }
+
+        private static void pump(java.net.Socket from, java.net.Socket to, long flipAt) {
+            try (java.io.InputStream in = from.getInputStream(); java.io.OutputStream out = to.getOutputStream()) {
+                byte[] b = new byte[8192];
+                long pos = 0;
+                int n;
+                while ((n = in.read(b)) > 0) {
+                    if (flipAt >= pos && flipAt < pos + n) {
+                        b[(int) (flipAt - pos)] ^= 1;
+                    }
+                    pos += n;
+                    out.write(b, 0, n);
+                }
+            } catch (java.io.IOException ignored) {
+                // the test closed it
+            }
+        }
+    }
+
     private void awaitRefused(String reason, long count) throws InterruptedException {
         long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
         while (service.refused().getOrDefault(reason, 0L) < count && System.nanoTime() < until) {
