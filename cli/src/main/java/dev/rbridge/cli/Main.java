@@ -36,6 +36,7 @@ public final class Main implements Runnable {
         cl.setUsageHelpAutoWidth(true);
         cl.setParameterExceptionHandler(Main::usageError);
         cl.setExecutionExceptionHandler(Main::failed);
+        HelpText.install(cl);
         return cl;
     }
 
