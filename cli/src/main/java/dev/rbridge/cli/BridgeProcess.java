@@ -76,6 +76,8 @@ final class BridgeProcess {
             listening.set(server);
             stopOnSigterm(server);
             announce(server, config);
+            SystemdNotify.ready("serving " + server.addresses().size() + " NBD listener(s), "
+                    + bridge.volumes().size() + " volume(s)");
         } catch (IOException | IllegalArgumentException | UncheckedIOException e) {
             closeAfterFailedStart();
             err.println(name + ": " + e.getMessage());
@@ -146,6 +148,7 @@ final class BridgeProcess {
         MetricsHttpServer metrics = metricsServer;
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             stopping.set(true);
+            SystemdNotify.stopping();
             server.close();
             if (admin != null) {
                 admin.close();

@@ -36,11 +36,15 @@ import java.util.concurrent.CountDownLatch;
 final class MemServerCommand implements Callable<Integer> {
     private static final Logger log = LoggerFactory.getLogger(MemServerCommand.class);
 
+    @Option(names = "--config", paramLabel = "FILE", description = "Read options from FILE first: one 'option = value'"
+            + " per line, without the leading dashes; '#' starts a comment; the command line adds to it.")
+    Path configFile;
+
     @Option(names = "--listen", paramLabel = "HOST:PORT", defaultValue = Defaults.MEMSERVER_LISTEN,
             description = "Address to serve on. Default ${DEFAULT-VALUE}.")
     String listen;
 
-    @Option(names = "--capacity", paramLabel = "SIZE", required = true,
+    @Option(names = "--capacity", paramLabel = "SIZE",
             description = "Most memory granted at once (K, M, G, T are binary), e.g. 64G.")
     String capacity;
 
@@ -131,6 +135,13 @@ final class MemServerCommand implements Callable<Integer> {
         MemServerConfig config;
         HugePages.Choice huge;
         try {
+            if (configFile != null) {
+                ConfigFile.apply(configFile, spec);
+            }
+            if (capacity == null) {
+                throw new IllegalArgumentException("give --capacity SIZE (how much memory to lend, e.g. 64G), on the"
+                        + " command line or as 'capacity = SIZE' in --config");
+            }
             long capacityBytes = Sizes.parse(capacity);
             huge = HugePages.choose(HugePages.Mode.parse(hugePages), transport, capacityBytes);
             java.net.InetSocketAddress address = Endpoints.parse(listen, Defaults.MEMSERVER_PORT);
@@ -194,6 +205,7 @@ final class MemServerCommand implements Callable<Integer> {
         MetricsHttpServer metricsToClose = metricsServer;
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            SystemdNotify.stopping();
             if (adminToClose != null) {
                 adminToClose.close();
             }
@@ -203,12 +215,13 @@ final class MemServerCommand implements Callable<Integer> {
             server.close();
             stopped.countDown();
         }, "shutdown"));
+        GracefulStop.onTerm(); // before the line that says it serves: whoever reads it may stop it at once
         System.out.println("rbridge memserver: lending " + Sizes.format(config.capacityBytes()) + " at "
                 + server.address().getHostString() + ":" + server.address().getPort()
                 + (adminServer == null ? "" : " admin " + adminServer.address().getHostString() + ":"
                 + adminServer.address().getPort()) + MetricsEndpoint.describe(metricsServer));
         System.out.flush();
-        GracefulStop.onTerm();
+        SystemdNotify.ready("lending " + Sizes.format(config.capacityBytes()));
         stopped.await();
         return 0;
     }

@@ -91,5 +91,29 @@ class RemoteMemoryCommandsTest {
         assertEquals(2, q.exitValue());
         assertTrue(Files.readString(log).contains("unknown transport 'carrier-pigeon' (available: tcp, local, ucx)"),
                 Files.readString(log));
+        Process r = CliProcess.start(log, "memserver", "--admin", "none");
+        assertTrue(r.waitFor(30, TimeUnit.SECONDS));
+        assertEquals(2, r.exitValue());
+        assertTrue(Files.readString(log).contains("give --capacity SIZE"), Files.readString(log));
+    }
+
+    /** A memserver takes its options from --config FILE as serve does; the command line adds to it. */
+    @Test
+    void memserverReadsAConfigFile() throws Exception {
+        Path dir = Files.createTempDirectory("memserver-config");
+        Path config = Files.writeString(dir.resolve("memserver.conf"), "# lend a little\nlisten = 127.0.0.1:0\n"
+                + "capacity = 96M\nadmin = none\n");
+        Process m = CliProcess.start(dir.resolve("memserver.log"), "memserver", "--config", config.toString(),
+                "--metrics", "none");
+        try {
+            String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8))
+                    .readLine();
+            assertTrue(line != null && line.contains("lending 96MiB at 127.0.0.1:"), line + "\n"
+                    + Files.readString(dir.resolve("memserver.log")));
+        } finally {
+            m.destroy();
+            assertTrue(m.waitFor(30, TimeUnit.SECONDS));
+        }
+        assertEquals(0, m.exitValue(), "stopped with SIGTERM: a success");
     }
 }

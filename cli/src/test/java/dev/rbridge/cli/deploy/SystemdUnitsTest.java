@@ -20,6 +20,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -133,6 +134,10 @@ class SystemdUnitsTest {
         var bridge = units.get("rbridge-bridge.service");
         var attach = units.get("rbridge-attach@.service");
         assertEquals(List.of("rbridge"), memserver.get("Service.User"));
+        for (var server : List.of(memserver, bridge)) {
+            assertEquals(List.of("notify"), server.get("Service.Type"), "readiness is notified");
+            assertEquals(List.of("main"), server.get("Service.NotifyAccess"));
+        }
         assertEquals(List.of("rbridge"), bridge.get("Service.User"));
         assertEquals(List.of("/opt/rbridge/bin/rbridge serve --config /etc/rbridge/serve.conf"),
                 bridge.get("Service.ExecStart"));
@@ -194,7 +199,23 @@ class SystemdUnitsTest {
         assertEquals(2, memserverLine, "serve.conf lists two memservers");
         Path local = root.resolve("serve-local.conf");
         Files.writeString(local, conf);
-        Process bridge = start(List.of(launcher, "serve", "--config", local.toString()), "bridge");
+        // systemd's side of Type=notify: a Unix datagram socket in NOTIFY_SOCKET that records what it is told.
+        Path notifySocket = root.resolve("notify.sock");
+        Files.deleteIfExists(notifySocket);
+        Path notified = root.resolve("notified.txt");
+        Process listener = new ProcessBuilder("python3", "-c", "import socket, sys\n"
+                + "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\ns.bind(sys.argv[1])\n"
+                + "for _ in range(2):\n    print(s.recv(4096).decode().replace('\\n', ' '), flush=True)\n",
+                notifySocket.toString()).redirectErrorStream(true).redirectOutput(notified.toFile()).start();
+        started.add(listener);
+        for (int i = 0; i < 100 && !Files.exists(notifySocket); i++) {
+            Thread.sleep(50);
+        }
+        ProcessBuilder serve = new ProcessBuilder(List.of(launcher, "serve", "--config", local.toString()))
+                .redirectErrorStream(true).redirectOutput(log("bridge").toFile());
+        serve.environment().put("NOTIFY_SOCKET", notifySocket.toString());
+        Process bridge = serve.start();
+        started.add(bridge);
         String ready = Deploy.awaitHttp("127.0.0.1:" + metrics, "/readyz", 200, Duration.ofSeconds(60), bridge,
                 log("bridge"));
         assertTrue(ready.startsWith("ready"), ready);
@@ -205,6 +226,10 @@ class SystemdUnitsTest {
         assertTrue(Deploy.stop(bridge, Duration.ofSeconds(timeoutStop)),
                 "the bridge stops on SIGTERM within TimeoutStopSec=" + timeoutStop + " s");
         System.out.printf("bridge stopped in %.1f s%n", (System.nanoTime() - t0) / 1e9);
+        assertTrue(listener.waitFor(10, TimeUnit.SECONDS), "two notifications: " + Files.readString(notified));
+        List<String> told = Files.readAllLines(notified);
+        assertTrue(told.getFirst().startsWith("READY=1 STATUS=serving"), told.toString());
+        assertEquals("STOPPING=1", told.get(1), told.toString());
         // A stop systemd asked for is a success: exit 0, not the JVM's 143 (which the unit would report as failed).
         assertEquals(0, bridge.exitValue(), "the bridge's exit status after SIGTERM");
         for (Process m : List.copyOf(started)) {
