@@ -24,6 +24,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.time.Duration;
+import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -59,7 +60,13 @@ public final class Bridge implements SlabHost, AutoCloseable {
 
     private final BridgeConfig config;
     private final RemoteMemoryProvider provider;
-    private final List<MemserverLink> links = new ArrayList<>();
+    /** Every memserver this bridge uses; grows and shrinks while it serves (admin, DNS), so copy-on-write. */
+    private final List<MemserverLink> links = new java.util.concurrent.CopyOnWriteArrayList<>();
+    /** The links that came from a DNS name, and which: only those go when the name stops listing them. */
+    private final Map<MemserverLink, String> fromDns = new ConcurrentHashMap<>();
+    /** Told of every memserver added and removed while serving (metrics register and drop its series). */
+    private volatile java.util.function.Consumer<MemserverLink> memserverAdded = l -> { };
+    private volatile java.util.function.Consumer<MemserverLink> memserverRemoved = l -> { };
     private final Map<String, Volume> volumes = new LinkedHashMap<>();
     private final Rebuilder rebuilder;
     private final LeaseKeeper leases;
@@ -73,6 +80,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         this.config = config;
         this.provider = Providers.byName(config.transport());
         config.memservers().forEach(a -> links.add(new MemserverLink(a, config.metrics())));
+        discover(); // the addresses of --memserver-dns names, before the first connect
         config.volumes().forEach(v -> volumes.put(v.name(), new Volume(v, this)));
         this.rebuilder = new Rebuilder(this, config.rebuildChunk());
         this.leases = new LeaseKeeper(config, links, volumes.values(), this::linkDown);
@@ -156,6 +164,138 @@ public final class Bridge implements SlabHost, AutoCloseable {
 
     public List<MemserverLink> memservers() {
         return List.copyOf(links);
+    }
+
+    /** {@code added} and {@code removed} hear of every memserver added and removed from now on. */
+    public void onMembership(java.util.function.Consumer<MemserverLink> added,
+                             java.util.function.Consumer<MemserverLink> removed) {
+        this.memserverAdded = java.util.Objects.requireNonNull(added);
+        this.memserverRemoved = java.util.Objects.requireNonNull(removed);
+    }
+
+    /**
+     * Adds a memserver while serving: the health duty connects to it at once, takes the volumes' leases there, and
+     * it takes new slabs and rebuilds from then on (placement prefers free capacity). Adding one already used is no
+     * change. Returns its link.
+     */
+    public synchronized MemserverLink addMemserver(InetSocketAddress address, String why) {
+        String label = address.getHostString() + ":" + address.getPort();
+        for (MemserverLink l : links) {
+            if (l.label().equals(label) || l.address().equals(address)) {
+                return l;
+            }
+        }
+        MemserverLink l = new MemserverLink(address, config.metrics());
+        links.add(l);
+        log.info("memserver {} added ({}): connecting; new slabs and rebuilds may go there", l.label(), why);
+        memserverAdded.accept(l);
+        return l;
+    }
+
+    /**
+     * Stops using a memserver: allowed while it holds no live replica of any volume (it is down, or nothing was
+     * placed there, or everything was moved off); its leases are given back and its regions stay. Returns null when
+     * it was removed, else why not.
+     */
+    public synchronized String removeMemserver(String label, String why) {
+        MemserverLink l = links.stream().filter(x -> x.label().equals(label)).findFirst().orElse(null);
+        if (l == null) {
+            return "no memserver " + label + " (see admin memservers)";
+        }
+        RemoteConnection c = l.connection();
+        if (c != null) {
+            long live = volumes.values().stream().mapToLong(v -> v.replicasOn(c)).sum();
+            if (live > 0) {
+                return "memserver " + label + " holds " + live + " live replica(s): drain it first, or stop it";
+            }
+            leases.giveBack(l, c);
+        }
+        links.remove(l);
+        fromDns.remove(l);
+        RemoteConnection old = l.down("removed: " + why);
+        if (old != null) {
+            old.close();
+        }
+        volumes.values().forEach(v -> v.manifest().forget(l));
+        log.info("memserver {} removed ({})", label, why);
+        memserverRemoved.accept(l);
+        if (overcommitted != null) {
+            checkCommitment(false);
+        }
+        return null;
+    }
+
+    /**
+     * Empties a memserver while serving: it takes no new slabs or rebuilds, and every replica it holds is copied to
+     * another memserver (the rebuild duty, one slab at a time, I/O going on) and then retired there. Once it holds
+     * nothing live the bridge stops using it (removed, leases given back), so a draining memserver can exit. Returns
+     * null when started, else why not.
+     */
+    public synchronized String drainMemserver(String label) {
+        MemserverLink l = links.stream().filter(x -> x.label().equals(label)).findFirst().orElse(null);
+        if (l == null) {
+            return "no memserver " + label + " (see admin memservers)";
+        }
+        l.drain();
+        RemoteConnection c = l.connection();
+        long slabs = 0;
+        if (c != null) {
+            for (Volume v : volumes.values()) {
+                for (var s : v.slabsOn(c)) {
+                    rebuilder.offer(s);
+                    slabs++;
+                }
+            }
+        }
+        log.info("memserver {}: draining; {} slab replica(s) to move elsewhere", label, slabs);
+        return null;
+    }
+
+    /** Draining memservers that hold nothing live any more are let go. */
+    private void finishDrains() {
+        for (MemserverLink l : links) {
+            if (!l.draining()) {
+                continue;
+            }
+            RemoteConnection c = l.connection();
+            long live = c == null ? 0 : volumes.values().stream().mapToLong(v -> v.replicasOn(c)).sum();
+            if (live == 0 && removeMemserver(l.label(), "drained: it holds nothing live") == null) {
+                log.info("memserver {}: drained; it holds nothing live and this bridge no longer uses it", l.label());
+            }
+        }
+    }
+
+    /**
+     * Resolves every --memserver-dns name: new addresses become memservers; addresses the name no longer lists go
+     * when they hold nothing live (a pod replaced under a headless Service leaves its old address down). A name that
+     * does not resolve now changes nothing.
+     */
+    private void discover() {
+        for (InetSocketAddress name : config.memserverNames()) {
+            java.util.Set<InetSocketAddress> now = new java.util.LinkedHashSet<>();
+            try {
+                for (java.net.InetAddress a : java.net.InetAddress.getAllByName(name.getHostString())) {
+                    now.add(new InetSocketAddress(a, name.getPort()));
+                }
+            } catch (java.net.UnknownHostException e) {
+                log.warn("memserver name {} does not resolve now ({}); its memservers stay as they are",
+                        name.getHostString(), e.getMessage());
+                continue;
+            }
+            String origin = "DNS name " + name.getHostString();
+            for (InetSocketAddress a : now) {
+                MemserverLink l = addMemserver(new InetSocketAddress(a.getAddress().getHostAddress(), a.getPort()),
+                        origin);
+                fromDns.putIfAbsent(l, name.getHostString());
+            }
+            for (var e : fromDns.entrySet()) {
+                MemserverLink l = e.getKey();
+                if (e.getValue().equals(name.getHostString()) && !now.contains(l.address())
+                        && l.connection() == null) {
+                    removeMemserver(l.label(), origin + " no longer lists it");
+                }
+            }
+        }
     }
 
     public List<Volume> volumes() {
@@ -545,6 +685,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         long leaseEvery = Math.max(TICK_MILLIS, config.leaseTtl().toMillis() / 3);
         long lastLease = 0; // renew at once: attaching may have taken a good part of the lease
         long lastInfo = 0;
+        long lastDns = System.currentTimeMillis(); // resolved in the constructor
         while (running) {
             long now = System.currentTimeMillis();
             try {
@@ -570,8 +711,13 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     lastLease = now;
                     leases.renew();
                 }
+                if (!config.memserverNames().isEmpty() && now - lastDns >= BridgeConfig.DNS_INTERVAL.toMillis()) {
+                    lastDns = now;
+                    discover();
+                }
                 if (now - lastInfo >= 1000) {
                     lastInfo = now;
+                    finishDrains();
                     refreshCapacity();
                     for (Volume v : volumes.values()) {
                         v.failClosedReplicas();
@@ -685,7 +831,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private MemserverLink choose(Set<MemserverLink> exclude, long length) {
         List<MemserverLink> candidates = new ArrayList<>();
         for (MemserverLink l : links) {
-            if (!exclude.contains(l) && l.connection() != null && l.freeBytes() >= length) {
+            if (!exclude.contains(l) && !l.draining() && l.connection() != null && l.freeBytes() >= length) {
                 candidates.add(l);
             }
         }

@@ -35,10 +35,12 @@ public final class BridgeConfig {
     private final int lanes;
     private final String tcpCongestion;
     private final BridgeMetrics metrics;
+    private final List<InetSocketAddress> memserverNames;
 
     private BridgeConfig(Builder b) {
-        if (b.memservers.isEmpty()) {
-            throw new IllegalArgumentException("the bridge needs at least one memserver (--memserver HOST:PORT)");
+        if (b.memservers.isEmpty() && b.memserverNames.isEmpty()) {
+            throw new IllegalArgumentException("the bridge needs at least one memserver (--memserver HOST:PORT, or"
+                    + " --memserver-dns NAME:PORT)");
         }
         if (b.volumes.isEmpty()) {
             throw new IllegalArgumentException("the bridge needs at least one volume (--volume name=disk,size=1G)");
@@ -51,13 +53,14 @@ public final class BridgeConfig {
             if (!names.add(v.name())) {
                 throw new IllegalArgumentException("volume '" + v.name() + "' is configured twice");
             }
-            if (v.replicas() > b.memservers.size()) {
+            if (b.memserverNames.isEmpty() && v.replicas() > b.memservers.size()) {
                 throw new IllegalArgumentException("volume '" + v.name() + "' wants " + v.replicas()
                         + " replicas but only " + b.memservers.size() + " memserver(s) are configured; replicas of a"
                         + " slab never share a memserver");
             }
         }
         this.memservers = List.copyOf(b.memservers);
+        this.memserverNames = List.copyOf(b.memserverNames);
         this.volumes = List.copyOf(b.volumes);
         this.transport = Objects.requireNonNull(b.transport);
         this.token = b.token == null ? "" : b.token;
@@ -97,6 +100,17 @@ public final class BridgeConfig {
     public static Builder builder() {
         return new Builder();
     }
+
+    /**
+     * DNS names (unresolved {@code NAME:PORT}) each of whose addresses is a memserver: resolved at start and every
+     * {@link #DNS_INTERVAL} after, so memservers come and go with the name (a Kubernetes headless Service).
+     */
+    public List<InetSocketAddress> memserverNames() {
+        return memserverNames;
+    }
+
+    /** How often {@link #memserverNames} are resolved again (the JVM's own cache may hold an answer longer). */
+    public static final java.time.Duration DNS_INTERVAL = java.time.Duration.ofSeconds(10);
 
     public List<InetSocketAddress> memservers() {
         return memservers;
@@ -166,6 +180,7 @@ public final class BridgeConfig {
     public BridgeConfig withMetrics(BridgeMetrics m) {
         Builder b = new Builder();
         memservers.forEach(b::memserver);
+        memserverNames.forEach(b::memserverName);
         volumes.forEach(b::volume);
         return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
                 .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
@@ -174,6 +189,7 @@ public final class BridgeConfig {
 
     public static final class Builder {
         private final List<InetSocketAddress> memservers = new ArrayList<>();
+        private final List<InetSocketAddress> memserverNames = new ArrayList<>();
         private final List<VolumeSpec> volumes = new ArrayList<>();
         private String transport = "tcp";
         private String token;
@@ -190,6 +206,12 @@ public final class BridgeConfig {
 
         public Builder memserver(InetSocketAddress a) {
             memservers.add(Objects.requireNonNull(a));
+            return this;
+        }
+
+        /** A DNS name whose every address is a memserver at {@code name}'s port (see memserverNames()). */
+        public Builder memserverName(InetSocketAddress name) {
+            memserverNames.add(InetSocketAddress.createUnresolved(name.getHostString(), name.getPort()));
             return this;
         }
 

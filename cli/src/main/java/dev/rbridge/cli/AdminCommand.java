@@ -32,11 +32,15 @@ import java.util.concurrent.Callable;
         modelTransformer = AdminCommand.UnlistedLogLevel.class,
         description = {"Operate a memserver: list clients, regions and counters; disconnect a client; revoke a region;",
                 "drain (refuse new clients and grants, exit when the last client leaves); shut down.",
-                "With --bridge: show a bridge's volumes, slab maps with replica states, memservers and rebuild progress.",
+                "With --bridge: show a bridge's volumes, slab maps with replica states, memservers and rebuild progress;",
+                "add a memserver while it serves (it takes new slabs and rebuilds at once), drain one (its replicas are",
+                "copied elsewhere while I/O goes on, then the bridge lets it go), or remove one that holds no live replica.",
                 "disconnect, revoke, drain and shutdown always need the memserver's token (--token-file), also on",
                 "loopback; a memserver without a token refuses them. Reads need the token when the server has one."},
         footer = {"", "Memserver actions: clients | regions | leases | stats | disconnect CLIENT_ID | revoke REGION_ID | drain | shutdown",
-                "Bridge actions (--bridge): volumes | slabs VOLUME | memservers | rebuild",
+                "Bridge actions (--bridge): volumes | slabs VOLUME | memservers | rebuild | add-memserver HOST:PORT"
+                        + " | drain-memserver HOST:PORT | remove-memserver HOST:PORT (the last three change state:"
+                        + " they need the token)",
                 "", "Examples:", "  rbridge admin --memserver " + Defaults.MEMSERVER_ADMIN
                         + " --token-file /etc/rbridge/token clients",
                 "  rbridge admin --bridge " + Defaults.BRIDGE_ADMIN + " slabs disk"})
@@ -70,7 +74,7 @@ final class AdminCommand implements Callable<Integer> {
     String action;
 
     @Parameters(index = "1", arity = "0..1", paramLabel = "ARG",
-            description = "Client id (disconnect), region id (revoke) or volume name (slabs).")
+            description = "Client id (disconnect), region id (revoke), volume name (slabs) or HOST:PORT (add-memserver, remove-memserver).")
     String id;
 
     @CommandLine.Spec
@@ -95,8 +99,15 @@ final class AdminCommand implements Callable<Integer> {
             String host = address.getHostString();
             String base = "http://" + (host.contains(":") ? "[" + host + "]" : host) + ":" + address.getPort() + "/";
             if (bridge != null) {
-                method = "GET";
+                method = action.endsWith("-memserver") ? "POST" : "GET";
                 path = switch (action) {
+                    case "add-memserver", "remove-memserver", "drain-memserver" -> {
+                        if (id == null) {
+                            throw new IllegalArgumentException(action + " needs HOST:PORT");
+                        }
+                        yield base + "memservers/" + URLEncoder.encode(id, StandardCharsets.UTF_8)
+                                + "/" + action.substring(0, action.indexOf('-'));
+                    }
                     case "volumes", "memservers", "rebuild" -> base + action;
                     case "slabs" -> {
                         if (id == null) {
@@ -106,7 +117,8 @@ final class AdminCommand implements Callable<Integer> {
                                 .replace("+", "%20") + "/slabs";
                     }
                     default -> throw new IllegalArgumentException("unknown bridge action '" + action
-                            + "' (volumes, slabs VOLUME, memservers, rebuild)");
+                            + "' (volumes, slabs VOLUME, memservers, rebuild, add-memserver HOST:PORT,"
+                            + " drain-memserver HOST:PORT, remove-memserver HOST:PORT)");
                 };
             } else switch (action) {
                 case "clients", "regions", "leases", "stats" -> {

@@ -14,10 +14,11 @@ import java.net.InetSocketAddress;
  */
 class OpsEndpointOptions {
     @Option(names = "--admin", paramLabel = "HOST:PORT|none",
-            description = "Operator interface (JSON over HTTP, read-only) for rbridge admin --bridge; 'none' turns"
-                    + " it off. Needs the memservers' token when one is set; requests from web pages (an Origin"
-                    + " header) and, on loopback, requests for a Host that is not a loopback name are refused."
-                    + " Default ${DEFAULT-VALUE}.")
+            description = "Operator interface (JSON over HTTP) for rbridge admin --bridge: volumes, slabs,"
+                    + " memservers, rebuilds; adding, draining and removing memservers (those need the token). 'none'"
+                    + " turns it off. Needs the memservers' token when one is set, taken from loopback peers only;"
+                    + " requests from web pages (an Origin header) and, on loopback, requests for a Host that is not"
+                    + " a loopback name are refused. Default ${DEFAULT-VALUE}.")
     String admin;
 
     @Option(names = "--metrics", paramLabel = "HOST:PORT|none",

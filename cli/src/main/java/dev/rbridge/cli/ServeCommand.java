@@ -10,6 +10,7 @@ import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
+import java.net.InetSocketAddress;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -47,8 +48,15 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--config", paramLabel = "FILE", description = "Read options from FILE first (see below).")
     Path configFile;
 
-    @Option(names = "--memserver", paramLabel = "HOST:PORT", description = "A memserver to use; repeatable.")
+    @Option(names = "--memserver", paramLabel = "HOST:PORT", description = "A memserver to use; repeatable. More"
+            + " can be added while serving: rbridge admin --bridge ... add-memserver HOST:PORT.")
     List<String> memservers = new ArrayList<>();
+
+    @Option(names = "--memserver-dns", paramLabel = "NAME[:PORT]", description = "Every address NAME resolves to is a"
+            + " memserver (a Kubernetes headless Service, say): resolved at start and every 10 s, so memservers"
+            + " join as the name lists them, and an address it no longer lists is dropped once it is down. Repeatable;"
+            + " the port defaults to " + Defaults.MEMSERVER_PORT + ".")
+    List<String> memserverNames = new ArrayList<>();
 
     @Option(names = "--volume", paramLabel = "SPEC", description = "A volume to export; repeatable. The first is also "
             + "the default export. Syntax below.")
@@ -137,8 +145,9 @@ public final class ServeCommand implements Callable<Integer> {
     }
 
     BridgeConfig bridgeConfig() {
-        if (memservers.isEmpty()) {
-            throw new IllegalArgumentException("give at least one --memserver HOST:PORT (or use rbridge demo)");
+        if (memservers.isEmpty() && memserverNames.isEmpty()) {
+            throw new IllegalArgumentException("give at least one --memserver HOST:PORT or --memserver-dns NAME (or use"
+                    + " rbridge demo)");
         }
         if (volumes.isEmpty()) {
             throw new IllegalArgumentException("give at least one --volume, e.g. --volume disk,size=1G,replicas=2");
@@ -163,6 +172,10 @@ public final class ServeCommand implements Callable<Integer> {
         }
         for (String m : memservers) {
             b.memserver(Endpoints.parse(m, Defaults.MEMSERVER_PORT));
+        }
+        for (String n : memserverNames) {
+            InetSocketAddress a = Endpoints.parse(n, Defaults.MEMSERVER_PORT);
+            b.memserverName(InetSocketAddress.createUnresolved(a.getHostString(), a.getPort()));
         }
         for (String v : volumes) {
             b.volume(VolumeSpecs.parse("volume", v, Sizes.parse(Defaults.VOLUME_SIZE), Defaults.REPLICAS));

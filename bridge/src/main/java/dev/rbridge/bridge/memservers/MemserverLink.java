@@ -26,6 +26,8 @@ public final class MemserverLink {
     private final InetSocketAddress address;
     private volatile RemoteConnection connection;
     private volatile State state = State.CONNECTING;
+    /** Being emptied: never chosen for new slabs or rebuilds, and its replicas are moved elsewhere. */
+    private volatile boolean draining;
     private volatile String serverId = "";
     private volatile long capacityBytes;
     private volatile long freeBytes;
@@ -74,6 +76,15 @@ public final class MemserverLink {
     /** Free capacity as last reported, less what this bridge allocated since. */
     public long freeBytes() {
         return Math.max(0, freeBytes - reserved.get());
+    }
+
+    /** Whether the bridge is moving every replica off this memserver (admin drain-memserver). */
+    public boolean draining() {
+        return draining;
+    }
+
+    public void drain() {
+        draining = true;
     }
 
     public String lastError() {

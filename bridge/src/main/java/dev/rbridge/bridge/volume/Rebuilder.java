@@ -162,7 +162,19 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             return done;
         }
         ReplicaSet before = s.set;
-        if (before == null || before.lost() || before.building != null || before.live.size() >= s.volume.replicas()) {
+        if (before == null || before.lost() || before.building != null) {
+            return true;
+        }
+        // Replicas on a draining memserver count until enough others exist; then they are retired (evacuation).
+        long staying = before.live.stream().filter(r -> !r.link().draining()).count();
+        if (staying >= s.volume.replicas()) {
+            for (Replica r : before.live) {
+                if (r.link().draining()) {
+                    log.info("volume {} slab {}: {} moved off draining memserver {}", s.volume.name(), s.index,
+                            r.describe(), r.link().label());
+                    s.retire(r, "memserver " + r.link().label() + " is being drained");
+                }
+            }
             return true;
         }
         Set<MemserverLink> exclude = new HashSet<>();
@@ -184,8 +196,14 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             host.release(target);
             return true;
         }
-        log.info("volume {} slab {}: rebuilding onto {} ({} bytes)", s.volume.name(), s.index, target.describe(), s.length);
-        return fill(s, target, replaced, gate, buffer, "rebuild");
+        log.info("volume {} slab {}: {} onto {} ({} bytes)", s.volume.name(), s.index,
+                before.live.size() >= s.volume.replicas() ? "copying off a draining memserver" : "rebuilding",
+                target.describe(), s.length);
+        boolean done = fill(s, target, replaced, gate, buffer, "rebuild");
+        if (done && s.set != null && s.set.live.stream().anyMatch(r -> r.link().draining())) {
+            offer(s); // the copy is live: the next pass retires the draining one
+        }
+        return done;
     }
 
     /**

@@ -235,6 +235,14 @@ public final class Slab {
     }
 
     /**
+     * Takes a healthy replica out because its memserver is being emptied, once the others are enough: as a failure
+     * (a newer generation on the rest, its region released), logged as what it is.
+     */
+    CompletableFuture<Void> retire(Replica r, String reason) {
+        return fail(r, reason);
+    }
+
+    /**
      * Takes a replica out after it failed an operation. Completes normally once every remaining live replica is tagged
      * with a newer generation (so the failed one can never be believed again), exceptionally if none remains.
      */
@@ -349,7 +357,9 @@ public final class Slab {
     /** Rebuild: adds {@code target} as the building replica; returns the state it replaced, or null if not wanted now. */
     synchronized ReplicaSet startRebuild(Replica target, RebuildGate gate) {
         ReplicaSet cur = set;
-        if (cur == null || cur.lost() || cur.building != null || cur.live.size() >= volume.replicas()
+        // Replicas on a draining memserver do not count: the copy that replaces one is built beside it.
+        if (cur == null || cur.lost() || cur.building != null
+                || cur.live.stream().filter(r -> !r.link().draining()).count() >= volume.replicas()
                 || cur.confirmedGeneration() != cur.generation) {
             return null;
         }

@@ -534,6 +534,28 @@ public final class Volume implements BlockDevice {
         return release;
     }
 
+    /** The slabs with a replica (live or being built) on {@code connection}. */
+    public List<Slab> slabsOn(RemoteConnection connection) {
+        List<Slab> out = new ArrayList<>();
+        for (Slab s : slabs) {
+            if (s.replicaOn(connection) != null) {
+                out.add(s);
+            }
+        }
+        return out;
+    }
+
+    /** How many slabs have a replica on {@code connection} (live replicas a memserver holds for this volume). */
+    public long replicasOn(RemoteConnection connection) {
+        long n = 0;
+        for (Slab s : slabs) {
+            if (s.replicaOn(connection) != null) {
+                n++;
+            }
+        }
+        return n;
+    }
+
     /** A memserver's connection died: every replica on it fails. */
     public void connectionLost(RemoteConnection connection, String reason) {
         for (Slab s : slabs) {

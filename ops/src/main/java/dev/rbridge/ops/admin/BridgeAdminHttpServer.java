@@ -23,14 +23,18 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The bridge's operator interface: JSON over HTTP on the ops server, read-only, guarded by the memservers' token
- * (as a bearer token) when one is configured and by the admin rules ({@link AdminRules}) for every request.
+ * The bridge's operator interface: JSON over HTTP on the ops server, guarded by the memservers' token (as a bearer
+ * token) when one is configured and by the admin rules ({@link AdminRules}) for every request; the two operations
+ * that change state (POST) need the token.
  *
  * <pre>
  * GET /volumes              each volume: size, slab size, replicas, state, slab counts by state
  * GET /volumes/{name}/slabs every allocated slab: state, generation, replicas, rebuild progress (?all=1: every slab)
  * GET /memservers           each memserver: state, instance, capacity, free bytes, operations in flight, last error
  * GET /rebuild              the slab being rebuilt, its progress, and how many wait
+ * POST /memservers/{address}/add     use another memserver from now on (HOST:PORT)
+ * POST /memservers/{address}/remove  stop using one that holds no live replica
+ * POST /memservers/{address}/drain   move every replica off one, then stop using it
  * </pre>
  */
 public final class BridgeAdminHttpServer implements AutoCloseable {
@@ -45,7 +49,7 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
     }
 
     record MemserverJson(String memserver, String state, String instance, long capacity, long free, long inFlight,
-                         long downForMs, String lastError) {
+                         long downForMs, String lastError, boolean draining) {
     }
 
     /** The slab fields are absent (null) while nothing is being rebuilt. */
@@ -68,6 +72,13 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
                 .read("/volumes/{name}/slabs", this::slabs)
                 .read("/memservers", r -> HttpResponse.json(200, memservers()))
                 .read("/rebuild", r -> HttpResponse.json(200, rebuild()))
+                .mutate("/memservers/{address}/add", this::addMemserver)
+                .mutate("/memservers/{address}/remove", this::removeMemserver)
+                .mutate("/memservers/{address}/drain", r -> {
+                    String why = bridge.drainMemserver(r.param("address"));
+                    return why == null ? HttpResponse.json(202, Map.of("draining", r.param("address")))
+                            : HttpResponse.json(404, Map.of("error", why));
+                })
                 .build();
         try {
             this.http = OpsHttpServer.start(OpsHttpConfig.builder("admin", address).errorPage(ErrorPage.JSON).build(),
@@ -86,6 +97,33 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
     /** Connections open now, for the connections gauge. */
     public int openConnections() {
         return http.openConnections();
+    }
+
+    private HttpResponse addMemserver(HttpRequest r) {
+        String address = r.param("address");
+        int colon = address.lastIndexOf(':');
+        int port;
+        try {
+            port = colon < 0 ? -1 : Integer.parseInt(address.substring(colon + 1));
+        } catch (NumberFormatException e) {
+            port = -1;
+        }
+        String host = colon < 0 ? "" : address.substring(0, colon).replaceAll("^\\[|\\]$", "");
+        if (port < 1 || port > 65535 || host.isEmpty() || host.length() > 253) {
+            return HttpResponse.json(400, Map.of("error", "a memserver is HOST:PORT, not '" + address + "'"));
+        }
+        InetSocketAddress a = new InetSocketAddress(host, port);
+        if (a.isUnresolved()) {
+            return HttpResponse.json(400, Map.of("error", "'" + host + "' does not resolve"));
+        }
+        MemserverLink l = bridge.addMemserver(a, "admin");
+        return HttpResponse.json(200, Map.of("memserver", l.label(), "state", l.state().label()));
+    }
+
+    private HttpResponse removeMemserver(HttpRequest r) {
+        String why = bridge.removeMemserver(r.param("address"), "admin");
+        return why == null ? HttpResponse.json(200, Map.of("removed", r.param("address")))
+                : HttpResponse.json(409, Map.of("error", why));
     }
 
     private List<VolumeJson> volumes() {
@@ -120,7 +158,8 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
         List<MemserverJson> out = new ArrayList<>();
         for (MemserverLink l : bridge.memservers()) {
             out.add(new MemserverJson(l.label(), l.state().label(), l.serverId(),
-                    l.capacityBytes(), l.freeBytes(), l.inFlight.get(), l.downForMillis(), l.lastError()));
+                    l.capacityBytes(), l.freeBytes(), l.inFlight.get(), l.downForMillis(), l.lastError(),
+                    l.draining()));
         }
         return out;
     }

@@ -55,20 +55,33 @@ public final class BridgeMeters implements BridgeMetrics {
         return new LinkMeters(label);
     }
 
+    /** A memserver's gauges, from when the bridge uses it. */
+    private void memserverGauges(MemserverLink l) {
+        Gauge.builder("rbridge.memserver.reachable", l, x -> x.connection() != null ? 1 : 0)
+                .tag("memserver", l.label()).description("1 when the memserver is connected and usable")
+                .strongReference(true).register(registry);
+        Gauge.builder("rbridge.memserver.free.reported", l, MemserverLink::freeBytes).baseUnit("bytes")
+                .tag("memserver", l.label())
+                .description("Free capacity the memserver last reported, less this bridge's grants since")
+                .strongReference(true).register(registry);
+        Gauge.builder("rbridge.remote.ops.in.flight", l, x -> x.inFlight.get()).tag("memserver", l.label())
+                .description("Remote operations issued and not complete").strongReference(true)
+                .register(registry);
+    }
+
+    /** A memserver the bridge stopped using: its series go, so no alert watches a memserver nobody uses. */
+    private void forgetMemserver(MemserverLink l) {
+        for (io.micrometer.core.instrument.Meter m : java.util.List.copyOf(registry.getMeters())) {
+            if (l.label().equals(m.getId().getTag("memserver"))) {
+                registry.remove(m);
+            }
+        }
+    }
+
     /** Registers the gauges read from a started bridge. */
     public void bind(Bridge bridge) {
-        for (MemserverLink l : bridge.memservers()) {
-            Gauge.builder("rbridge.memserver.reachable", l, x -> x.connection() != null ? 1 : 0)
-                    .tag("memserver", l.label()).description("1 when the memserver is connected and usable")
-                    .strongReference(true).register(registry);
-            Gauge.builder("rbridge.memserver.free.reported", l, MemserverLink::freeBytes).baseUnit("bytes")
-                    .tag("memserver", l.label())
-                    .description("Free capacity the memserver last reported, less this bridge's grants since")
-                    .strongReference(true).register(registry);
-            Gauge.builder("rbridge.remote.ops.in.flight", l, x -> x.inFlight.get()).tag("memserver", l.label())
-                    .description("Remote operations issued and not complete").strongReference(true)
-                    .register(registry);
-        }
+        bridge.memservers().forEach(this::memserverGauges);
+        bridge.onMembership(this::memserverGauges, this::forgetMemserver);
         for (Volume v : bridge.volumes()) {
             String name = v.spec().name();
             Gauge.builder("rbridge.volume.size", v, x -> x.spec().size()).baseUnit("bytes").tag("export", name)

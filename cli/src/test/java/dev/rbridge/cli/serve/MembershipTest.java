@@ -1,0 +1,168 @@
+package dev.rbridge.cli.serve;
+
+import dev.rbridge.cli.CliProcess;
+import dev.rbridge.nbd.interop.PeerTool;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Memservers join a serving bridge without a restart: added with rbridge admin while a volume is degraded (the rebuild
+ * completes onto the new one), and found through a DNS name that starts listing another address (the JVM's hosts
+ * file stands in for the DNS server a Kubernetes headless Service would be).
+ */
+@Timeout(300)
+@Tag("fault")
+class MembershipTest {
+    private static final Pattern LENDING = Pattern.compile("lending \\S+ at (\\S+)");
+    private static final String TOKEN = "membership-token-0123456789abcdef";
+
+    @RegisterExtension
+    static final ServeCluster.LogsOnFailure LOGS = new ServeCluster.LogsOnFailure();
+
+    private final List<Process> extra = new ArrayList<>();
+
+    private String memserver(Path dir, String name, String listen) throws Exception {
+        Path log = dir.resolve(name + ".log");
+        Process p = CliProcess.start(log, "memserver", "--listen", listen, "--capacity", "256M", "--admin", "none",
+                "--metrics", "none", "--token", TOKEN);
+        extra.add(p);
+        String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8)).readLine();
+        assertTrue(line != null, Files.readString(log));
+        Matcher m = LENDING.matcher(line);
+        assertTrue(m.find(), line);
+        return m.group(1);
+    }
+
+    private void stopExtra() throws InterruptedException {
+        for (Process p : extra) {
+            p.destroy();
+            p.waitFor(30, TimeUnit.SECONDS);
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private static long up(Object memservers) {
+        return ((List<Object>) memservers).stream().filter(m -> "up".equals(((Map<String, Object>) m).get("state")))
+                .count();
+    }
+
+    @SuppressWarnings("unchecked")
+    private static Object state(Object volumes) {
+        return ((Map<String, Object>) ((List<Object>) volumes).getFirst()).get("state");
+    }
+
+    @Test
+    void aMemserverAddedWhileDegradedTakesTheRebuild() throws Exception {
+        PeerTool.require("nbdsh", "libnbd-bin");
+        Path dir = Files.createTempDirectory("membership");
+        try (ServeCluster c = LOGS.watch(ServeCluster.builder("add").memservers(2).token(TOKEN).timeout("2")
+                .volume("disk,size=32M,replicas=2,slab=4M").start())) {
+            PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c", "h.pwrite(b'm' * 65536, 5 * 1024 * 1024)");
+            c.memserver(1).kill9();
+            c.awaitAdmin("/volumes", v -> "degraded".equals(state(v)), Duration.ofSeconds(30));
+            String third = memserver(dir, "third", "127.0.0.1:0");
+            Path token = Files.writeString(dir.resolve("token"), TOKEN + "\n");
+            Path log = dir.resolve("admin.log");
+            Process add = CliProcess.start(log, "admin", "--bridge", c.adminAddress(), "--token-file",
+                    token.toString(), "add-memserver", third);
+            String out = new String(add.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(add.waitFor(60, TimeUnit.SECONDS));
+            assertEquals(0, add.exitValue(), out + Files.readString(log));
+            c.awaitAdmin("/volumes", v -> "healthy".equals(state(v)), Duration.ofSeconds(60));
+            assertTrue(c.bridge().log().contains("memserver " + third + " added (admin)"), c.bridge().log());
+            String back = PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c",
+                    "print(h.pread(4, 5 * 1024 * 1024 + 100))");
+            assertTrue(back.contains("mmmm"), back);
+        } finally {
+            stopExtra();
+        }
+    }
+
+    @Test
+    void aDnsNameThatListsAnotherAddressAddsThatMemserver() throws Exception {
+        Path dir = Files.createTempDirectory("membership-dns");
+        int port;
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getByName("127.0.0.2"))) {
+            port = s.getLocalPort();
+        }
+        String first = memserver(dir, "first", "127.0.0.2:" + port);
+        String second = memserver(dir, "second", "127.0.0.3:" + port);
+        Path hosts = Files.writeString(dir.resolve("hosts"), "127.0.0.2 memservers.rbridge.test\n");
+        try (ServeCluster c = LOGS.watch(ServeCluster.builder("dns").memservers(0).token(TOKEN)
+                .jvmArgs("-Djdk.net.hosts.file=" + hosts, "-Dsun.net.inetaddr.ttl=1")
+                .bridgeArgs("--memserver-dns", "memservers.rbridge.test:" + port)
+                .volume("disk,size=32M,replicas=1,slab=4M").start())) {
+            assertEquals(1L, up(c.admin("/memservers")), String.valueOf(c.admin("/memservers")));
+            Files.writeString(hosts, "127.0.0.3 memservers.rbridge.test\n", StandardOpenOption.APPEND);
+            c.awaitAdmin("/memservers", m -> up(m) == 2, Duration.ofSeconds(60));
+            assertTrue(c.bridge().log().contains("memserver " + second + " added (DNS name memservers.rbridge.test)"),
+                    c.bridge().log());
+            assertTrue(c.bridge().log().contains("memserver " + first + " added"), c.bridge().log());
+        } finally {
+            stopExtra();
+        }
+    }
+
+    /**
+     * Draining a memserver from the bridge moves every replica it holds while writes go on: it ends holding nothing
+     * and unused, the volume healthy throughout its end, every byte as last written.
+     */
+    @Test
+    @SuppressWarnings("unchecked")
+    void drainingAMemserverMovesItsReplicasWhileWritesGoOn() throws Exception {
+        PeerTool.require("nbdcopy", "libnbd-bin");
+        Path dir = Files.createTempDirectory("membership-drain");
+        try (ServeCluster c = LOGS.watch(ServeCluster.builder("drain").memservers(3).token(TOKEN).timeout("2")
+                .volume("disk,size=48M,replicas=2,slab=4M").start())) {
+            byte[] first = new byte[48 << 20];
+            new java.util.Random(1).nextBytes(first);
+            Path in = Files.write(dir.resolve("first"), first);
+            PeerTool.check(120, "nbdcopy", in.toString(), c.uri("disk"));
+            String victim = c.memserver(0).address();
+            Path token = Files.writeString(dir.resolve("token"), TOKEN + "\n");
+            Process drain = CliProcess.start(dir.resolve("drain.log"), "admin", "--bridge", c.adminAddress(),
+                    "--token-file", token.toString(), "drain-memserver", victim);
+            drain.getInputStream().readAllBytes();
+            assertTrue(drain.waitFor(60, TimeUnit.SECONDS));
+            assertEquals(0, drain.exitValue(), Files.readString(dir.resolve("drain.log")));
+            // Writes while the replicas move: the first 16 MiB again, other bytes.
+            byte[] second = new byte[16 << 20];
+            new java.util.Random(2).nextBytes(second);
+            Path part = Files.write(dir.resolve("second"), second);
+            PeerTool.check(120, "nbdcopy", part.toString(), c.uri("disk"));
+            c.awaitAdmin("/memservers", m -> ((List<Object>) m).stream()
+                    .noneMatch(x -> victim.equals(((Map<String, Object>) x).get("memserver"))), Duration.ofSeconds(120));
+            assertEquals("healthy", state(c.admin("/volumes")));
+            assertTrue(c.bridge().log().contains("memserver " + victim + ": drained"), c.bridge().log());
+            String slabs = String.valueOf(c.admin("/volumes/disk/slabs"));
+            assertTrue(!slabs.contains(victim + "#"), slabs);
+            Path out = dir.resolve("out");
+            PeerTool.check(120, "nbdcopy", c.uri("disk"), out.toString());
+            byte[] expected = first.clone();
+            System.arraycopy(second, 0, expected, 0, second.length);
+            assertEquals(-1, java.util.Arrays.mismatch(expected, Files.readAllBytes(out)), "the data after the drain");
+        }
+    }
+}
