@@ -208,9 +208,18 @@ public final class Bridge implements SlabHost, AutoCloseable {
             if (live > 0) {
                 return "memserver " + label + " holds " + live + " live replica(s): drain it first, or stop it";
             }
+        }
+        long lost = volumes.values().stream().mapToLong(v -> v.lostCopiesOn(l)).sum();
+        if (lost > 0) {
+            return "memserver " + label + " may hold the last copy of " + lost + " lost slab(s): bring it back"
+                    + " so they are adopted again, or stop it knowing their data is gone";
+        }
+        l.remove();
+        if (c != null) {
             leases.giveBack(l, c);
         }
         links.remove(l);
+        nextAttempt.remove(l);
         fromDns.remove(l);
         RemoteConnection old = l.down("removed: " + why);
         if (old != null) {
@@ -236,6 +245,12 @@ public final class Bridge implements SlabHost, AutoCloseable {
         if (l == null) {
             return "no memserver " + label + " (see admin memservers)";
         }
+        long others = links.stream().filter(x -> x != l && !x.draining() && x.connection() != null).count();
+        int most = volumes.values().stream().mapToInt(v -> v.spec().replicas()).max().orElse(1);
+        if (!l.draining() && others < most) {
+            return "draining " + label + " would leave " + others + " memserver(s) up for volumes of " + most
+                    + " replicas: add a memserver first";
+        }
         l.drain();
         RemoteConnection c = l.connection();
         long slabs = 0;
@@ -251,14 +266,27 @@ public final class Bridge implements SlabHost, AutoCloseable {
         return null;
     }
 
-    /** Draining memservers that hold nothing live any more are let go. */
+    /**
+     * Draining memservers: the slabs still on them are offered to the rebuild duty again (a copy that found no room,
+     * or could not start, is retried), and one that is up and holds nothing live, and no last copy of a lost slab, is
+     * let go. A draining memserver that is down is kept: it may hold the only copy of something.
+     */
     private void finishDrains() {
         for (MemserverLink l : links) {
             if (!l.draining()) {
                 continue;
             }
             RemoteConnection c = l.connection();
-            long live = c == null ? 0 : volumes.values().stream().mapToLong(v -> v.replicasOn(c)).sum();
+            if (c == null) {
+                continue;
+            }
+            long live = 0;
+            for (Volume v : volumes.values()) {
+                for (var s : v.slabsOn(c)) {
+                    rebuilder.offer(s);
+                    live++;
+                }
+            }
             if (live == 0 && removeMemserver(l.label(), "drained: it holds nothing live") == null) {
                 log.info("memserver {}: drained; it holds nothing live and this bridge no longer uses it", l.label());
             }
@@ -284,9 +312,13 @@ public final class Bridge implements SlabHost, AutoCloseable {
             }
             String origin = "DNS name " + name.getHostString();
             for (InetSocketAddress a : now) {
-                MemserverLink l = addMemserver(new InetSocketAddress(a.getAddress().getHostAddress(), a.getPort()),
-                        origin);
-                fromDns.putIfAbsent(l, name.getHostString());
+                InetSocketAddress literal = new InetSocketAddress(a.getAddress().getHostAddress(), a.getPort());
+                boolean known = links.stream().anyMatch(x -> x.address().equals(literal)
+                        || x.label().equals(literal.getHostString() + ":" + literal.getPort()));
+                MemserverLink l = addMemserver(literal, origin);
+                if (!known) { // only what the name brought: a --memserver it also lists stays fixed
+                    fromDns.putIfAbsent(l, name.getHostString());
+                }
             }
             for (var e : fromDns.entrySet()) {
                 MemserverLink l = e.getKey();
@@ -630,11 +662,13 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 attachment.regionFound(v, new Replica(l, c, info.serverId(), opened));
             }
             attachment.manifestsFound(l, c, manifests, wait);
-            if (!running) {
-                c.close();
-                return false;
+            synchronized (this) { // against removeMemserver: a removed memserver is never brought up
+                if (!running || l.removed()) {
+                    c.close(); // its leases and manifest copy end with the connection
+                    return false;
+                }
+                l.up(c, info.serverId(), info.capacityBytes(), info.freeBytes());
             }
-            l.up(c, info.serverId(), info.capacityBytes(), info.freeBytes());
             log.info("memserver {} is up (instance {}, {} of {} bytes free, {} region(s) of ours)", l.label(),
                     info.serverId(), info.freeBytes(), info.capacityBytes(), regions.stream()
                             .filter(ri -> volumes.containsKey(ri.descriptor().tag().volume())).count());

@@ -63,8 +63,54 @@ final class AdminCommand implements Callable<Integer> {
     @Option(names = "--token-file", paramLabel = "FILE", description = "Read the token from the first line of FILE.")
     Path tokenFile;
 
-    @Option(names = "--json", description = "Print the memserver's JSON answer as is.")
+    @Option(names = "--json", description = "Print the server's JSON answer as is.")
     boolean json;
+
+    @Option(names = "--watch", description = "With --bridge ... rebuild: print the progress every second, with the"
+            + " copy rate and an estimate of the time left, until nothing is left to rebuild.")
+    boolean watch;
+
+    /** --watch: the last total copied and when, for the rate; whether nothing is left. */
+    private long lastCopied = -1;
+    private long lastAt;
+    private boolean watchDone;
+
+    /** The bridge's /rebuild as one line: what is copied, how far, how fast and how long still; or why it waits. */
+    String rebuildLine(Map<?, ?> m) {
+        long queued = num(m.get("queued"));
+        long degraded = num(m.get("degraded_slabs"));
+        long total = num(m.get("copied_total"));
+        long now = System.nanoTime();
+        String rate = "";
+        double bytesPerSecond = -1;
+        if (lastCopied >= 0 && now > lastAt) {
+            bytesPerSecond = (total - lastCopied) / ((now - lastAt) / 1e9);
+            rate = ", " + Sizes.format((long) bytesPerSecond) + "/s";
+        }
+        lastCopied = total;
+        lastAt = now;
+        Object waiting = m.get("waiting");
+        if (m.get("slab") != null) {
+            long copied = num(m.get("copied"));
+            long length = Math.max(1, num(m.get("length")));
+            long left = (length - copied) + queued * length; // the queued slabs taken as large as this one
+            String eta = bytesPerSecond > 0 ? ", about " + Math.round(left / bytesPerSecond) + " s left" : "";
+            watchDone = false;
+            return "rebuilding volume " + m.get("volume") + " slab " + m.get("slab") + " onto " + m.get("target")
+                    + ": " + (100 * copied / length) + "% (" + Sizes.format(copied) + " of " + Sizes.format(length)
+                    + ")" + rate + eta + "; " + queued + " more queued, " + degraded + " degraded slab(s)";
+        }
+        watchDone = queued == 0 && waiting == null;
+        if (waiting != null) {
+            return "waiting: " + waiting + "; " + degraded + " degraded slab(s), " + queued + " queued";
+        }
+        return queued == 0 ? "nothing to rebuild" + (degraded > 0 ? " (" + degraded + " degraded slab(s) waiting for"
+                + " a memserver)" : "") : queued + " slab(s) queued";
+    }
+
+    private static long num(Object o) {
+        return o instanceof Number n ? n.longValue() : 0;
+    }
 
     /** Accepted like every tool's, not listed: admin logs nothing worth choosing a level for. */
     @CommandLine.Mixin
@@ -148,6 +194,20 @@ final class AdminCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
+        if (watch && !(bridge != null && action.equals("rebuild"))) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--watch applies to --bridge ... rebuild");
+        }
+        while (true) {
+            int rc = once(method, path, secret);
+            if (!watch || rc != 0 || watchDone) {
+                return rc;
+            }
+            Thread.sleep(1000);
+        }
+    }
+
+    /** One request and its answer printed; the exit code. */
+    private int once(String method, String path, String secret) throws InterruptedException {
         HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(path))
                 .timeout(Duration.ofSeconds(Defaults.ADMIN_ANSWER_TIMEOUT_SECONDS))
                 .method(method, HttpRequest.BodyPublishers.noBody());
@@ -196,6 +256,11 @@ final class AdminCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("admin: the " + target + " answered something that is not JSON: "
                     + e.getMessage());
             return 1;
+        }
+        if (!json && bridge != null && action.equals("rebuild") && answer instanceof Map<?, ?> m) {
+            out.println(rebuildLine(m));
+            out.flush();
+            return 0;
         }
         if (json || !(answer instanceof List<?> rows)) {
             out.println(body);

@@ -55,7 +55,9 @@ class ServeCommandTest {
             Result ms = run(dir, "admin", "--bridge", c.adminAddress(), "memservers");
             assertEquals(2, ms.out().lines().filter(l -> l.contains(" up ")).count(), ms.out());
             Result rebuild = run(dir, "admin", "--bridge", c.adminAddress(), "rebuild");
-            assertTrue(rebuild.out().contains("\"queued\":0"), rebuild.out());
+            assertTrue(rebuild.out().contains("nothing to rebuild"), rebuild.out());
+            Result rebuildJson = run(dir, "admin", "--bridge", c.adminAddress(), "--json", "rebuild");
+            assertTrue(rebuildJson.out().contains("\"queued\":0"), rebuildJson.out());
             Result unknown = run(dir, "admin", "--bridge", c.adminAddress(), "slabs", "nope");
             assertEquals(1, unknown.code());
             assertTrue(unknown.err().contains("no volume 'nope'"), unknown.err());

@@ -28,6 +28,8 @@ public final class MemserverLink {
     private volatile State state = State.CONNECTING;
     /** Being emptied: never chosen for new slabs or rebuilds, and its replicas are moved elsewhere. */
     private volatile boolean draining;
+    /** No longer used by the bridge: a connect that was under way when it was removed must not bring it up. */
+    private volatile boolean removed;
     private volatile String serverId = "";
     private volatile long capacityBytes;
     private volatile long freeBytes;
@@ -85,6 +87,14 @@ public final class MemserverLink {
 
     public void drain() {
         draining = true;
+    }
+
+    public boolean removed() {
+        return removed;
+    }
+
+    public void remove() {
+        removed = true;
     }
 
     public String lastError() {

@@ -69,6 +69,21 @@ public final class Rebuilder implements Runnable, AutoCloseable {
         }
     }
 
+    /** Why the last rebuild could not start (no memserver with room, none reachable), or null while none waits. */
+    private volatile String waitingFor;
+
+    /** Why rebuilds wait now, or null: shown by admin, logged when it changes. */
+    public String waitingFor() {
+        return waitingFor;
+    }
+
+    private void waiting(String why) {
+        if (!why.equals(waitingFor)) {
+            log.warn("rebuild waits: {}; it is tried again every second (add a memserver or capacity)", why);
+        }
+        waitingFor = why;
+    }
+
     /** The slab being copied now, or null. */
     public Slab current() {
         return current;
@@ -186,9 +201,12 @@ public final class Rebuilder implements Runnable, AutoCloseable {
             target = placing.get(timeout, TimeUnit.NANOSECONDS).getFirst();
         } catch (ExecutionException | TimeoutException e) {
             placing.thenAccept(late -> late.forEach(host::release)); // answered after we gave up: give it back
-            log.debug("volume {} slab {}: no memserver can take a new replica now: {}", s.volume.name(), s.index,
-                    Failures.reason(e));
+            waiting(Failures.reason(e));
             return false;
+        }
+        if (waitingFor != null) {
+            log.info("rebuild goes on: a memserver took volume {} slab {}", s.volume.name(), s.index);
+            waitingFor = null;
         }
         RebuildGate gate = new RebuildGate(s.length, chunkSize);
         ReplicaSet replaced = s.startRebuild(target, gate);

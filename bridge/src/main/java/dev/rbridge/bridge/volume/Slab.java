@@ -239,7 +239,14 @@ public final class Slab {
      * (a newer generation on the rest, its region released), logged as what it is.
      */
     CompletableFuture<Void> retire(Replica r, String reason) {
-        return fail(r, reason);
+        synchronized (this) { // decided on the state now, not the rebuild duty's snapshot
+            ReplicaSet cur = set;
+            if (cur == null || cur.lost() || !cur.live.contains(r) || cur.confirmedGeneration() != cur.generation
+                    || cur.live.stream().filter(x -> x != r && !x.link().draining()).count() < volume.replicas()) {
+                return CompletableFuture.completedFuture(null); // not now: the drain offers it again
+            }
+            return fail(r, reason);
+        }
     }
 
     /**

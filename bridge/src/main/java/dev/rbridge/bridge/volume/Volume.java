@@ -534,6 +534,18 @@ public final class Volume implements BlockDevice {
         return release;
     }
 
+    /** How many lost slabs count a region on {@code link} among the copies that may still hold all their data. */
+    public long lostCopiesOn(MemserverLink link) {
+        long n = 0;
+        for (Slab s : slabs) {
+            ReplicaSet set = s.set;
+            if (set != null && set.lost() && set.lostAtThisGeneration.stream().anyMatch(r -> r.link() == link)) {
+                n++;
+            }
+        }
+        return n;
+    }
+
     /** The slabs with a replica (live or being built) on {@code connection}. */
     public List<Slab> slabsOn(RemoteConnection connection) {
         List<Slab> out = new ArrayList<>();

@@ -74,6 +74,7 @@ class MembershipTest {
     }
 
     @Test
+    @SuppressWarnings("unchecked")
     void aMemserverAddedWhileDegradedTakesTheRebuild() throws Exception {
         PeerTool.require("nbdsh", "libnbd-bin");
         Path dir = Files.createTempDirectory("membership");
@@ -82,14 +83,28 @@ class MembershipTest {
             PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c", "h.pwrite(b'm' * 65536, 5 * 1024 * 1024)");
             c.memserver(1).kill9();
             c.awaitAdmin("/volumes", v -> "degraded".equals(state(v)), Duration.ofSeconds(30));
-            String third = memserver(dir, "third", "127.0.0.1:0");
             Path token = Files.writeString(dir.resolve("token"), TOKEN + "\n");
+            // Nowhere to rebuild: the reason is logged and shown.
+            c.awaitAdmin("/rebuild", r -> ((Map<String, Object>) r).get("waiting") != null, Duration.ofSeconds(30));
+            assertTrue(c.bridge().log().contains("rebuild waits: no reachable memserver has"), c.bridge().log());
+            Process waiting = CliProcess.start(dir.resolve("waiting.log"), "admin", "--bridge", c.adminAddress(),
+                    "--token-file", token.toString(), "rebuild");
+            String waitingOut = new String(waiting.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(waiting.waitFor(60, TimeUnit.SECONDS));
+            assertTrue(waitingOut.startsWith("waiting: no reachable memserver has"), waitingOut);
+            String third = memserver(dir, "third", "127.0.0.1:0");
             Path log = dir.resolve("admin.log");
             Process add = CliProcess.start(log, "admin", "--bridge", c.adminAddress(), "--token-file",
                     token.toString(), "add-memserver", third);
             String out = new String(add.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
             assertTrue(add.waitFor(60, TimeUnit.SECONDS));
             assertEquals(0, add.exitValue(), out + Files.readString(log));
+            Process watch = CliProcess.start(dir.resolve("watch.log"), "admin", "--bridge", c.adminAddress(),
+                    "--token-file", token.toString(), "rebuild", "--watch");
+            String watched = new String(watch.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(watch.waitFor(120, TimeUnit.SECONDS), "--watch ends when nothing is left: " + watched);
+            assertEquals(0, watch.exitValue(), watched + Files.readString(dir.resolve("watch.log")));
+            assertTrue(watched.strip().endsWith("nothing to rebuild"), watched);
             c.awaitAdmin("/volumes", v -> "healthy".equals(state(v)), Duration.ofSeconds(60));
             assertTrue(c.bridge().log().contains("memserver " + third + " added (admin)"), c.bridge().log());
             String back = PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c",

@@ -54,7 +54,7 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
 
     /** The slab fields are absent (null) while nothing is being rebuilt. */
     record RebuildJson(int queued, String volume, Integer slab, String target, Long copied, Long length,
-                       int degradedSlabs) {
+                       int degradedSlabs, String waiting, long copiedTotal) {
     }
 
     private final OpsHttpServer http;
@@ -77,7 +77,7 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
                 .mutate("/memservers/{address}/drain", r -> {
                     String why = bridge.drainMemserver(r.param("address"));
                     return why == null ? HttpResponse.json(202, Map.of("draining", r.param("address")))
-                            : HttpResponse.json(404, Map.of("error", why));
+                            : HttpResponse.json(why.startsWith("no memserver") ? 404 : 409, Map.of("error", why));
                 })
                 .build();
         try {
@@ -123,7 +123,7 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
     private HttpResponse removeMemserver(HttpRequest r) {
         String why = bridge.removeMemserver(r.param("address"), "admin");
         return why == null ? HttpResponse.json(200, Map.of("removed", r.param("address")))
-                : HttpResponse.json(409, Map.of("error", why));
+                : HttpResponse.json(why.startsWith("no memserver") ? 404 : 409, Map.of("error", why));
     }
 
     private List<VolumeJson> volumes() {
@@ -171,12 +171,14 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
             degraded += v.degraded().size();
         }
         int queued = bridge.rebuilder().queued();
+        String waiting = bridge.rebuilder().waitingFor();
+        long total = bridge.rebuilder().copiedBytes();
         if (s == null) {
-            return new RebuildJson(queued, null, null, null, null, null, degraded);
+            return new RebuildJson(queued, null, null, null, null, null, degraded, waiting, total);
         }
         Volume.SlabStatus st = s.volume().slabStatus(s.index());
         return new RebuildJson(queued, s.volume().name(), s.index(), st.building() == null ? "" : st.building(),
-                st.rebuildCopiedBytes(), st.length(), degraded);
+                st.rebuildCopiedBytes(), st.length(), degraded, waiting, total);
     }
 
     @Override

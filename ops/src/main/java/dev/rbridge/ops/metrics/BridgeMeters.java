@@ -72,7 +72,10 @@ public final class BridgeMeters implements BridgeMetrics {
     /** A memserver the bridge stopped using: its series go, so no alert watches a memserver nobody uses. */
     private void forgetMemserver(MemserverLink l) {
         for (io.micrometer.core.instrument.Meter m : java.util.List.copyOf(registry.getMeters())) {
-            if (l.label().equals(m.getId().getTag("memserver"))) {
+            String n = m.getId().getName();
+            boolean ours = n.equals("rbridge.memserver.reachable") || n.equals("rbridge.memserver.free.reported")
+                    || n.startsWith("rbridge.remote."); // not an embedded memserver's own series (demo)
+            if (ours && l.label().equals(m.getId().getTag("memserver"))) {
                 registry.remove(m);
             }
         }
