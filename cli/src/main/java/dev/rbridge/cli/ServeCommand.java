@@ -140,8 +140,55 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("serve: " + e.getMessage());
             return 1;
         }
+        reloadOnHangup(bridge);
         return new BridgeProcess("serve", bridge, process, ops, telemetry, () -> {
         }).run(spec.commandLine().getErr());
+    }
+
+    /**
+     * SIGHUP reads --config again and applies its memserver lines: memservers it lists that the bridge does not use
+     * are added at once; one it no longer lists is named in the log with how to let it go (drain, then remove), never
+     * dropped on the strength of an edit. Other options need a restart, and the log says so.
+     */
+    private void reloadOnHangup(Bridge bridge) {
+        if (configFile == null) {
+            return;
+        }
+        sun.misc.Signal.handle(new sun.misc.Signal("HUP"), s -> Thread.ofVirtual().name("config-reload")
+                .start(() -> reload(bridge)));
+    }
+
+    private void reload(Bridge bridge) {
+        org.slf4j.Logger log = org.slf4j.LoggerFactory.getLogger(ServeCommand.class);
+        ServeCommand again = new ServeCommand();
+        CommandLine fresh = new CommandLine(again);
+        try {
+            fresh.parseArgs();
+            ConfigFile.apply(configFile, fresh.getCommandSpec());
+        } catch (IllegalArgumentException | CommandLine.ParameterException e) {
+            log.warn("SIGHUP: cannot read {} ({}); nothing changed", configFile, e.getMessage());
+            return;
+        }
+        java.util.Set<String> listed = new java.util.HashSet<>();
+        for (String m : again.memservers) {
+            InetSocketAddress a;
+            try {
+                a = Endpoints.parse(m, Defaults.MEMSERVER_PORT);
+            } catch (IllegalArgumentException e) {
+                log.warn("SIGHUP: {}: memserver '{}' ignored: {}", configFile, m, e.getMessage());
+                continue;
+            }
+            listed.add(bridge.addMemserver(a, "--config " + configFile + " reloaded").label());
+        }
+        for (var l : bridge.memservers()) {
+            if (!listed.contains(l.label()) && !memservers.contains(l.label())) {
+                log.warn("SIGHUP: memserver {} is no longer in {}; the bridge keeps using it until it is drained"
+                        + " (rbridge admin --bridge ... drain-memserver {}) or removed", l.label(), configFile,
+                        l.label());
+            }
+        }
+        log.info("SIGHUP: reloaded {}: {} memserver line(s) applied; other options take effect at the next start",
+                configFile, again.memservers.size());
     }
 
     BridgeConfig bridgeConfig() {

@@ -180,4 +180,25 @@ class MembershipTest {
             assertEquals(-1, java.util.Arrays.mismatch(expected, Files.readAllBytes(out)), "the data after the drain");
         }
     }
+
+    /** SIGHUP reads --config again: a memserver line added since start joins the serving bridge. */
+    @Test
+    void aConfigReloadAddsTheMemserversItNowLists() throws Exception {
+        Path dir = Files.createTempDirectory("membership-reload");
+        String extraMemserver = memserver(dir, "extra", "127.0.0.1:0");
+        Path config = Files.writeString(dir.resolve("serve.conf"), "# memservers are added below while serving\n");
+        try (ServeCluster c = LOGS.watch(ServeCluster.builder("reload").memservers(1).token(TOKEN)
+                .bridgeArgs("--config", config.toString()).volume("disk,size=32M,replicas=1,slab=4M").start())) {
+            assertEquals(1L, up(c.admin("/memservers")));
+            Files.writeString(config, "memserver = " + extraMemserver + "\n", StandardOpenOption.APPEND);
+            Process hup = new ProcessBuilder("kill", "-HUP", Long.toString(c.bridge().pid())).start();
+            assertTrue(hup.waitFor(10, TimeUnit.SECONDS));
+            c.awaitAdmin("/memservers", m -> up(m) == 2, Duration.ofSeconds(30));
+            assertTrue(c.bridge().log().contains("memserver " + extraMemserver + " added (--config " + config
+                    + " reloaded)"), c.bridge().log());
+            assertTrue(c.bridge().log().contains("SIGHUP: reloaded"), c.bridge().log());
+        } finally {
+            stopExtra();
+        }
+    }
 }
