@@ -55,6 +55,9 @@ class SystemdUnitsTest {
                 "this host has no " + systemUnits + " to verify against");
         Files.createDirectories(root.resolve("usr/lib/systemd"));
         PeerTool.check(60, "cp", "-a", systemUnits.toString(), root.resolve("usr/lib/systemd/").toString());
+        // The host's /bin/kill, which the bridge unit's ExecReload runs (every Exec path is checked in the root).
+        Files.createDirectories(root.resolve("bin"));
+        PeerTool.check(60, "cp", "-L", "/bin/kill", root.resolve("bin/kill").toString());
     }
 
     @AfterAll
