@@ -262,10 +262,23 @@ final class AdminCommand implements Callable<Integer> {
             out.flush();
             return 0;
         }
-        if (json || !(answer instanceof List<?> rows)) {
+        if (json) {
             out.println(body);
-        } else {
+        } else if (answer instanceof List<?> rows) {
             table(out, rows);
+        } else if (answer instanceof Map<?, ?> fields) {
+            List<Map<String, Object>> pairs = new ArrayList<>();
+            Map<String, String> flat = new LinkedHashMap<>();
+            flatten(fields, flat);
+            flat.forEach((k, v) -> {
+                Map<String, Object> row = new LinkedHashMap<>();
+                row.put("name", k);
+                row.put("value", human(k, v));
+                pairs.add(row);
+            });
+            table(out, pairs);
+        } else {
+            out.println(body);
         }
         return 0;
     }
@@ -304,6 +317,7 @@ final class AdminCommand implements Callable<Integer> {
         for (Object o : array) {
             Map<String, String> cells = new LinkedHashMap<>();
             flatten(o, cells);
+            cells.replaceAll(AdminCommand::human);
             rows.add(cells);
         }
         List<String> columns = new ArrayList<>();
@@ -323,7 +337,7 @@ final class AdminCommand implements Callable<Integer> {
         }
         StringBuilder h = new StringBuilder();
         for (int i = 0; i < columns.size(); i++) {
-            h.append(String.format("%-" + (width[i] + 2) + "s", columns.get(i)));
+            h.append(String.format("%-" + (width[i] + 2) + "s", header(columns.get(i))));
         }
         out.println(h.toString().stripTrailing());
         for (Map<String, String> r : rows) {
@@ -332,6 +346,26 @@ final class AdminCommand implements Callable<Integer> {
                 line.append(String.format("%-" + (width[i] + 2) + "s", printable(r.getOrDefault(columns.get(i), ""))));
             }
             out.println(line.toString().stripTrailing());
+        }
+    }
+
+    /** One header style for every table: the JSON key in capitals, words apart ("SLAB SIZE"). */
+    static String header(String key) {
+        return key.toUpperCase(java.util.Locale.ROOT).replace('_', ' ');
+    }
+
+    /** Byte counts as sizes (64MiB), the rest as sent; keys say which are bytes. --json keeps raw numbers. */
+    static String human(String key, String value) {
+        boolean bytes = key.equals("size") || key.equals("slab_size") || key.equals("capacity") || key.equals("free")
+                || key.equals("length") || key.equals("copied") || key.equals("copied_total") || key.equals("start")
+                || key.endsWith("_bytes") || key.equals("bytes");
+        if (!bytes || value == null || value.isEmpty()) {
+            return value;
+        }
+        try {
+            return Sizes.format((long) Double.parseDouble(value));
+        } catch (NumberFormatException e) {
+            return value;
         }
     }
 

@@ -77,12 +77,12 @@ class MemServerAdminTest {
 
                 Result clients = admin(dir, adminAddress, "--token", "k", "clients");
                 assertEquals(0, clients.code(), clients.err());
-                assertTrue(clients.out().contains("operator-test") && clients.out().contains("write_ops"),
+                assertTrue(clients.out().contains("operator-test") && clients.out().contains("WRITE OPS"),
                         clients.out());
                 Result regions = admin(dir, adminAddress, "--token", "k", "--json", "regions");
                 assertTrue(regions.out().contains("\"volume\":\"vol1\",\"slab\":5,\"replica\":1,\"generation\":2"),
                         regions.out());
-                Result stats = admin(dir, adminAddress, "--token", "k", "stats");
+                Result stats = admin(dir, adminAddress, "--token", "k", "--json", "stats");
                 assertTrue(stats.out().contains("\"granted_bytes\":" + ((1 << 20) + 4096)), stats.out());
                 assertTrue(stats.out().contains("\"write_ops\":1,\"write_bytes\":4096"), "krping counters: "
                         + stats.out());
@@ -134,7 +134,7 @@ class MemServerAdminTest {
             Matcher matcher = firstLine(m, log);
             String adminAddress = matcher.group(3);
 
-            Result stats = admin(dir, adminAddress, "stats");
+            Result stats = admin(dir, adminAddress, "--json", "stats");
             assertEquals(0, stats.code(), stats.err());
             assertTrue(stats.out().contains("\"draining\":false"), stats.out());
             for (String action : new String[] {"drain", "shutdown"}) {
@@ -147,7 +147,8 @@ class MemServerAdminTest {
             Result revoke = admin(dir, adminAddress, "--token", "guess", "revoke", "1");
             assertTrue(revoke.err().startsWith("admin: revoke refused: ") && revoke.code() == 1, revoke.err());
             assertTrue(m.isAlive(), "nothing was shut down");
-            assertTrue(admin(dir, adminAddress, "stats").out().contains("\"draining\":false"), "nothing drained");
+            assertTrue(admin(dir, adminAddress, "--json", "stats").out().contains("\"draining\":false"),
+                    "nothing drained");
         } finally {
             m.destroyForcibly();
         }

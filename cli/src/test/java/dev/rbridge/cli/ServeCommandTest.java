@@ -45,6 +45,9 @@ class ServeCommandTest {
             Result volumes = run(dir, "admin", "--bridge", c.adminAddress(), "volumes");
             assertEquals(0, volumes.code(), volumes.err());
             assertTrue(volumes.out().contains("disk") && volumes.out().contains("healthy"), volumes.out());
+            // One table style: headers in capitals, byte counts as sizes.
+            assertTrue(volumes.out().startsWith("NAME") && volumes.out().contains("SLAB SIZE")
+                    && volumes.out().contains("64MiB") && volumes.out().contains("4MiB"), volumes.out());
             Result slabs = run(dir, "admin", "--bridge", c.adminAddress(), "slabs", "disk");
             assertEquals(0, slabs.code(), slabs.err());
             assertEquals(3, slabs.out().strip().lines().count(), "a header and the two slabs the write touched:\n"
