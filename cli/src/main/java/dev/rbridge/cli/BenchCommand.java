@@ -59,6 +59,9 @@ final class BenchCommand implements Callable<Integer> {
     @Option(names = "--time", paramLabel = "SECONDS", description = "Run for this long instead of --iters.")
     Integer time;
 
+    @Option(names = "--json", description = "Print the result as one JSON object instead of the perftest-style table.")
+    boolean json;
+
     @Option(names = "--duplex", description = "Bandwidth tests: half the operations read, half write.")
     boolean duplex;
 
@@ -110,8 +113,10 @@ final class BenchCommand implements Callable<Integer> {
             }
             Op op = (slot, read) -> read ? c.read(region, (long) slot * bytes, buffers[slot])
                     : c.write(region, (long) slot * bytes, buffers[slot]);
-            out.println("Transport: " + remote.transport + " (" + c + "), memserver " + c.server().serverId());
-            if (lanes) {
+            if (!json) {
+                out.println("Transport: " + remote.transport + " (" + c + "), memserver " + c.server().serverId());
+            }
+            if (lanes && !json) {
                 // UCX's own account of the transports it chose: rma(rc_verbs/...) is RDMA, rma_am(tcp/...) is not.
                 List<String> chosen = UcxProvider.lanes();
                 out.println("UCX lanes: " + (chosen.isEmpty() ? "not reported (set UCX_LOG_LEVEL=info to see them)"
@@ -150,6 +155,21 @@ final class BenchCommand implements Callable<Integer> {
         Arrays.sort(s);
         double avg = Arrays.stream(s).average().orElse(0);
         double var = Arrays.stream(s).mapToDouble(x -> (x - avg) * (x - avg)).sum() / Math.max(1, n - 1);
+        if (json) {
+            java.util.Map<String, Object> r = new java.util.LinkedHashMap<>();
+            r.put("test", test.name().toLowerCase(java.util.Locale.ROOT).replace('_', '-'));
+            r.put("bytes", bytes);
+            r.put("iterations", n);
+            r.put("t_min_us", s[0] / 1e3);
+            r.put("t_max_us", s[n - 1] / 1e3);
+            r.put("t_typical_us", s[n / 2] / 1e3);
+            r.put("t_avg_us", avg / 1e3);
+            r.put("t_stdev_us", Math.sqrt(var) / 1e3);
+            r.put("p99_us", percentile(s, 0.99) / 1e3);
+            r.put("p999_us", percentile(s, 0.999) / 1e3);
+            out.println(dev.rbridge.ops.json.Json.write(r));
+            return;
+        }
         String line = "-".repeat(119);
         out.println(line);
         out.printf(" %-8s %-12s %-12s %-12s %-16s %-12s %-14s %-22s %-22s%n", "#bytes", "#iterations", "t_min[usec]",
@@ -224,6 +244,18 @@ final class BenchCommand implements Callable<Integer> {
         long ops = done.get();
         double average = ops * (double) bytes / (elapsed / 1e9) / 1e6;
         double gb = ops * (double) bytes / 1e9;
+        if (json) {
+            java.util.Map<String, Object> r = new java.util.LinkedHashMap<>();
+            r.put("test", test.name().toLowerCase(java.util.Locale.ROOT).replace('_', '-'));
+            r.put("bytes", bytes);
+            r.put("operations", ops);
+            r.put("bw_peak_mb_s", Math.max(peak, average));
+            r.put("bw_average_mb_s", average);
+            r.put("msg_rate_mpps", ops / (elapsed / 1e9) / 1e6);
+            r.put("cpu_s_per_gb_client", gb > 0 ? cpu / gb : 0);
+            out.println(dev.rbridge.ops.json.Json.write(r));
+            return;
+        }
         String line = "-".repeat(100);
         out.println(line);
         out.printf(" %-10s %-14s %-18s %-21s %-14s %-18s%n", "#bytes", "#iterations", "BW peak[MB/sec]",

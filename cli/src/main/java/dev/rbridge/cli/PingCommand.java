@@ -33,6 +33,9 @@ final class PingCommand implements Callable<Integer> {
     @Option(names = "--validate", description = "Compare what was read with what was written.")
     boolean validate;
 
+    @Option(names = "--json", description = "Print the result as one JSON object (round trip times in microseconds).")
+    boolean json;
+
     @Option(names = "--verbose", description = "Print every round.")
     boolean verbose;
 
@@ -85,10 +88,22 @@ final class PingCommand implements Callable<Integer> {
             }
             Arrays.sort(rtts);
             double avg = Arrays.stream(rtts).average().orElse(0) / 1000.0;
+            double p99 = rtts[Math.min(count - 1, (int) Math.ceil(count * 0.99) - 1)] / 1000.0;
+            if (json) {
+                java.util.Map<String, Object> r = new java.util.LinkedHashMap<>();
+                r.put("server", remote.server);
+                r.put("rounds", count);
+                r.put("bytes", bytes);
+                r.put("validated", validate);
+                r.put("rtt_us", java.util.Map.of("min", rtts[0] / 1000.0, "avg", avg, "p50", rtts[count / 2] / 1000.0,
+                        "p99", p99, "max", rtts[count - 1] / 1000.0));
+                out.println(dev.rbridge.ops.json.Json.write(r));
+                return 0;
+            }
             out.printf("ping %s: %d rounds of %d bytes%s; write+read rtt min/avg/p50/p99/max = "
                             + "%.1f/%.1f/%.1f/%.1f/%.1f us%n", remote.server, count, bytes,
                     validate ? ", all validated" : "", rtts[0] / 1000.0, avg, rtts[count / 2] / 1000.0,
-                    rtts[Math.min(count - 1, (int) Math.ceil(count * 0.99) - 1)] / 1000.0, rtts[count - 1] / 1000.0);
+                    p99, rtts[count - 1] / 1000.0);
             return 0;
         });
     }

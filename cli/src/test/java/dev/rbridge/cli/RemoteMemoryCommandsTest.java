@@ -58,6 +58,22 @@ class RemoteMemoryCommandsTest {
                 assertTrue(table.lines().anyMatch(l -> l.trim().startsWith("4096 ")), "a result row: " + table);
             }
 
+            // --json: one object a script can read.
+            for (String[] run : new String[][]{{"ping", "--count", "20", "--json"},
+                    {"bench", "--test", "read-lat", "--iters", "200", "--json"},
+                    {"bench", "--test", "write-bw", "--time", "1", "--json"}}) {
+                java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(run[0], "--server", address,
+                        "--token", "t0ken"));
+                args.addAll(java.util.List.of(run).subList(1, run.length));
+                Process p = CliProcess.start(pingLog, args.toArray(String[]::new));
+                String text = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).strip();
+                assertTrue(p.waitFor(60, TimeUnit.SECONDS));
+                assertEquals(0, p.exitValue(), text + Files.readString(pingLog));
+                Object parsed = dev.rbridge.cli.serve.ServeCluster.Json.parse(text);
+                assertTrue(parsed instanceof java.util.Map<?, ?> answer && (answer.containsKey("rtt_us")
+                        || answer.containsKey("t_typical_us") || answer.containsKey("bw_average_mb_s")), text);
+            }
+
             Process badMode = CliProcess.start(pingLog, "bench", "--server", address, "--token", "t0ken", "--test",
                     "read-lat", "--completion", "sometimes");
             assertTrue(badMode.waitFor(60, TimeUnit.SECONDS));
