@@ -23,6 +23,7 @@ import java.nio.file.attribute.PosixFilePermission;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -142,8 +143,52 @@ class ContainerImageTest {
         assertTrue(((List<?>) c.get("Env")).contains("UCX_ERROR_SIGNALS="), "Env keeps UCX off the JVM's signals");
     }
 
+    /**
+     * deploy/container/Dockerfile builds the same image with docker build (no container builder runs here): its
+     * entrypoint, command, user, working directory, ports, environment, labels and Debian packages are those of the
+     * image the script built.
+     */
     @Test
     @Order(2)
+    @SuppressWarnings("unchecked")
+    void theDockerfileDescribesTheSameImage() throws Exception {
+        assertTrue(containerConfig != null, "the image config was read");
+        String dockerfile = Files.readString(Deploy.DEPLOY.resolve("container/Dockerfile")).replace("\\\n", " ");
+        Map<String, String> last = new LinkedHashMap<>();
+        for (String line : dockerfile.lines().map(String::strip).filter(l -> !l.startsWith("#")).toList()) {
+            int sp = line.indexOf(' ');
+            if (sp > 0) {
+                last.put(line.substring(0, sp), line.substring(sp + 1).strip());
+            }
+        }
+        Yaml json = new Yaml();
+        assertEquals(containerConfig.get("Entrypoint"), json.load(last.get("ENTRYPOINT")));
+        assertEquals(containerConfig.get("Cmd"), json.load(last.get("CMD")));
+        assertEquals(containerConfig.get("User"), last.get("USER"));
+        assertEquals(containerConfig.get("WorkingDir"), last.get("WORKDIR"));
+        assertEquals(((Map<String, Object>) containerConfig.get("ExposedPorts")).keySet().stream().sorted().toList(),
+                List.of(last.get("EXPOSE").split("\\s+")).stream().sorted().toList());
+        List<String> env = new ArrayList<>();
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("(\\w+)=(\\S*)").matcher(last.get("ENV"));
+        while (m.find()) {
+            env.add(m.group(1) + "=" + m.group(2));
+        }
+        assertEquals(containerConfig.get("Env"), env);
+        Map<String, String> labels = (Map<String, String>) containerConfig.get("Labels");
+        for (String key : List.of("org.opencontainers.image.title", "org.opencontainers.image.description",
+                "dev.rbridge.ports")) {
+            assertTrue(last.get("LABEL").contains(key + "=\"" + labels.get(key) + "\""), key + ": " + last.get("LABEL"));
+        }
+        String script = Files.readString(Deploy.DEPLOY.resolve("container/build-image.sh"));
+        java.util.regex.Matcher pk = java.util.regex.Pattern.compile("(?m)^packages=\"([^\"]+)\"").matcher(script);
+        assertTrue(pk.find(), "build-image.sh names its packages");
+        for (String pkg : pk.group(1).split(",")) {
+            assertTrue(dockerfile.contains(" " + pkg), "the Dockerfile installs " + pkg);
+        }
+    }
+
+    @Test
+    @Order(3)
     void layersUnpackIntoARunnableRootfs() throws Exception {
         if (config == null) {
             fail("the manifest check failed; nothing to unpack");
@@ -175,7 +220,7 @@ class ContainerImageTest {
     }
 
     @Test
-    @Order(3)
+    @Order(5)
     void entrypointPrintsHelp() throws Exception {
         PeerTool.Result r = runInContainer(List.of("--help"));
         assertEquals(0, r.exitCode(), "rbridge --help in the image:\n" + r.output());
@@ -191,7 +236,7 @@ class ContainerImageTest {
     }
 
     @Test
-    @Order(4)
+    @Order(6)
     void memserverHelp() throws Exception {
         PeerTool.Result r = runInContainer(List.of("memserver", "--help"));
         assertEquals(0, r.exitCode(), "rbridge memserver --help in the image:\n" + r.output());
@@ -201,7 +246,7 @@ class ContainerImageTest {
 
     /** The runtime has every module the servers need (jlink keeps only what jdeps found plus a few). */
     @Test
-    @Order(5)
+    @Order(7)
     void memserverAndBridgeServeFromTheImage() throws Exception {
         int rdma = Deploy.freePort();
         int msMetrics = Deploy.freePort();
