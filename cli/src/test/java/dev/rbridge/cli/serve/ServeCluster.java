@@ -373,6 +373,9 @@ public final class ServeCluster implements AutoCloseable {
 
     private RbridgeProcess launch(String label, List<String> args) throws IOException {
         List<String> cmd = new ArrayList<>();
+        // SIGHUP as a service manager delivers it, even when the tests run under nohup (CI): the JVM keeps ignoring a
+        // signal it was started ignoring. env execs java, so the pid is the JVM's.
+        cmd.addAll(List.of("env", "--default-signal=HUP"));
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.add("--enable-native-access=ALL-UNNAMED");
         cmd.add("-XX:MaxDirectMemorySize=2g");
