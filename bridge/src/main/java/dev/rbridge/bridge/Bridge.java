@@ -198,7 +198,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
      * it was removed, else why not.
      */
     public synchronized String removeMemserver(String label, String why) {
-        MemserverLink l = links.stream().filter(x -> x.label().equals(label)).findFirst().orElse(null);
+        MemserverLink l = linkNamed(label);
         if (l == null) {
             return "no memserver " + label + " (see admin memservers)";
         }
@@ -234,6 +234,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
         return null;
     }
 
+    /** The link labelled {@code label} (HOST:PORT as admin shows it), or null. */
+    private MemserverLink linkNamed(String label) {
+        return links.stream().filter(x -> x.label().equals(label)).findFirst().orElse(null);
+    }
+
     /**
      * Empties a memserver while serving: it takes no new slabs or rebuilds, and every replica it holds is copied to
      * another memserver (the rebuild duty, one slab at a time, I/O going on) and then retired there. Once it holds
@@ -241,7 +246,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
      * null when started, else why not.
      */
     public synchronized String drainMemserver(String label) {
-        MemserverLink l = links.stream().filter(x -> x.label().equals(label)).findFirst().orElse(null);
+        MemserverLink l = linkNamed(label);
         if (l == null) {
             return "no memserver " + label + " (see admin memservers)";
         }
@@ -253,17 +258,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
         }
         l.drain();
         RemoteConnection c = l.connection();
-        long slabs = 0;
-        if (c != null) {
-            for (Volume v : volumes.values()) {
-                for (var s : v.slabsOn(c)) {
-                    rebuilder.offer(s);
-                    slabs++;
-                }
-            }
-        }
+        long slabs = c == null ? 0 : volumes.values().stream().mapToLong(v -> v.replicasOn(c)).sum();
         log.info("memserver {}: draining; {} slab replica(s) to move elsewhere", label, slabs);
-        return null;
+        return null; // the health duty offers them to the rebuild duty within a second (finishDrains)
     }
 
     /**
