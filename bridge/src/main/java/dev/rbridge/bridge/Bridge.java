@@ -73,6 +73,10 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private final Reconnect reconnect = new Reconnect();
     private final Map<MemserverLink, Long> nextAttempt = new ConcurrentHashMap<>();
     private final Set<MemserverLink> connecting = ConcurrentHashMap.newKeySet();
+    /** Memservers that said they are draining, for the health duty (the answer arrives on a provider's thread). */
+    private final Set<MemserverLink> saidDraining = ConcurrentHashMap.newKeySet();
+    /** Memservers whose drain could not be followed, already said in the log. */
+    private final Set<MemserverLink> drainRefusedSaid = ConcurrentHashMap.newKeySet();
     private final Thread health;
     private volatile boolean running = true;
 
@@ -250,17 +254,49 @@ public final class Bridge implements SlabHost, AutoCloseable {
         if (l == null) {
             return "no memserver " + label + " (see admin memservers)";
         }
-        long others = links.stream().filter(x -> x != l && !x.draining() && x.connection() != null).count();
-        int most = volumes.values().stream().mapToInt(v -> v.spec().replicas()).max().orElse(1);
-        if (!l.draining() && others < most) {
-            return "draining " + label + " would leave " + others + " memserver(s) up for volumes of " + most
-                    + " replicas: add a memserver first";
+        String refusal = l.draining() ? null : drainRefusal(l);
+        if (refusal != null) {
+            return refusal + ": add a memserver first";
         }
         l.drain();
-        RemoteConnection c = l.connection();
-        long slabs = c == null ? 0 : volumes.values().stream().mapToLong(v -> v.replicasOn(c)).sum();
-        log.info("memserver {}: draining; {} slab replica(s) to move elsewhere", label, slabs);
+        log.info("memserver {}: draining; {} slab replica(s) to move elsewhere", label, replicasOn(l));
         return null; // the health duty offers them to the rebuild duty within a second (finishDrains)
+    }
+
+    /** Why emptying {@code l} would leave too few memservers for some volume's replicas, or null. */
+    private String drainRefusal(MemserverLink l) {
+        long others = links.stream().filter(x -> x != l && !x.draining() && x.connection() != null).count();
+        int most = volumes.values().stream().mapToInt(v -> v.spec().replicas()).max().orElse(1);
+        return others < most ? "draining " + l.label() + " would leave " + others + " memserver(s) up for volumes of "
+                + most + " replicas" : null;
+    }
+
+    private long replicasOn(MemserverLink l) {
+        RemoteConnection c = l.connection();
+        return c == null ? 0 : volumes.values().stream().mapToLong(v -> v.replicasOn(c)).sum();
+    }
+
+    /**
+     * The memserver said it is draining (its operator's {@code drain}, a Kubernetes preStop): empty it as an admin
+     * drain would, then let its connection go so that it can exit (it waits for its clients to leave). The link stays:
+     * restarted, the memserver is used again. When the others cannot take its replicas, they stay (said once).
+     */
+    private synchronized void memserverDraining(MemserverLink l) {
+        if (l.draining() || l.connection() == null || l.removed()) {
+            return;
+        }
+        String refusal = drainRefusal(l);
+        if (refusal != null) {
+            if (drainRefusedSaid.add(l)) {
+                log.warn("memserver {} is draining, but its {} slab replica(s) stay there: {}; add a memserver, or"
+                        + " it exits only when its clients leave", l.label(), replicasOn(l), refusal);
+            }
+            return;
+        }
+        drainRefusedSaid.remove(l);
+        l.drainAsked();
+        log.info("memserver {} is draining: moving its {} slab replica(s) elsewhere, then letting it go", l.label(),
+                replicasOn(l));
     }
 
     /**
@@ -284,9 +320,37 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     live++;
                 }
             }
-            if (live == 0 && removeMemserver(l.label(), "drained: it holds nothing live") == null) {
+            if (live == 0 && l.drainedByMemserver()) {
+                letGo(l, c);
+            } else if (live == 0 && removeMemserver(l.label(), "drained: it holds nothing live") == null) {
                 log.info("memserver {}: drained; it holds nothing live and this bridge no longer uses it", l.label());
             }
+        }
+    }
+
+    /**
+     * Ends the connection to a memserver that drained itself and holds nothing live of ours (nor the last copy of a
+     * lost slab), so it can exit; the link stays and reconnects once the memserver admits clients again.
+     */
+    private synchronized void letGo(MemserverLink l, RemoteConnection c) {
+        long lost = volumes.values().stream().mapToLong(v -> v.lostCopiesOn(l)).sum();
+        if (lost > 0) {
+            if (drainRefusedSaid.add(l)) {
+                log.warn("memserver {} is draining but may hold the last copy of {} lost slab(s): this bridge stays"
+                        + " connected; stop it knowing their data is gone", l.label(), lost);
+            }
+            return;
+        }
+        leases.giveBack(l, c);
+        RemoteConnection old = l.down("drained: the memserver is draining and holds nothing live of this bridge's");
+        if (old != null) {
+            old.close();
+        }
+        volumes.values().forEach(v -> v.manifest().forget(l));
+        log.info("memserver {}: drained; this bridge let its connection go so it can exit, and uses it again once"
+                + " it admits clients", l.label());
+        if (overcommitted != null) {
+            checkCommitment(false);
         }
     }
 
@@ -748,6 +812,10 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 }
                 if (now - lastInfo >= 1000) {
                     lastInfo = now;
+                    for (MemserverLink l : saidDraining) {
+                        saidDraining.remove(l);
+                        memserverDraining(l);
+                    }
                     finishDrains();
                     refreshCapacity();
                     for (Volume v : volumes.values()) {
@@ -782,6 +850,13 @@ public final class Bridge implements SlabHost, AutoCloseable {
             RemoteConnection c = l.connection();
             if (c != null) {
                 c.info().thenAccept(i -> l.capacity(i.capacityBytes(), i.freeBytes()));
+                c.state().whenComplete((st, e) -> {
+                    if (e != null) {
+                        log.debug("memserver {}: no state: {}", l.label(), Failures.reason(e));
+                    } else if (st.draining()) {
+                        saidDraining.add(l);
+                    }
+                });
             }
         }
     }

@@ -753,6 +753,11 @@ public final class MemServer implements RegionService, AutoCloseable {
             return info();
         }
 
+        @Override
+        public dev.rbridge.rdma.ServerState state() {
+            return new dev.rbridge.rdma.ServerState(draining);
+        }
+
         public RegionDescriptor allocate(RegionTag tag, long length) throws RemoteMemoryException {
             return MemServer.this.allocate(this, tag, length);
         }

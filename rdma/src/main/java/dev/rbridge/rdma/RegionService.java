@@ -66,6 +66,11 @@ public interface RegionService {
     interface Session {
         ServerInfo serverInfo();
 
+        /** What the memserver is doing, for STATE. */
+        default ServerState state() {
+            return ServerState.SERVING;
+        }
+
         RegionDescriptor allocate(RegionTag tag, long length) throws RemoteMemoryException;
 
         RegionDescriptor open(long regionId) throws RemoteMemoryException;

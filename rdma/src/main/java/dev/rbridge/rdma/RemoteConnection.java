@@ -62,6 +62,12 @@ public interface RemoteConnection extends AutoCloseable {
     /** The memserver's current capacity and free bytes. */
     CompletableFuture<ServerInfo> info();
 
+    /**
+     * What the memserver is doing (draining or serving). A memserver that predates the question is taken to be
+     * serving ({@link ServerState#SERVING}).
+     */
+    CompletableFuture<ServerState> state();
+
     CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst);
 
     CompletableFuture<Void> write(RegionDescriptor region, long offset, MemorySegment src);

@@ -28,6 +28,11 @@ public final class MemserverLink {
     private volatile State state = State.CONNECTING;
     /** Being emptied: never chosen for new slabs or rebuilds, and its replicas are moved elsewhere. */
     private volatile boolean draining;
+    /**
+     * The memserver itself is draining (it said so): once emptied the bridge lets its connection go and keeps the
+     * link, so the memserver can exit and, restarted, is used again.
+     */
+    private volatile boolean drainedByMemserver;
     /** No longer used by the bridge: a connect that was under way when it was removed must not bring it up. */
     private volatile boolean removed;
     private volatile String serverId = "";
@@ -80,12 +85,25 @@ public final class MemserverLink {
         return Math.max(0, freeBytes - reserved.get());
     }
 
-    /** Whether the bridge is moving every replica off this memserver (admin drain-memserver). */
+    /** Whether the bridge is moving every replica off this memserver (admin drain-memserver, or its own drain). */
     public boolean draining() {
         return draining;
     }
 
+    /** Whether the memserver asked for it ({@link #drainAsked}), rather than the bridge's admin. */
+    public boolean drainedByMemserver() {
+        return drainedByMemserver;
+    }
+
     public void drain() {
+        draining = true;
+    }
+
+    /** The memserver said it is draining: empty it, then let it go (see {@link #drainedByMemserver}). */
+    public void drainAsked() {
+        if (!draining) {
+            drainedByMemserver = true;
+        }
         draining = true;
     }
 
@@ -106,6 +124,10 @@ public final class MemserverLink {
     }
 
     public void up(RemoteConnection c, String serverId, long capacity, long free) {
+        if (drainedByMemserver) { // it admitted us again, so it is no longer draining: a restarted memserver
+            drainedByMemserver = false;
+            draining = false;
+        }
         this.connection = c;
         this.serverId = serverId;
         this.capacityBytes = capacity;

@@ -120,6 +120,11 @@ final class LocalConnection implements RemoteConnection {
     }
 
     @Override
+    public CompletableFuture<dev.rbridge.rdma.ServerState> state() {
+        return call(session::state);
+    }
+
+    @Override
     public CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst) {
         if (!dst.isAccessibleBy(SOME_OTHER_THREAD)) {
             // Same rule as the network providers, so code that works here works there too.

@@ -9,6 +9,7 @@ import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.ServerState;
 
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
@@ -135,6 +136,11 @@ final class TcpLanes implements RemoteConnection {
     @Override
     public CompletableFuture<ServerInfo> info() {
         return lanes[0].info();
+    }
+
+    @Override
+    public CompletableFuture<ServerState> state() {
+        return lanes[0].state();
     }
 
     @Override

@@ -7,6 +7,7 @@ import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.ServerState;
 
 import java.io.EOFException;
 import java.io.IOException;
@@ -297,6 +298,27 @@ public final class ControlClient {
         return new Operation<>(Message.Info::new, r -> {
             Message.InfoReply i = (Message.InfoReply) r;
             return new ServerInfo(i.serverId(), Protocol.VERSION, i.capacityBytes(), i.freeBytes());
+        });
+    }
+
+    public static Operation<ServerState> state() {
+        return new Operation<>(Message.State::new,
+                r -> new ServerState((((Message.StateReply) r).flags() & Protocol.STATE_DRAINING) != 0));
+    }
+
+    /**
+     * {@code asked}, with a memserver's "unexpected OP_10" (it predates STATE) read as {@link ServerState#SERVING}:
+     * such a memserver cannot be draining in a way a client needs to act on (it has nothing to report).
+     */
+    public static CompletableFuture<ServerState> predatesAsServing(CompletableFuture<ServerState> asked) {
+        return asked.exceptionallyCompose(e -> {
+            Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null
+                    ? e.getCause() : e;
+            if (c instanceof RemoteMemoryException r && r.status() == Status.BAD_REQUEST
+                    && r.getMessage().contains("unexpected OP_" + Opcode.STATE.code())) {
+                return CompletableFuture.completedFuture(ServerState.SERVING);
+            }
+            return CompletableFuture.failedFuture(c);
         });
     }
 

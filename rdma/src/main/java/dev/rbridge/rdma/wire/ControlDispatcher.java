@@ -18,7 +18,7 @@ public final class ControlDispatcher {
     }
 
     /**
-     * The reply to a request that needs nothing of the transport: the region and lease operations, INFO, ZERO,
+     * The reply to a request that needs nothing of the transport: the region and lease operations, INFO, STATE, ZERO,
      * FLUSH, and requests that could not be read ({@code BAD_REQUEST} with the reason). Any other request is
      * {@link #unexpected}. FLUSH is answered at once: a transport that executes a connection's requests in order has
      * done everything before it by then.
@@ -50,6 +50,8 @@ public final class ControlDispatcher {
                     ServerInfo info = s.serverInfo();
                     yield new Message.InfoReply(i.id(), info.serverId(), info.capacityBytes(), info.freeBytes());
                 }
+                case Message.State st -> new Message.StateReply(st.id(),
+                        s.state().draining() ? Protocol.STATE_DRAINING : 0);
                 case Message.Unreadable u -> new Message.Error(u.id(), u.code(), Status.BAD_REQUEST.code(),
                         cut(u.reason()));
                 default -> unexpected(request);

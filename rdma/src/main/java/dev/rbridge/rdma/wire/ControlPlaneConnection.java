@@ -6,6 +6,7 @@ import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.ServerInfo;
+import dev.rbridge.rdma.ServerState;
 
 import java.time.Duration;
 import java.util.List;
@@ -75,5 +76,10 @@ public abstract class ControlPlaneConnection implements RemoteConnection {
     @Override
     public final CompletableFuture<ServerInfo> info() {
         return call(ControlClient.info());
+    }
+
+    @Override
+    public final CompletableFuture<ServerState> state() {
+        return ControlClient.predatesAsServing(call(ControlClient.state()));
     }
 }

@@ -117,6 +117,12 @@ public sealed interface Message {
         }
     }
 
+    record State(long id) implements Message {
+        public int code() {
+            return Opcode.STATE.code();
+        }
+    }
+
     /** {@code length} bytes at {@code offset} of a region; the reply carries them. */
     record Read(long id, long regionId, long key, long offset, int length) implements Message {
         public int code() {
@@ -334,6 +340,13 @@ public sealed interface Message {
 
         public int code() {
             return Opcode.INFO.code();
+        }
+    }
+
+    /** {@code flags}: {@link Protocol#STATE_DRAINING}; bits this build does not know are ignored. */
+    record StateReply(long id, int flags) implements Message {
+        public int code() {
+            return Opcode.STATE.code();
         }
     }
 

@@ -395,6 +395,7 @@ public final class MessageDecoder {
             case LEASE -> new Message.Lease(id, getString(b), getString(b), b.getLong());
             case UNLEASE -> new Message.Unlease(id, getString(b), getString(b));
             case INFO -> new Message.Info(id);
+            case STATE -> new Message.State(id);
             case UCX_CONNECT -> new Message.UcxConnect(id, b.hasRemaining() ? getBytes(b) : ByteBuffer.allocate(0));
             case MAP -> new Message.MapRegion(id, b.getLong(), b.getLong(), b.getLong());
             case INVALIDATE -> new Message.InvalidateDone(id);
@@ -430,6 +431,7 @@ public final class MessageDecoder {
             case RETAG -> new Message.RetagReply(id, getDescriptor(b));
             case LEASE -> new Message.LeaseReply(id, b.getLong(), b.get() != 0);
             case INFO -> new Message.InfoReply(id, getString(b), b.getLong(), b.getLong());
+            case STATE -> new Message.StateReply(id, b.getInt());
             case UCX_CONNECT -> new Message.UcxConnectReply(id, getBytes(b));
             case MAP -> {
                 long address = b.getLong();

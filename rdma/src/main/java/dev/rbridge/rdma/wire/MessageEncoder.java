@@ -50,6 +50,7 @@ public final class MessageEncoder {
             case Message.Lease l -> stringLength(l.volume()) + stringLength(l.owner()) + 8;
             case Message.Unlease u -> stringLength(u.volume()) + stringLength(u.owner());
             case Message.Info i -> 0;
+            case Message.State st -> 0;
             case Message.UcxConnect u -> u.workerAddress().hasRemaining() ? 4 + u.workerAddress().remaining() : 0;
             case Message.MapRegion m2 -> 24;
             case Message.InvalidateDone d -> 0;
@@ -67,6 +68,7 @@ public final class MessageEncoder {
             case Message.LeaseReply l -> 9;
             case Message.UnleaseReply u -> 0;
             case Message.InfoReply i -> stringLength(i.serverId()) + 16;
+            case Message.StateReply st -> 4;
             case Message.UcxConnectReply u -> 4 + u.workerAddress().remaining();
             case Message.MapReply m2 -> 16 + 4 + m2.remoteKey().remaining();
             case Message.UcxProbeReply p -> 8 + 4 + p.remoteKey().remaining();
@@ -144,6 +146,7 @@ public final class MessageEncoder {
                 putString(dst, i.serverId());
                 dst.putLong(i.capacityBytes()).putLong(i.freeBytes());
             }
+            case Message.StateReply st -> dst.putInt(st.flags());
             case Message.UcxConnectReply u -> putBytes(dst, u.workerAddress());
             case Message.MapReply r -> {
                 dst.putLong(r.address()).putLong(r.length());
@@ -165,6 +168,8 @@ public final class MessageEncoder {
             case Message.ListRegions l -> {
             }
             case Message.Info i -> {
+            }
+            case Message.State st -> {
             }
             case Message.Flush f -> {
             }

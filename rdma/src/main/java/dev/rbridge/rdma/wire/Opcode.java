@@ -2,13 +2,18 @@ package dev.rbridge.rdma.wire;
 
 /**
  * The operations of the control protocol, by wire code. Codes 1-19 are the region, lease and data operations every
- * memserver serves (READ and WRITE travel on this connection for the tcp transport only); 32-34 are the ucx
+ * memserver serves (10 came later) (READ and WRITE travel on this connection for the tcp transport only); 32-34 are the ucx
  * transport's additions (35 came later: a client that knows it asks for it, a memserver that predates it answers
  * "unexpected OP_35"); 36-37 the greeting that proves the token without sending it. A code not listed here is an
  * operation this build predates.
  */
 public enum Opcode {
     HELLO(1), ALLOCATE(2), OPEN(3), LIST(4), RELEASE(5), RETAG(6), LEASE(7), UNLEASE(8), INFO(9),
+    /**
+     * Client to memserver: what the memserver is doing ({@link Protocol#STATE_DRAINING}). Came after 1-9: a memserver
+     * that predates it answers "unexpected OP_10", which a client reads as "nothing to report".
+     */
+    STATE(10),
     READ(16), WRITE(17), ZERO(18), FLUSH(19),
     /** Client to memserver, after HELLO: the memserver worker's UCX address. */
     UCX_CONNECT(32),

@@ -40,6 +40,9 @@ public final class Protocol {
      * (UCX_PROBE) and checks it, so its connect proves the data path and leaves no UCX wire-up half done.
      */
     public static final long UCX_PROBE_WORD = 0x45424F5250584355L;
+
+    /** STATE reply flag: the memserver is draining (no new clients or regions; it exits once its clients leave). */
+    public static final int STATE_DRAINING = 1;
     /** Strings are a 16-bit length and that many bytes of UTF-8; longer ones are cut. */
     public static final int MAX_STRING = 0xFFFF;
 }

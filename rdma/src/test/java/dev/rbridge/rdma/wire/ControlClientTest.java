@@ -71,6 +71,13 @@ class ControlClientTest {
         client.answer(taken(info), new Message.InfoReply(info.id(), "srv", 100, 40));
         assertEquals(new ServerInfo("srv", Protocol.VERSION, 100, 40), info.future().get());
 
+        ControlClient.Call draining = call(ControlClient.state());
+        client.answer(taken(draining), new Message.StateReply(draining.id(), Protocol.STATE_DRAINING | 0x80));
+        assertEquals(new dev.rbridge.rdma.ServerState(true), draining.future().get());
+        ControlClient.Call serving = call(ControlClient.state());
+        client.answer(taken(serving), new Message.StateReply(serving.id(), 0));
+        assertEquals(dev.rbridge.rdma.ServerState.SERVING, serving.future().get());
+
         List<RegionInfo> listed = List.of(new RegionInfo(new RegionDescriptor(7, 4096, 0, TAG), "bridge"));
         ControlClient.Call list = call(ControlClient.list());
         client.answer(taken(list), new Message.ListReply(list.id(), listed));
@@ -83,7 +90,7 @@ class ControlClientTest {
     }
 
     @Test
-    void anErrorReplyFailsTheCallWithItsStatusAndAnOpcodeTheMemserverPredatesSaysSo() {
+    void anErrorReplyFailsTheCallWithItsStatusAndAnOpcodeTheMemserverPredatesSaysSo() throws Exception {
         ControlClient.Call open = call(ControlClient.open(7));
         client.answer(taken(open), new Message.Error(open.id(), Opcode.OPEN.code(),
                 Status.ACCESS_DENIED.code(), "volume 'vol' is leased by another client"));
@@ -99,6 +106,18 @@ class ControlClientTest {
         assertEquals(Status.BAD_REQUEST, e.status());
         assertTrue(e.getMessage().endsWith("unexpected OP_7 (the memserver predates this operation; upgrade it)"),
                 e.getMessage());
+
+        // A memserver that predates STATE has nothing to report: serving. Other refusals stay failures.
+        ControlClient.Call state = call(ControlClient.state());
+        client.answer(taken(state), new Message.Error(state.id(), Opcode.STATE.code(), Status.BAD_REQUEST.code(),
+                "unexpected OP_10"));
+        assertEquals(dev.rbridge.rdma.ServerState.SERVING,
+                ControlClient.predatesAsServing(state.future().thenApply(x -> (dev.rbridge.rdma.ServerState) x)).get());
+        ControlClient.Call refused = call(ControlClient.state());
+        client.answer(taken(refused), new Message.Error(refused.id(), Opcode.STATE.code(), Status.INTERNAL.code(),
+                "broken"));
+        assertThrows(java.util.concurrent.ExecutionException.class, () -> ControlClient.predatesAsServing(
+                refused.future().thenApply(x -> (dev.rbridge.rdma.ServerState) x)).get());
     }
 
     @Test

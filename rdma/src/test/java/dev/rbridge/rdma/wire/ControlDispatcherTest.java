@@ -43,6 +43,7 @@ class ControlDispatcherTest {
         assertEquals(new Message.UnleaseReply(5), ControlDispatcher.answer(session, new Message.Unlease(5, "vol",
                 "owner")));
         assertInstanceOf(Message.InfoReply.class, ControlDispatcher.answer(session, new Message.Info(6)));
+        assertEquals(new Message.StateReply(6, 0), ControlDispatcher.answer(session, new Message.State(6)));
         try (RegionService.Pin p = session.pin(d.id(), d.key(), 0, 8192)) {
             p.memory().fill((byte) 7);
             assertEquals(new Message.ZeroReply(7), ControlDispatcher.answer(session, new Message.Zero(7, d.id(),
