@@ -4,7 +4,8 @@
 # under test; ./write_data is in the share, our working folder. `rbridge attach` (not nbd-client) attaches the export
 # through netlink and watches it; the host restarts the bridge (SIGTERM, start again on the same port) when
 # write_data creates ./restart-now, and checks ./restart-run.done does not exist yet then. Nothing may reach the
-# filesystem as an I/O error: the kernel holds the I/O while attach reconnects.
+# filesystem as an I/O error: the kernel holds the I/O while attach reconnects. Then the host grows the volume to
+# 768M when ./grow-now appears (rbridge admin grow), and the watching attach resizes /dev/nbd0 to match.
 set -euo pipefail
 trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 t0=$SECONDS
@@ -49,6 +50,15 @@ if dmesg | grep -Eiq "I/O error|EXT4-fs error|EXT4-fs warning"; then
   echo "guest: an I/O error reached the block layer or the filesystem" >&2
   exit 1
 fi
+say "the host grows the volume to 768M; attach resizes the device"
+touch grow-now
+await 60 sh -c '[ "$(blockdev --getsize64 /dev/nbd0)" = 805306368 ]'
+grep -E "grown from" attach.log | sed 's/^/attach: /'
+head -c 4194304 /dev/urandom > pattern
+dd if=pattern of=/dev/nbd0 bs=1M seek=700 oflag=direct status=none
+dd if=/dev/nbd0 of=back bs=1M skip=700 count=4 iflag=direct status=none
+cmp pattern back
+say "nbd0 grown to $(blockdev --getsize64 /dev/nbd0) bytes; 4 MiB past the old end read back"
 say "rbridge detach /dev/nbd0"
 rb detach /dev/nbd0
 await 30 sh -c '[ "$(cat /sys/block/nbd0/size)" = 0 ]'

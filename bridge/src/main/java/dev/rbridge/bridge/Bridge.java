@@ -238,6 +238,32 @@ public final class Bridge implements SlabHost, AutoCloseable {
         return null;
     }
 
+    /**
+     * Grows a volume while serving ({@link Volume#grow}): new NBD connections see the new size. Returns null when
+     * grown, else why not. The configuration must say the new size too: a bridge started with the old one refuses
+     * to discard the new slabs (unless --allow-shrink).
+     */
+    public synchronized String growVolume(String name, long size, boolean configSaysIt) {
+        Volume v = volumes.get(name);
+        if (v == null) {
+            return "no volume " + name + " (see admin volumes)";
+        }
+        if (v.fenced() != null) {
+            return "volume " + name + " is no longer served by this bridge: " + v.fenced();
+        }
+        long before = v.size();
+        try {
+            v.grow(size);
+        } catch (IllegalArgumentException e) {
+            return e.getMessage();
+        }
+        log.info("volume {}: grown from {} to {} bytes ({} slabs); NBD connections made from now on see the new size{}",
+                name, before, size, v.slabCount(), configSaysIt ? "" : "; put size=" + size
+                        + " in the configuration too, or the next start refuses to drop the new slabs");
+        checkCommitment(true); // the provisioned bytes changed: say where they stand now
+        return null;
+    }
+
     /** The link labelled {@code label} (HOST:PORT as admin shows it), or null. */
     private MemserverLink linkNamed(String label) {
         return links.stream().filter(x -> x.label().equals(label)).findFirst().orElse(null);

@@ -31,18 +31,24 @@ import java.util.concurrent.Callable;
         mixinStandardHelpOptions = true,
         modelTransformer = AdminCommand.UnlistedLogLevel.class,
         description = {"Operate a memserver: list clients, regions and counters; disconnect a client; revoke a region;",
-                "drain (refuse new clients and grants, exit when the last client leaves); shut down.",
+                "drain (refuse new clients and grants; bridges move their replicas elsewhere and leave; exit when the",
+                "last client has gone); shut down.",
                 "With --bridge: show a bridge's volumes, slab maps with replica states, memservers and rebuild progress;",
                 "add a memserver while it serves (it takes new slabs and rebuilds at once), drain one (its replicas are",
-                "copied elsewhere while I/O goes on, then the bridge lets it go), or remove one that holds no live replica.",
+                "copied elsewhere while I/O goes on, then the bridge lets it go), or remove one that holds no live replica;",
+                "grow a volume while it serves.",
                 "disconnect, revoke, drain and shutdown always need the memserver's token (--token-file), also on",
                 "loopback; a memserver without a token refuses them. Reads need the token when the server has one."},
-        footer = {"", "Memserver actions: clients | regions | leases | stats | disconnect CLIENT_ID | revoke REGION_ID | drain | shutdown",
+        footer = {"", "Memserver actions: clients | regions | leases | stats | disconnect CLIENT_ID | revoke REGION_ID"
+                        + " | drain [--wait] | shutdown",
                 "Bridge actions (--bridge): volumes | slabs VOLUME | memservers | rebuild | add-memserver HOST:PORT"
-                        + " | drain-memserver HOST:PORT | remove-memserver HOST:PORT (the last three change state:"
-                        + " they need the token)",
+                        + " | drain-memserver HOST:PORT | remove-memserver HOST:PORT | grow VOLUME SIZE (the last four"
+                        + " change state: they need the token; grow: new NBD connections see the new size, and the"
+                        + " configuration must say it too)",
                 "", "Examples:", "  rbridge admin --memserver " + Defaults.MEMSERVER_ADMIN
                         + " --token-file /etc/rbridge/token clients",
+                "  rbridge admin --memserver " + Defaults.MEMSERVER_ADMIN
+                        + " --token-file /etc/rbridge/token drain --wait   (before stopping it)",
                 "  rbridge admin --bridge " + Defaults.BRIDGE_ADMIN + " slabs disk"})
 final class AdminCommand implements Callable<Integer> {
     /** The largest answer read: /regions of a memserver with 100,000 regions is some 15 MiB. */
@@ -66,9 +72,18 @@ final class AdminCommand implements Callable<Integer> {
     @Option(names = "--json", description = "Print the server's JSON answer as is.")
     boolean json;
 
-    @Option(names = "--watch", description = "With --bridge ... rebuild: print the progress every second, with the"
-            + " copy rate and an estimate of the time left, until nothing is left to rebuild.")
+    @Option(names = "--watch", description = "With --bridge ... rebuild or volumes: print the progress every second,"
+            + " with the rate and an estimate of the time left, until nothing is left to rebuild (rebuild) or every"
+            + " volume is healthy (volumes).")
     boolean watch;
+
+    /** volumes --watch: per volume, the healthy slabs last seen and when. */
+    private final Map<String, long[]> lastHealthy = new LinkedHashMap<>();
+
+    @Option(names = "--wait", description = "With drain (of a memserver): wait until the memserver has exited, saying"
+            + " how many clients it still waits for. Bridges move their replicas to other memservers and then leave;"
+            + " a Kubernetes preStop hook runs this, so a rolling update never takes a slab's last live replica.")
+    boolean waitForExit;
 
     /** --watch: the last total copied and when, for the rate; whether nothing is left. */
     private long lastCopied = -1;
@@ -108,6 +123,35 @@ final class AdminCommand implements Callable<Integer> {
                 + " a memserver)" : "") : queued + " slab(s) queued";
     }
 
+    /**
+     * One volume of the bridge's /volumes as a line for volumes --watch: its state, how much of what it holds is
+     * healthy, and while that grows how fast and how long until all is. Sets {@link #watchDone} false while any
+     * volume is degraded or rebuilding.
+     */
+    String volumeLine(Map<?, ?> v) {
+        String name = String.valueOf(v.get("name"));
+        long allocated = num(v.get("allocated"));
+        long healthy = num(v.get("healthy"));
+        long slab = num(v.get("slab_size"));
+        String state = String.valueOf(v.get("state"));
+        long now = System.nanoTime();
+        long[] last = lastHealthy.put(name, new long[] {healthy, now});
+        String line = name + ": " + state + ", " + healthy + " of " + allocated + " allocated slab(s) healthy"
+                + (allocated > 0 ? " (" + (100 * healthy / allocated) + "%)" : "");
+        if (state.equals("degraded") || state.equals("rebuilding")) {
+            watchDone = false;
+            line += ", " + num(v.get("degraded")) + " degraded, " + num(v.get("rebuilding")) + " rebuilding";
+            if (last != null && now > last[1] && healthy > last[0]) {
+                double perSecond = (healthy - last[0]) / ((now - last[1]) / 1e9);
+                line += ", " + Sizes.format((long) (perSecond * slab)) + "/s, about "
+                        + Math.round((allocated - healthy) / perSecond) + " s left";
+            }
+        } else if (num(v.get("lost")) > 0) {
+            line += ", " + num(v.get("lost")) + " lost (no live replica: see admin slabs " + name + ")";
+        }
+        return line;
+    }
+
     private static long num(Object o) {
         return o instanceof Number n ? n.longValue() : 0;
     }
@@ -122,6 +166,10 @@ final class AdminCommand implements Callable<Integer> {
     @Parameters(index = "1", arity = "0..1", paramLabel = "ARG",
             description = "Client id (disconnect), region id (revoke), volume name (slabs) or HOST:PORT (add-memserver, remove-memserver).")
     String id;
+
+    @Parameters(index = "2", arity = "0..1", paramLabel = "SIZE", description = "The new size (grow VOLUME SIZE;"
+            + " K, M, G, T are binary).")
+    String size;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -145,7 +193,7 @@ final class AdminCommand implements Callable<Integer> {
             String host = address.getHostString();
             String base = "http://" + (host.contains(":") ? "[" + host + "]" : host) + ":" + address.getPort() + "/";
             if (bridge != null) {
-                method = action.endsWith("-memserver") ? "POST" : "GET";
+                method = action.endsWith("-memserver") || action.equals("grow") ? "POST" : "GET";
                 path = switch (action) {
                     case "add-memserver", "remove-memserver", "drain-memserver" -> {
                         if (id == null) {
@@ -155,6 +203,13 @@ final class AdminCommand implements Callable<Integer> {
                                 + "/" + action.substring(0, action.indexOf('-'));
                     }
                     case "volumes", "memservers", "rebuild" -> base + action;
+                    case "grow" -> {
+                        if (id == null || size == null) {
+                            throw new IllegalArgumentException("grow needs a volume name and its new size");
+                        }
+                        yield base + "volumes/" + URLEncoder.encode(id, StandardCharsets.UTF_8).replace("+", "%20")
+                                + "/grow/" + Sizes.parse(size);
+                    }
                     case "slabs" -> {
                         if (id == null) {
                             throw new IllegalArgumentException("slabs needs a volume name");
@@ -164,7 +219,7 @@ final class AdminCommand implements Callable<Integer> {
                     }
                     default -> throw new IllegalArgumentException("unknown bridge action '" + action
                             + "' (volumes, slabs VOLUME, memservers, rebuild, add-memserver HOST:PORT,"
-                            + " drain-memserver HOST:PORT, remove-memserver HOST:PORT)");
+                            + " drain-memserver HOST:PORT, remove-memserver HOST:PORT, grow VOLUME SIZE)");
                 };
             } else switch (action) {
                 case "clients", "regions", "leases", "stats" -> {
@@ -194,8 +249,16 @@ final class AdminCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        if (watch && !(bridge != null && action.equals("rebuild"))) {
-            throw new CommandLine.ParameterException(spec.commandLine(), "--watch applies to --bridge ... rebuild");
+        if (watch && !(bridge != null && (action.equals("rebuild") || action.equals("volumes")))) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--watch applies to --bridge ... rebuild"
+                    + " and --bridge ... volumes");
+        }
+        if (waitForExit && (bridge != null || !action.equals("drain"))) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--wait applies to drain (of a memserver)");
+        }
+        if (waitForExit) {
+            int rc = once(method, path, secret);
+            return rc != 0 ? rc : awaitExit(path.substring(0, path.length() - "drain".length()) + "stats", secret);
         }
         while (true) {
             int rc = once(method, path, secret);
@@ -203,6 +266,52 @@ final class AdminCommand implements Callable<Integer> {
                 return rc;
             }
             Thread.sleep(1000);
+        }
+    }
+
+    /**
+     * After a drain: polls the memserver's stats every second until its admin interface stops answering (it exits
+     * once its last client has gone), printing the clients it still waits for whenever that changes.
+     */
+    private int awaitExit(String statsPath, String secret) throws InterruptedException {
+        PrintWriter out = spec.commandLine().getOut();
+        long said = -1;
+        try (HttpClient client = HttpClient.newBuilder()
+                .connectTimeout(Duration.ofSeconds(Defaults.ADMIN_CONNECT_TIMEOUT_SECONDS)).build()) {
+            while (true) {
+                HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(statsPath))
+                        .timeout(Duration.ofSeconds(Defaults.ADMIN_ANSWER_TIMEOUT_SECONDS)).GET();
+                if (secret != null) {
+                    request.header("Authorization", "Bearer " + secret);
+                }
+                long clients;
+                long granted;
+                try {
+                    HttpResponse<String> r = client.send(request.build(), HttpResponse.BodyHandlers.ofString());
+                    if (!(r.statusCode() == 200 && Json.parse(r.body()) instanceof Map<?, ?> m)) {
+                        spec.commandLine().getErr().println("admin: the memserver's stats: "
+                                + errorText(r.body()));
+                        return 1;
+                    }
+                    clients = num(m.get("clients"));
+                    granted = num(m.get("granted_bytes"));
+                } catch (java.net.ConnectException e) {
+                    out.println("memserver exited: drained");
+                    out.flush();
+                    return 0;
+                } catch (IOException | IllegalArgumentException e) {
+                    // it may be closing its listener just now: the next poll tells
+                    Thread.sleep(1000);
+                    continue;
+                }
+                if (clients != said) {
+                    said = clients;
+                    out.println("draining: waiting for " + clients + " client(s) to leave (" + Sizes.format(granted)
+                            + " granted); bridges move their replicas to other memservers first");
+                    out.flush();
+                }
+                Thread.sleep(1000);
+            }
         }
     }
 
@@ -259,6 +368,19 @@ final class AdminCommand implements Callable<Integer> {
         }
         if (!json && bridge != null && action.equals("rebuild") && answer instanceof Map<?, ?> m) {
             out.println(rebuildLine(m));
+            out.flush();
+            return 0;
+        }
+        if (!json && watch && action.equals("volumes") && answer instanceof List<?> volumes) {
+            watchDone = true;
+            for (Object v : volumes) {
+                if (v instanceof Map<?, ?> m) {
+                    out.println(volumeLine(m));
+                }
+            }
+            if (volumes.size() > 1) {
+                out.println();
+            }
             out.flush();
             return 0;
         }

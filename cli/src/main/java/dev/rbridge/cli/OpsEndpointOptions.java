@@ -15,7 +15,8 @@ import java.net.InetSocketAddress;
 class OpsEndpointOptions {
     @Option(names = "--admin", paramLabel = "HOST:PORT|none",
             description = "Operator interface (JSON over HTTP) for rbridge admin --bridge: volumes, slabs,"
-                    + " memservers, rebuilds; adding, draining and removing memservers (those need the token). 'none'"
+                    + " memservers, rebuilds; adding, draining and removing memservers, growing volumes (those need the"
+                    + " token). 'none'"
                     + " turns it off. Needs the memservers' token when one is set, taken from loopback peers only;"
                     + " requests from web pages (an Origin header) and, on loopback, requests for a Host that is not"
                     + " a loopback name are refused. Default ${DEFAULT-VALUE}.")

@@ -1,5 +1,7 @@
 package dev.rbridge.cli;
 
+import dev.rbridge.bridge.VolumeSpec;
+
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.ops.metrics.BridgeMeters;
@@ -192,8 +194,33 @@ public final class ServeCommand implements Callable<Integer> {
                         l.label());
             }
         }
-        log.info("SIGHUP: reloaded {}: {} memserver line(s) applied; other options take effect at the next start",
-                configFile, again.memservers.size());
+        int grown = 0;
+        for (String text : again.volumes) {
+            VolumeSpec want;
+            try {
+                want = VolumeSpecs.parse("volume", text, Sizes.parse(Defaults.VOLUME_SIZE), Defaults.REPLICAS);
+            } catch (IllegalArgumentException e) {
+                log.warn("SIGHUP: {}: volume '{}' ignored: {}", configFile, text, e.getMessage());
+                continue;
+            }
+            var v = bridge.volume(want.name());
+            if (v == null) {
+                log.warn("SIGHUP: volume {} is new in {}: it is served from the next start", want.name(), configFile);
+            } else if (want.size() > v.size()) {
+                String why = bridge.growVolume(want.name(), want.size(), true);
+                if (why == null) {
+                    grown++;
+                } else {
+                    log.warn("SIGHUP: volume {} not grown: {}", want.name(), why);
+                }
+            } else if (want.size() < v.size()) {
+                log.warn("SIGHUP: volume {} is {} bytes, {} says {}: a volume never shrinks while it serves (a start"
+                        + " with --allow-shrink discards what lies past the new end)", want.name(), v.size(),
+                        configFile, want.size());
+            }
+        }
+        log.info("SIGHUP: reloaded {}: {} memserver line(s) applied, {} volume(s) grown; other options take effect at"
+                + " the next start", configFile, again.memservers.size(), grown);
     }
 
     BridgeConfig bridgeConfig() {

@@ -29,7 +29,8 @@ public final class AllocationManifest {
     public static final long SLAB = -1;
 
     private final String volume;
-    private final long[] bits;
+    /** Replaced (longer, under the lock) when the volume grows within {@link #regionLength}. */
+    private long[] bits;
     private final Map<MemserverLink, Copy> copies = new ConcurrentHashMap<>();
 
     private record Copy(RemoteConnection connection, RegionDescriptor region) {
@@ -41,8 +42,27 @@ public final class AllocationManifest {
     }
 
     /** Bytes of the manifest region. */
-    public long regionLength() {
-        return Math.max(4096, ((long) bits.length * 8 + 4095) & -4096L);
+    public synchronized long regionLength() {
+        return regionLength(bits.length);
+    }
+
+    private static long regionLength(int words) {
+        return Math.max(4096, ((long) words * 8 + 4095) & -4096L);
+    }
+
+    /**
+     * Makes room for {@code slabs} slabs (new ones unallocated) when that fits the regions the copies already have;
+     * false when it would need larger regions.
+     */
+    public synchronized boolean growTo(int slabs) {
+        int words = (slabs + 63) / 64;
+        if (regionLength(words) > regionLength(bits.length)) {
+            return false;
+        }
+        if (words > bits.length) {
+            bits = java.util.Arrays.copyOf(bits, words);
+        }
+        return true;
     }
 
     public static RegionTag tag(String volume) {
@@ -59,7 +79,11 @@ public final class AllocationManifest {
 
     /** At start: ORs in what one memserver's copy says. */
     public void merge(RemoteConnection c, RegionDescriptor region) throws Exception {
-        ByteBuffer b = ByteBuffer.allocateDirect((int) Math.min(region.length(), (long) bits.length * 8));
+        int words;
+        synchronized (this) {
+            words = bits.length;
+        }
+        ByteBuffer b = ByteBuffer.allocateDirect((int) Math.min(region.length(), (long) words * 8));
         if (b.capacity() > 0) {
             c.read(region, 0, MemorySegment.ofBuffer(b)).get();
         }

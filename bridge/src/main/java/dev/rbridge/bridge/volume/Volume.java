@@ -40,10 +40,12 @@ import java.util.function.Function;
  * from this bridge, and what tells its clients that their writes are not safe here.
  */
 public final class Volume implements BlockDevice {
-    final VolumeSpec spec;
+    /** Replaced when the volume grows, after {@link #slabs}: whoever sees the new size finds its slabs. */
+    volatile VolumeSpec spec;
     final SlabHost host;
     final AllocationManifest manifest;
-    private final Slab[] slabs;
+    /** Replaced when the volume grows (the old slabs kept at their indices). */
+    private volatile Slab[] slabs;
     private final int slabShift;
     /** Why this volume is fenced (its lease was lost), or null while it is served. */
     private volatile String fenced;
@@ -69,6 +71,40 @@ public final class Volume implements BlockDevice {
 
     public String name() {
         return spec.name();
+    }
+
+    /**
+     * Grows the volume while it serves: new slabs past the old end, unallocated until written (like every slab of a new
+     * volume). NBD connections made from now on see the new size; connections already open keep the size they were
+     * given. Refused (IllegalArgumentException, a sentence) when the new size is not larger, when the old end cuts a
+     * slab (its regions have that slab's old length), or when the allocation manifest would need a larger region.
+     */
+    public synchronized void grow(long newSize) {
+        VolumeSpec old = spec;
+        if (newSize <= old.size()) {
+            throw new IllegalArgumentException("volume " + old.name() + " is " + old.size() + " bytes; "
+                    + (newSize == old.size() ? "it already has that size" : "shrinking needs a restart with"
+                    + " --allow-shrink, which discards what lies past the new end"));
+        }
+        if (old.size() % old.slabSize() != 0) {
+            throw new IllegalArgumentException("volume " + old.name() + " ends inside a slab (size " + old.size()
+                    + " is not a multiple of its slab size " + old.slabSize() + "), and that slab's regions have its"
+                    + " shorter length: it cannot grow");
+        }
+        VolumeSpec grown = new VolumeSpec(old.name(), newSize, old.slabSize(), old.replicas(), old.readOnly(),
+                old.minimumBlockSize(), old.description());
+        if (!manifest.growTo(grown.slabCount())) {
+            throw new IllegalArgumentException("volume " + old.name() + " would have " + grown.slabCount() + " slabs,"
+                    + " more than its allocation manifest holds while serving; restart the bridge with the new size");
+        }
+        Slab[] now = slabs;
+        Slab[] more = java.util.Arrays.copyOf(now, grown.slabCount());
+        for (int i = now.length; i < more.length; i++) {
+            long start = (long) i << slabShift;
+            more[i] = new Slab(this, i, start, Math.min(grown.slabSize(), newSize - start));
+        }
+        slabs = more;
+        spec = grown;
     }
 
     public VolumeSpec spec() {

@@ -92,6 +92,15 @@ class MembershipTest {
             String waitingOut = new String(waiting.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
             assertTrue(waiting.waitFor(60, TimeUnit.SECONDS));
             assertTrue(waitingOut.startsWith("waiting: no reachable memserver has"), waitingOut);
+            Process volumesWatch = CliProcess.start(dir.resolve("volumes-watch.log"), "admin", "--bridge",
+                    c.adminAddress(), "--token-file", token.toString(), "volumes", "--watch");
+            var volumesWatched = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                try {
+                    return new String(volumesWatch.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+                } catch (java.io.IOException e) {
+                    return e.toString();
+                }
+            });
             String third = memserver(dir, "third", "127.0.0.1:0");
             Path log = dir.resolve("admin.log");
             Process add = CliProcess.start(log, "admin", "--bridge", c.adminAddress(), "--token-file",
@@ -105,6 +114,10 @@ class MembershipTest {
             assertTrue(watch.waitFor(120, TimeUnit.SECONDS), "--watch ends when nothing is left: " + watched);
             assertEquals(0, watch.exitValue(), watched + Files.readString(dir.resolve("watch.log")));
             assertTrue(watched.strip().endsWith("nothing to rebuild"), watched);
+            assertTrue(volumesWatch.waitFor(60, TimeUnit.SECONDS), "volumes --watch ends once every volume is healthy");
+            String volumesOut = volumesWatched.get(10, TimeUnit.SECONDS);
+            assertTrue(volumesOut.startsWith("disk: degraded, ") && volumesOut.strip().lines().toList().getLast()
+                    .matches("disk: healthy, (\\d+) of \\1 allocated slab\\(s\\) healthy \\(100%\\)"), volumesOut);
             c.awaitAdmin("/volumes", v -> "healthy".equals(state(v)), Duration.ofSeconds(60));
             assertTrue(c.bridge().log().contains("memserver " + third + " added (admin)"), c.bridge().log());
             String back = PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c",
@@ -210,57 +223,116 @@ class MembershipTest {
     @Test
     @SuppressWarnings("unchecked")
     void aRollingRestartOfEveryMemserverUnderFioVerifyLosesNothing() throws Exception {
-        PeerTool.require("fio", "fio");
         Path dir = Files.createTempDirectory("membership-rolling");
         Path token = Files.writeString(dir.resolve("token"), TOKEN + "\n");
         try (ServeCluster c = LOGS.watch(ServeCluster.builder("rolling").memservers(3).capacity("512M")
                 .token(TOKEN).timeout("2").volume("disk,size=96M,replicas=2,slab=8M").start())) {
-            List<String> fio = List.of("fio", "--name=rolling", "--ioengine=nbd", "--uri=" + c.uri("disk"),
-                    "--rw=randwrite", "--bs=64k", "--iodepth=8", "--size=64M", "--randrepeat=1", "--verify=crc32c",
-                    "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--rate=4m");
-            Path fioOut = dir.resolve("fio.out");
-            Process writer = new ProcessBuilder(fio).redirectErrorStream(true).redirectOutput(fioOut.toFile()).start();
-            java.util.concurrent.atomic.AtomicReference<String> lostSeen = new java.util.concurrent.atomic.AtomicReference<>();
-            Thread watcher = Thread.ofVirtual().start(() -> {
-                while (!Thread.currentThread().isInterrupted()) {
-                    try {
-                        Object v = c.admin("/volumes");
-                        Object lost = ((Map<String, Object>) ((List<Object>) v).getFirst()).get("lost");
-                        if (lost instanceof Number n && n.longValue() > 0) {
-                            lostSeen.compareAndSet(null, String.valueOf(v));
-                        }
-                        Thread.sleep(100);
-                    } catch (InterruptedException e) {
-                        return;
-                    } catch (RuntimeException e) {
-                        // the admin answer raced a restart; the next poll sees
-                    }
-                }
+            rollUnderFioVerify(c, dir, i -> {
+                String address = c.memserver(i).address();
+                admin(dir, c, token, "drain-memserver", address);
+                c.awaitAdmin("/memservers", m -> ((List<Object>) m).stream().noneMatch(x -> address.equals(
+                        ((Map<String, Object>) x).get("memserver"))), Duration.ofSeconds(120));
+                c.memserver(i).restart();
+                admin(dir, c, token, "add-memserver", address);
             });
-            try {
-                for (int i = 0; i < 3; i++) {
-                    String address = c.memserver(i).address();
-                    admin(dir, c, token, "drain-memserver", address);
-                    c.awaitAdmin("/memservers", m -> ((List<Object>) m).stream().noneMatch(x -> address.equals(
-                            ((Map<String, Object>) x).get("memserver"))), Duration.ofSeconds(120));
-                    c.memserver(i).restart();
-                    admin(dir, c, token, "add-memserver", address);
-                    c.awaitAdmin("/memservers", m -> up(m) == 3, Duration.ofSeconds(60));
-                }
-            } finally {
-                watcher.interrupt();
-            }
-            assertTrue(writer.waitFor(180, TimeUnit.SECONDS), "fio did not finish: " + Files.readString(fioOut));
-            assertEquals(0, writer.exitValue(), Files.readString(fioOut));
-            assertTrue(!Files.readString(fioOut).contains("verify: bad"), Files.readString(fioOut));
-            assertEquals(null, lostSeen.get(), "a slab was without a live replica during the rolling restart");
-            PeerTool.Result again = PeerTool.run(120, new java.util.ArrayList<>(List.of("fio", "--name=rolling",
-                    "--ioengine=nbd", "--uri=" + c.uri("disk"), "--rw=randwrite", "--bs=64k", "--iodepth=8",
-                    "--size=64M", "--randrepeat=1", "--verify=crc32c", "--verify_only", "--verify_fatal=1",
-                    "--verify_state_save=0")));
-            assertEquals(0, again.exitCode(), "every byte fio wrote reads back after the restarts:\n" + again.output());
-            assertEquals("healthy", state(c.admin("/volumes")));
         }
+    }
+
+    /**
+     * The rolling update Kubernetes does with the manifests' preStop hook: each memserver in turn is told to drain by
+     * its own admin interface ({@code admin drain --wait}, the hook's command), which returns once the memserver has
+     * exited; the bridge moved its replicas away and let it go without being told. The memserver is started again at
+     * the same address and the bridge takes it back by itself. Under fio verify, no slab is ever without a live
+     * replica and every byte reads back.
+     */
+    @Test
+    void aRollingUpdateWhereEachMemserverDrainsItselfLosesNothing() throws Exception {
+        Path dir = Files.createTempDirectory("membership-prestop");
+        Path token = Files.writeString(dir.resolve("token"), TOKEN + "\n");
+        try (ServeCluster c = LOGS.watch(ServeCluster.builder("prestop").memservers(3).capacity("512M")
+                .memserverAdmin(true).token(TOKEN).timeout("2").volume("disk,size=96M,replicas=2,slab=8M").start())) {
+            rollUnderFioVerify(c, dir, i -> {
+                ServeCluster.Memserver m = c.memserver(i);
+                Path log = Files.createTempFile(dir, "prestop", ".log");
+                Process hook = CliProcess.start(log, "admin", "--memserver", m.adminAddress(), "--token-file",
+                        token.toString(), "drain", "--wait");
+                var said = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                    try {
+                        return new String(hook.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+                    } catch (java.io.IOException e) {
+                        return e.toString();
+                    }
+                });
+                if (!hook.waitFor(120, TimeUnit.SECONDS)) {
+                    hook.destroyForcibly();
+                    throw new AssertionError("drain --wait did not return within 120 s: the memserver "
+                            + m.address() + " was not let go");
+                }
+                String out = said.get(10, TimeUnit.SECONDS);
+                assertEquals(0, hook.exitValue(), out + Files.readString(log));
+                assertTrue(out.contains("memserver exited: drained"), out);
+                assertTrue(m.process().process.waitFor(10, TimeUnit.SECONDS), "the drained memserver did not exit");
+                assertEquals(0, m.process().process.exitValue(), "a drained memserver exits with 0");
+                assertTrue(c.bridge().log().contains("memserver " + m.address() + " is draining: moving"),
+                        "the bridge saw the memserver's own drain");
+                m.restart();
+            });
+            assertTrue(c.bridge().log().contains("drained; this bridge let its connection go"), c.bridge().log());
+        }
+    }
+
+    interface Step {
+        void run(int memserver) throws Exception;
+    }
+
+    /**
+     * Runs {@code step} on each memserver in turn while fio writes with verification, waiting after each until all
+     * three are up again; then checks that fio verified everything, that no slab was ever without a live replica
+     * (lost, as the bridge's admin says), and that every byte reads back once more.
+     */
+    @SuppressWarnings("unchecked")
+    private static void rollUnderFioVerify(ServeCluster c, Path dir, Step step) throws Exception {
+        PeerTool.require("fio", "fio");
+        List<String> fio = List.of("fio", "--name=rolling", "--ioengine=nbd", "--uri=" + c.uri("disk"),
+                "--rw=randwrite", "--bs=64k", "--iodepth=8", "--size=64M", "--randrepeat=1", "--verify=crc32c",
+                "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--rate=4m");
+        Path fioOut = dir.resolve("fio.out");
+        Process writer = new ProcessBuilder(fio).redirectErrorStream(true).redirectOutput(fioOut.toFile()).start();
+        java.util.concurrent.atomic.AtomicReference<String> lostSeen = new java.util.concurrent.atomic.AtomicReference<>();
+        Thread watcher = Thread.ofVirtual().start(() -> {
+            while (!Thread.currentThread().isInterrupted()) {
+                try {
+                    Object v = c.admin("/volumes");
+                    Object lost = ((Map<String, Object>) ((List<Object>) v).getFirst()).get("lost");
+                    if (lost instanceof Number n && n.longValue() > 0) {
+                        lostSeen.compareAndSet(null, String.valueOf(v));
+                    }
+                    Thread.sleep(100);
+                } catch (InterruptedException e) {
+                    return;
+                } catch (RuntimeException e) {
+                    // the admin answer raced a restart; the next poll sees
+                }
+            }
+        });
+        try {
+            for (int i = 0; i < 3; i++) {
+                step.run(i);
+                c.awaitAdmin("/memservers", m -> up(m) == 3, Duration.ofSeconds(60));
+            }
+        } finally {
+            watcher.interrupt();
+        }
+        assertTrue(writer.waitFor(180, TimeUnit.SECONDS), "fio did not finish: " + Files.readString(fioOut));
+        assertEquals(0, writer.exitValue(), Files.readString(fioOut));
+        assertTrue(!Files.readString(fioOut).contains("verify: bad"), Files.readString(fioOut));
+        assertEquals(null, lostSeen.get(), "a slab was without a live replica during the rolling restart");
+        PeerTool.Result again = PeerTool.run(120, new java.util.ArrayList<>(List.of("fio", "--name=rolling",
+                "--ioengine=nbd", "--uri=" + c.uri("disk"), "--rw=randwrite", "--bs=64k", "--iodepth=8",
+                "--size=64M", "--randrepeat=1", "--verify=crc32c", "--verify_only", "--verify_fatal=1",
+                "--verify_state_save=0")));
+        assertEquals(0, again.exitCode(), "every byte fio wrote reads back after the restarts:\n" + again.output());
+        assertEquals("healthy", state(c.admin("/volumes")));
     }
 
     private static void admin(Path dir, ServeCluster c, Path token, String action, String address) throws Exception {

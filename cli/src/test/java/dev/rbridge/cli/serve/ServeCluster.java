@@ -209,8 +209,8 @@ public final class ServeCluster implements AutoCloseable {
         }
 
         public ServeCluster start() throws IOException {
-            if (volumes.isEmpty()) {
-                throw new IllegalStateException("give at least one volume");
+            if (volumes.isEmpty() && !bridgeArgs.contains("--config")) {
+                throw new IllegalStateException("give at least one volume (or a --config that has one)");
             }
             ServeCluster c = new ServeCluster(this);
             boolean ok = false;

@@ -183,11 +183,13 @@ public final class Attacher {
         try (NbdNetlink events = NbdNetlink.open(1000); NbdNetlink control = NbdNetlink.open(10_000)) {
             events.watchLinks();
             long lastCheck = 0;
+            long lastSizeCheck = System.nanoTime();
+            Growth growth = new Growth(device, target.uri());
             while (running.getAsBoolean()) {
                 int dead = events.awaitLinkDead();
                 if (dead == device.index()) {
                     log.warn("{}: the kernel reports its link to {} dead; reconnecting", device.device(), target.uri());
-                    if (!reconnect(target, o, device, control, running)) {
+                    if (!reconnect(target, o, device, control, running, growth)) {
                         return;
                     }
                     continue;
@@ -201,12 +203,63 @@ public final class Attacher {
                         return;
                     }
                 }
+                if (now - lastSizeCheck > SIZE_CHECK_NANOS) {
+                    lastSizeCheck = now;
+                    try (NativeSocket s = target.open()) {
+                        s.receiveTimeout(SIZE_CHECK_TIMEOUT_MILLIS); // short: link-dead events wait meanwhile
+                        growth.seen(NbdClientHandshake.info(s, target.export()).size(), control);
+                    } catch (IOException e) {
+                        log.debug("{}: could not ask {} for its size: {}", device.device(), target.uri(),
+                                e.getMessage());
+                    }
+                }
+            }
+        }
+    }
+
+    /** How often a watched device asks the server for the export's size (a volume grown online). */
+    private static final long SIZE_CHECK_NANOS = TimeUnit.SECONDS.toNanos(10);
+    private static final long SIZE_CHECK_TIMEOUT_MILLIS = 3000;
+
+    /**
+     * The size the device has, and growing it when the export grew: the kernel's RECONFIGURE takes a new size (since
+     * Linux 5.3); an older kernel keeps the old size, which is said once with what to do.
+     */
+    private static final class Growth {
+        private final Attached device;
+        private final String backend;
+        private long size;
+        private long unresizable = -1;
+
+        Growth(Attached device, String backend) {
+            this.device = device;
+            this.backend = backend;
+            this.size = device.size();
+        }
+
+        long size() {
+            return size;
+        }
+
+        void seen(long exportSize, NbdNetlink control) throws IOException {
+            if (exportSize <= size || exportSize == unresizable) {
+                return;
+            }
+            control.resize(device.index(), exportSize, backend);
+            long now = readLong(Path.of("/sys/block/nbd" + device.index(), "size")) * 512;
+            if (now == exportSize) {
+                log.info("{}: grown from {} to {} bytes, as the export did", device.device(), size, exportSize);
+                size = exportSize;
+            } else {
+                unresizable = exportSize;
+                log.warn("{}: the export grew to {} bytes but this kernel did not resize the device (it stays {}"
+                        + " bytes); detach and attach it again to use the new size", device.device(), exportSize, now);
             }
         }
     }
 
     private static boolean reconnect(Target target, Options o, Attached device, NbdNetlink control,
-                                     BooleanSupplier running) throws IOException {
+                                     BooleanSupplier running, Growth growth) throws IOException {
         long backoff = 250;
         String lastError = null;
         int attempt = 0;
@@ -214,10 +267,11 @@ public final class Attacher {
             attempt++;
             List<NativeSocket> sockets = new ArrayList<>();
             try {
-                handshake(target, o.connections(), sockets, device.size());
+                NbdClientHandshake.ExportInfo info = handshake(target, o.connections(), sockets, growth.size());
                 control.reconfigure(device.index(), fds(sockets), target.uri());
                 log.info("{}: reconnected to {} ({} connection(s), attempt {})", device.device(), target.uri(),
                         sockets.size(), attempt);
+                growth.seen(info.size(), control);
                 return true;
             } catch (GenericNetlink.NetlinkException e) {
                 if (e.errno == 28) { // ENOSPC: no dead socket left to replace
@@ -310,9 +364,9 @@ public final class Attacher {
                 throw new IOException(target.uri() + " gave connection " + (i + 1) + " another size");
             }
         }
-        if (expectedSize >= 0 && first.size() != expectedSize) {
-            throw new IOException(target.uri() + " is now " + first.size() + " bytes, the device " + expectedSize
-                    + "; not reconnecting to a different export");
+        if (expectedSize >= 0 && first.size() < expectedSize) { // larger: the export grew, and the device follows
+            throw new IOException(target.uri() + " is now " + first.size() + " bytes, less than the device's "
+                    + expectedSize + "; not reconnecting to a different export");
         }
         return first;
     }

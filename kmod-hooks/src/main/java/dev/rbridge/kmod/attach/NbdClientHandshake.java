@@ -27,6 +27,22 @@ final class NbdClientHandshake {
     }
 
     static ExportInfo go(NativeSocket s, String export) throws IOException {
+        return negotiate(s, export, Nbd.OPT_GO);
+    }
+
+    /**
+     * What the server says about the export now ({@code NBD_OPT_INFO}), then {@code NBD_OPT_ABORT}: the connection
+     * never reaches transmission, so asking costs the server no session (how attach notices a volume grown online).
+     */
+    static ExportInfo info(NativeSocket s, String export) throws IOException {
+        ExportInfo info = negotiate(s, export, Nbd.OPT_INFO);
+        ByteBuffer abort = ByteBuffer.allocate(16);
+        abort.putLong(Nbd.OPTS_MAGIC).putInt(Nbd.OPT_ABORT).putInt(0);
+        s.writeAll(abort.flip());
+        return info;
+    }
+
+    private static ExportInfo negotiate(NativeSocket s, String export, int optionCode) throws IOException {
         ByteBuffer greeting = ByteBuffer.allocate(18);
         s.readFully(greeting);
         greeting.flip();
@@ -44,7 +60,7 @@ final class NbdClientHandshake {
         byte[] name = export.getBytes(StandardCharsets.UTF_8);
         ByteBuffer go = ByteBuffer.allocate(4 + 16 + 4 + name.length + 2 + 2);
         go.putInt(clientFlags);
-        go.putLong(Nbd.OPTS_MAGIC).putInt(Nbd.OPT_GO).putInt(4 + name.length + 2 + 2);
+        go.putLong(Nbd.OPTS_MAGIC).putInt(optionCode).putInt(4 + name.length + 2 + 2);
         go.putInt(name.length).put(name).putShort((short) 1).putShort((short) Nbd.INFO_BLOCK_SIZE);
         s.writeAll(go.flip());
 
@@ -61,7 +77,7 @@ final class NbdClientHandshake {
             int option = head.getInt();
             int type = head.getInt();
             int length = head.getInt();
-            if (replyMagic != Nbd.OPTION_REPLY_MAGIC || option != Nbd.OPT_GO) {
+            if (replyMagic != Nbd.OPTION_REPLY_MAGIC || option != optionCode) {
                 throw new IOException(s.peer() + " sent a malformed option reply");
             }
             if (length < 0 || length > 64 << 10) {
@@ -92,7 +108,8 @@ final class NbdClientHandshake {
             }
         }
         if (size < 0) {
-            throw new IOException(s.peer() + " finished OPT_GO for '" + export + "' without saying its size");
+            throw new IOException(s.peer() + " finished " + (optionCode == Nbd.OPT_GO ? "OPT_GO" : "OPT_INFO")
+                    + " for '" + export + "' without saying its size");
         }
         return new ExportInfo(size, flags, min, preferred, max);
     }

@@ -125,6 +125,18 @@ final class NbdNetlink implements AutoCloseable {
         socket.request(family.id(), CMD_RECONFIGURE, VERSION, a, "reconnect /dev/nbd" + index);
     }
 
+    /**
+     * Tells the kernel the device's new size (RECONFIGURE with a size; kernels before 5.3 ignore it, which the caller
+     * sees in sysfs).
+     */
+    void resize(int index, long sizeBytes, String backend) throws IOException {
+        NetlinkAttributes a = new NetlinkAttributes().u32(ATTR_INDEX, index).u64(ATTR_SIZE_BYTES, sizeBytes);
+        if (backend != null) { // a device configured with a backend takes reconfiguration naming it only
+            a.string(ATTR_BACKEND_IDENTIFIER, backend);
+        }
+        socket.request(family.id(), CMD_RECONFIGURE, VERSION, a, "resize /dev/nbd" + index);
+    }
+
     void disconnect(int index) throws IOException {
         socket.request(family.id(), CMD_DISCONNECT, VERSION, new NetlinkAttributes().u32(ATTR_INDEX, index),
                 "disconnect /dev/nbd" + index);

@@ -65,6 +65,14 @@ class AttachPartsTest {
             try (NativeSocket s = Attacher.Target.parse("nbd+unix:///ro?socket=" + sock).open()) {
                 assertTrue(NbdClientHandshake.go(s, "ro").readOnly());
             }
+            try (NativeSocket s = target.open()) { // what a watching attach asks every few seconds
+                s.receiveTimeout(10_000);
+                assertEquals(64L << 20, NbdClientHandshake.info(s, "disk").size());
+                // after OPT_ABORT the server acknowledges and closes: nothing is left in transmission
+                ByteBuffer ack = ByteBuffer.allocate(20);
+                s.readFully(ack);
+                assertEquals(Nbd.OPT_ABORT, ack.flip().getInt(8));
+            }
             try (NativeSocket s = target.open()) {
                 IOException e = assertThrows(IOException.class, () -> NbdClientHandshake.go(s, "nosuch"));
                 assertTrue(e.getMessage().contains("no such export") && e.getMessage().contains("nosuch"),

@@ -772,6 +772,9 @@ final class Connection implements Runnable {
             return new Rejection(Errno.EOVERFLOW, "length " + r.length() + " exceeds the maximum payload of "
                     + export.maximumPayload());
         }
+        // The export's size now, not at the handshake: a volume only grows while served, and a client told of the
+        // growth some other way uses its open connections for the new range (the kernel's nbd device after attach
+        // resized it through netlink).
         long size = export.size();
         if (r.offset() < 0 || r.offset() > size || r.length() > size - r.offset()) {
             return new Rejection(writes ? Errno.ENOSPC : Errno.EINVAL, "range " + Long.toUnsignedString(r.offset())

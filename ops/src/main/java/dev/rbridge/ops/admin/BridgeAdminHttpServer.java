@@ -35,6 +35,7 @@ import java.util.Map;
  * POST /memservers/{address}/add     use another memserver from now on (HOST:PORT)
  * POST /memservers/{address}/remove  stop using one that holds no live replica
  * POST /memservers/{address}/drain   move every replica off one, then stop using it
+ * POST /volumes/{name}/grow/{bytes}  grow a volume while it serves (new NBD connections see the new size)
  * </pre>
  */
 public final class BridgeAdminHttpServer implements AutoCloseable {
@@ -79,6 +80,7 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
                     return why == null ? HttpResponse.json(202, Map.of("draining", r.param("address")))
                             : HttpResponse.json(why.startsWith("no memserver") ? 404 : 409, Map.of("error", why));
                 })
+                .mutate("/volumes/{name}/grow/{bytes}", this::growVolume)
                 .build();
         try {
             this.http = OpsHttpServer.start(OpsHttpConfig.builder("admin", address).errorPage(ErrorPage.JSON).build(),
@@ -118,6 +120,21 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
         }
         MemserverLink l = bridge.addMemserver(a, "admin");
         return HttpResponse.json(200, Map.of("memserver", l.label(), "state", l.state().label()));
+    }
+
+    private HttpResponse growVolume(HttpRequest r) {
+        long bytes;
+        try {
+            bytes = Long.parseLong(r.param("bytes"));
+        } catch (NumberFormatException e) {
+            bytes = -1;
+        }
+        if (bytes <= 0) {
+            return HttpResponse.json(400, Map.of("error", "a size in bytes, not '" + r.param("bytes") + "'"));
+        }
+        String why = bridge.growVolume(r.param("name"), bytes, false);
+        return why == null ? HttpResponse.json(200, Map.of("volume", r.param("name"), "size", bytes))
+                : HttpResponse.json(why.startsWith("no volume") ? 404 : 409, Map.of("error", why));
     }
 
     private HttpResponse removeMemserver(HttpRequest r) {

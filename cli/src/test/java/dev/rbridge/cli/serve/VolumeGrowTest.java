@@ -1,0 +1,144 @@
+package dev.rbridge.cli.serve;
+
+import dev.rbridge.cli.CliProcess;
+import dev.rbridge.nbd.interop.PeerTool;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A volume grows while it serves, by rbridge admin and by a config reload (SIGHUP): libnbd clients that connect
+ * afterwards see the new size and can use it, a connection already open keeps the size it was given, a smaller size
+ * never shrinks it while serving, a volume that ends inside a slab is refused in one line, and the grown volume comes
+ * back with its data after a bridge restart with the new size in its configuration. Real memserver and bridge
+ * processes.
+ */
+@Timeout(300)
+@Tag("fault")
+class VolumeGrowTest {
+    private static final String TOKEN = "volume-grow-token-0123456789abcdef";
+    private static final long MIB = 1 << 20;
+
+    @RegisterExtension
+    static final ServeCluster.LogsOnFailure LOGS = new ServeCluster.LogsOnFailure();
+
+    @Test
+    void aVolumeGrowsWhileServingAndNewConnectionsSeeTheNewSize() throws Exception {
+        PeerTool.require("nbdsh", "libnbd-bin");
+        PeerTool.require("nbdinfo", "libnbd-bin");
+        Path dir = Files.createTempDirectory("volume-grow");
+        Path token = Files.writeString(dir.resolve("token"), TOKEN + "\n");
+        Path config = dir.resolve("serve.conf");
+        Files.writeString(config, conf(32));
+        try (ServeCluster c = LOGS.watch(ServeCluster.builder("grow").memservers(2).token(TOKEN)
+                .bridgeArgs("--config", config.toString()).start())) {
+            assertEquals(32 * MIB, size(c));
+            PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c", "h.pwrite(b'a' * 65536, 30 * 1024 * 1024)");
+
+            // A connection made before the grow, held open across it.
+            Path go = dir.resolve("go");
+            ProcessBuilder nbdsh = new ProcessBuilder("/usr/bin/nbdsh", "-u", c.uri("disk"), "-c", String.join("\n",
+                    "import os, time",
+                    "print('before', h.get_size(), flush=True)",
+                    "while not os.path.exists('" + go + "'): time.sleep(0.1)",
+                    "print('after', h.get_size(), flush=True)")).redirectErrorStream(true);
+            // Debian's python3 carries python3-libnbd; a python earlier on PATH (pyenv, venv) would not.
+            nbdsh.environment().put("PATH", "/usr/bin:/bin:" + System.getenv().getOrDefault("PATH", ""));
+            Process held = nbdsh.start();
+            var heldOut = new java.io.BufferedReader(new java.io.InputStreamReader(held.getInputStream(),
+                    StandardCharsets.UTF_8));
+            assertEquals("before " + 32 * MIB, heldOut.readLine());
+
+            Admin grown = admin(dir, c, token, "grow", "disk", "48M");
+            assertEquals(0, grown.code, grown.out);
+            assertEquals(48 * MIB, size(c), "a new connection sees the new size");
+            PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c", "h.pwrite(b'b' * 65536, 44 * 1024 * 1024)");
+            Files.writeString(go, "");
+            assertEquals("after " + 32 * MIB, heldOut.readLine(), "an open connection keeps the size it was given");
+            assertTrue(held.waitFor(30, TimeUnit.SECONDS));
+
+            // A config reload grows it further; a smaller size in the file never shrinks it.
+            Files.writeString(config, conf(64));
+            hup(c);
+            c.awaitAdmin("/volumes", v -> sizeOf(v) == 64 * MIB, Duration.ofSeconds(30));
+            Files.writeString(config, conf(16));
+            hup(c);
+            awaitLog(c, "a volume never shrinks while it serves");
+            assertEquals(64 * MIB, sizeOf(c.admin("/volumes")));
+
+            Admin shrink = admin(dir, c, token, "grow", "disk", "40M");
+            assertEquals(1, shrink.code, shrink.out);
+            assertTrue(shrink.out.contains("--allow-shrink") && shrink.out.lines().count() == 1, shrink.out);
+            Admin odd = admin(dir, c, token, "grow", "odd", "8M");
+            assertEquals(1, odd.code, odd.out);
+            assertTrue(odd.out.contains("ends inside a slab"), odd.out);
+            Admin missing = admin(dir, c, token, "grow", "nope", "8M");
+            assertEquals(1, missing.code, missing.out);
+            assertTrue(missing.out.contains("no volume nope"), missing.out);
+
+            // With the new size in the configuration, a restarted bridge finds every slab, old and new.
+            Files.writeString(config, conf(64));
+            c.restartBridge();
+            assertEquals(64 * MIB, size(c));
+            String back = PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c",
+                    "print(h.pread(4, 30 * 1024 * 1024), h.pread(4, 44 * 1024 * 1024))");
+            assertTrue(back.contains("b'aaaa') bytearray(b'bbbb')"), back);
+            assertFalse(c.bridge().log().contains("\tat "), "a stack trace in the bridge's log");
+        }
+    }
+
+    private static String conf(int mib) {
+        return "volume = disk,size=" + mib + "M,replicas=2,slab=4M\nvolume = odd,size=6M,replicas=1,slab=4M\n";
+    }
+
+    private static long size(ServeCluster c) {
+        return Long.parseLong(PeerTool.check(60, "nbdinfo", "--size", c.uri("disk")).trim());
+    }
+
+    @SuppressWarnings("unchecked")
+    private static long sizeOf(Object volumes) {
+        return ((List<Object>) volumes).stream().map(v -> (Map<String, Object>) v)
+                .filter(v -> "disk".equals(v.get("name"))).mapToLong(v -> ((Number) v.get("size")).longValue())
+                .findFirst().orElse(-1);
+    }
+
+    private static void hup(ServeCluster c) throws Exception {
+        Process hup = new ProcessBuilder("kill", "-HUP", Long.toString(c.bridge().pid())).start();
+        assertTrue(hup.waitFor(10, TimeUnit.SECONDS));
+    }
+
+    private static void awaitLog(ServeCluster c, String text) throws InterruptedException {
+        long end = System.nanoTime() + Duration.ofSeconds(30).toNanos();
+        while (!c.bridge().log().contains(text)) {
+            assertTrue(System.nanoTime() < end, "no '" + text + "' in the bridge's log:\n" + c.bridge().log());
+            Thread.sleep(100);
+        }
+    }
+
+    private record Admin(int code, String out) {
+    }
+
+    private static Admin admin(Path dir, ServeCluster c, Path token, String... action) throws Exception {
+        Path log = Files.createTempFile(dir, "admin", ".log");
+        List<String> args = new java.util.ArrayList<>(List.of("admin", "--bridge", c.adminAddress(), "--token-file",
+                token.toString()));
+        args.addAll(List.of(action));
+        Process p = CliProcess.start(log, args.toArray(String[]::new));
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(60, TimeUnit.SECONDS));
+        return new Admin(p.exitValue(), (out + Files.readString(log)).strip());
+    }
+}
