@@ -2,7 +2,13 @@
 // Checks Kubernetes manifests without a cluster: the stand-in for kubeconform, which is not installable here.
 //
 //   npm install --prefix deploy/kubernetes     (kubernetes-models and yaml, versions pinned in package.json)
-//   node deploy/kubernetes/validate.mjs [--help] [FILE_OR_DIR...]    (default: the manifests/ folder next to it)
+//   node deploy/kubernetes/validate.mjs [--help] [--print] [FILE_OR_DIR...]   (default: the manifests/ folder next to it)
+//   --print: when everything conforms, print the objects checked as one YAML stream (what -k would apply)
+//
+// A folder with a kustomization.yaml is built first, as `kubectl apply -k` would: its resources (files, and folders
+// that are Kustomize bases themselves), then its secretGenerator (files, behavior create or replace) and its patches
+// (JSON 6902 operations add, replace, remove on the objects their target names); the objects that result are checked.
+// A base must list every YAML file of its folder, so that `kubectl apply -f` and `-k` apply the same objects.
 //
 // For every YAML document:
 //   1. schema: the kubernetes-models class of its apiVersion/kind validates it against the Kubernetes OpenAPI
@@ -26,15 +32,17 @@ if (args.includes("-h") || args.includes("--help")) {
   console.log(header.map((l) => l.replace(/^\/\/ ?/, "")).join("\n"));
   process.exit(0);
 }
-let parseAllDocuments;
+let parseAllDocuments, stringify;
 try {
-  ({ parseAllDocuments } = await import("yaml"));
+  ({ parseAllDocuments, stringify } = await import("yaml"));
   await import("kubernetes-models/v1/Namespace");
 } catch (e) {
   console.error(`validate: ${e.message}\nvalidate: install its packages first: npm install --prefix ${relative(process.cwd(), here) || "."}`);
   process.exit(2);
 }
-const inputs = args.length ? args : [join(here, "manifests")];
+const print = args.includes("--print");
+const paths = args.filter((a) => a !== "--print");
+const inputs = paths.length ? paths : [join(here, "manifests")];
 const problems = [];
 const problem = (where, msg) => problems.push(`${where}: ${msg}`);
 
@@ -94,36 +102,147 @@ function unknownFields(Model, data) {
 
 const objects = []; // { where, doc }
 let files = 0;
-for (const input of inputs) {
-  for (const file of yamlFiles(input)) {
-    files++;
-    const name = relative(process.cwd(), file) || file;
-    let docs;
-    try {
-      docs = parseAllDocuments(readFileSync(file, "utf8"));
-    } catch (e) {
-      problem(name, `cannot read: ${e.message}`);
-      continue;
-    }
-    for (const [i, d] of docs.entries()) {
-      if (d.errors.length) { d.errors.forEach((e) => problem(`${name} document ${i + 1}`, `YAML: ${e.message}`)); continue; }
-      const doc = d.toJS();
-      if (doc === null || doc === undefined) continue; // an empty document (a trailing ---)
-      const where = `${name}: ${doc.kind ?? "?"}/${doc.metadata?.name ?? "?"}`;
-      if (typeof doc !== "object" || !doc.apiVersion || !doc.kind) { problem(`${name} document ${i + 1}`, "no apiVersion/kind"); continue; }
-      const Model = await modelClass(doc.apiVersion, doc.kind);
-      if (!Model) { problem(where, `unknown apiVersion/kind ${doc.apiVersion} ${doc.kind}`); continue; }
-      try {
-        new Model(doc).validate();
-      } catch (e) {
-        problem(where, `schema: ${e.message}`);
-        continue;
-      }
-      for (const f of unknownFields(Model, doc)) problem(where, `unknown field ${f}`);
-      if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(doc.metadata?.name ?? "")) problem(where, "metadata.name is not a DNS-1123 label");
-      objects.push({ where, doc });
+
+// The documents of one YAML file, each { where, doc }; problems for what cannot be read.
+function readDocs(file) {
+  files++;
+  const name = relative(process.cwd(), file) || file;
+  let docs;
+  try {
+    docs = parseAllDocuments(readFileSync(file, "utf8"));
+  } catch (e) {
+    problem(name, `cannot read: ${e.message}`);
+    return [];
+  }
+  const out = [];
+  for (const [i, d] of docs.entries()) {
+    if (d.errors.length) { d.errors.forEach((e) => problem(`${name} document ${i + 1}`, `YAML: ${e.message}`)); continue; }
+    const doc = d.toJS();
+    if (doc === null || doc === undefined) continue; // an empty document (a trailing ---)
+    if (typeof doc !== "object" || !doc.apiVersion || !doc.kind) { problem(`${name} document ${i + 1}`, "no apiVersion/kind"); continue; }
+    out.push({ where: `${name}: ${doc.kind}/${doc.metadata?.name ?? "?"}`, doc });
+  }
+  return out;
+}
+
+// RFC 6901 pointer -> [parent, key]; numeric keys index arrays, "-" appends.
+function locate(doc, pointer) {
+  if (!pointer.startsWith("/")) throw new Error(`path ${pointer} does not start with /`);
+  const keys = pointer.slice(1).split("/").map((k) => k.replace(/~1/g, "/").replace(/~0/g, "~"));
+  let parent = doc;
+  for (const k of keys.slice(0, -1)) {
+    parent = Array.isArray(parent) ? parent[Number(k)] : parent?.[k];
+    if (parent === undefined || parent === null || typeof parent !== "object") throw new Error(`path ${pointer} does not exist`);
+  }
+  return [parent, keys.at(-1)];
+}
+
+function applyOp(doc, op) {
+  const [parent, key] = locate(doc, op.path);
+  const isArray = Array.isArray(parent);
+  const index = key === "-" ? parent.length : Number(key);
+  if (isArray && key !== "-" && !(Number.isInteger(index) && index >= 0 && index <= parent.length)) throw new Error(`path ${op.path}: no index ${key}`);
+  switch (op.op) {
+    case "add":
+      if (isArray) parent.splice(index, 0, op.value); else parent[key] = op.value;
+      break;
+    case "replace":
+      if (isArray ? index >= parent.length : !(key in parent)) throw new Error(`replace: path ${op.path} does not exist`);
+      if (isArray) parent[index] = op.value; else parent[key] = op.value;
+      break;
+    case "remove":
+      if (isArray ? index >= parent.length : !(key in parent)) throw new Error(`remove: path ${op.path} does not exist`);
+      if (isArray) parent.splice(index, 1); else delete parent[key];
+      break;
+    default:
+      throw new Error(`operation ${op.op} is not supported here (add, replace, remove)`);
+  }
+}
+
+// Builds a Kustomize folder into { where, doc } objects.
+function kustomize(dir) {
+  const file = join(dir, "kustomization.yaml");
+  const name = relative(process.cwd(), file) || file;
+  files++;
+  let k;
+  try {
+    k = parseAllDocuments(readFileSync(file, "utf8"))[0].toJS();
+  } catch (e) {
+    problem(name, `cannot read: ${e.message}`);
+    return [];
+  }
+  if (k?.kind !== "Kustomization") { problem(name, "kind is not Kustomization"); return []; }
+  const out = [];
+  const listed = new Set();
+  for (const r of k.resources ?? []) {
+    const p = join(dir, r);
+    let st;
+    try { st = statSync(p); } catch { problem(name, `resource ${r} does not exist`); continue; }
+    if (st.isDirectory()) {
+      try { statSync(join(p, "kustomization.yaml")); } catch { problem(name, `resource ${r} is a folder without kustomization.yaml`); continue; }
+      out.push(...kustomize(p));
+    } else {
+      listed.add(r);
+      out.push(...readDocs(p));
     }
   }
+  for (const f of readdirSync(dir).filter((f) => /\.ya?ml$/.test(f) && f !== "kustomization.yaml")) {
+    if (!listed.has(f)) problem(name, `${f} is in the folder but not in resources: kubectl apply -f and -k would differ`);
+  }
+  for (const g of k.secretGenerator ?? []) {
+    const behavior = g.behavior ?? "create";
+    const data = {};
+    for (const f of g.files ?? []) {
+      const [key, path] = f.includes("=") ? f.split("=", 2) : [f.split("/").at(-1), f];
+      try { data[key] = readFileSync(join(dir, path), "utf8"); } catch { problem(name, `secretGenerator ${g.name}: file ${path} does not exist`); }
+    }
+    for (const l of g.literals ?? []) { const [key, ...v] = l.split("="); data[key] = v.join("="); }
+    if (!g.options?.disableNameSuffixHash) problem(name, `secretGenerator ${g.name}: without disableNameSuffixHash the Secret gets a hashed name the workloads here do not use`);
+    const existing = out.find((o) => o.doc.kind === "Secret" && o.doc.metadata?.name === g.name && (o.doc.metadata?.namespace ?? "default") === (g.namespace ?? "default"));
+    if (behavior === "replace" || behavior === "merge") {
+      if (!existing) { problem(name, `secretGenerator ${g.name}: behavior ${behavior} but the base has no such Secret`); continue; }
+      if (behavior === "replace") { delete existing.doc.data; existing.doc.stringData = data; } else existing.doc.stringData = { ...(existing.doc.stringData ?? {}), ...data };
+    } else {
+      if (existing) { problem(name, `secretGenerator ${g.name}: the base has this Secret already (behavior replace?)`); continue; }
+      out.push({ where: `${name}: Secret/${g.name}`, doc: { apiVersion: "v1", kind: "Secret", metadata: { name: g.name, ...(g.namespace ? { namespace: g.namespace } : {}) }, type: g.type ?? "Opaque", stringData: data } });
+    }
+  }
+  for (const [i, p] of (k.patches ?? []).entries()) {
+    const targets = out.filter((o) => (!p.target?.kind || o.doc.kind === p.target.kind) && (!p.target?.name || o.doc.metadata?.name === p.target.name));
+    if (!targets.length) { problem(name, `patch ${i + 1} targets nothing (${JSON.stringify(p.target)})`); continue; }
+    let ops;
+    try {
+      ops = parseAllDocuments(p.patch ?? readFileSync(join(dir, p.path), "utf8"))[0].toJS();
+    } catch (e) { problem(name, `patch ${i + 1}: ${e.message}`); continue; }
+    if (!Array.isArray(ops)) { problem(name, `patch ${i + 1} is not a list of JSON 6902 operations`); continue; }
+    for (const t of targets) {
+      for (const op of ops) {
+        try { applyOp(t.doc, op); } catch (e) { problem(name, `patch ${i + 1} on ${t.doc.kind}/${t.doc.metadata?.name}: ${e.message}`); }
+      }
+      t.where = `${t.where} (patched by ${name})`;
+    }
+  }
+  return out;
+}
+
+const isKustomization = (p) => { try { return statSync(join(p, "kustomization.yaml")).isFile(); } catch { return false; } };
+const raw = [];
+for (const input of inputs) {
+  if (statSync(input).isDirectory() && isKustomization(input)) raw.push(...kustomize(input));
+  else for (const file of yamlFiles(input)) raw.push(...readDocs(file));
+}
+for (const { where, doc } of raw) {
+  const Model = await modelClass(doc.apiVersion, doc.kind);
+  if (!Model) { problem(where, `unknown apiVersion/kind ${doc.apiVersion} ${doc.kind}`); continue; }
+  try {
+    new Model(doc).validate();
+  } catch (e) {
+    problem(where, `schema: ${e.message}`);
+    continue;
+  }
+  for (const f of unknownFields(Model, doc)) problem(where, `unknown field ${f}`);
+  if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(doc.metadata?.name ?? "")) problem(where, "metadata.name is not a DNS-1123 label");
+  objects.push({ where, doc });
 }
 
 // ---- references between objects -----------------------------------------------------------------------------
@@ -189,5 +308,6 @@ if (problems.length) {
   console.error(`validate: ${problems.length} problem(s) in ${files} file(s)`);
   process.exit(1);
 }
+if (print) process.stdout.write(objects.map((o) => stringify(o.doc)).join("---\n"));
 const kinds = objects.map((o) => o.doc.kind).sort().join(", ");
-console.log(`validate: ${objects.length} objects in ${files} file(s) conform (${kinds})`);
+(print ? console.error : console.log)(`validate: ${objects.length} objects in ${files} file(s) conform (${kinds})`);

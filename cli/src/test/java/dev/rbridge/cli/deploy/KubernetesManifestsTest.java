@@ -97,17 +97,66 @@ class KubernetesManifestsTest {
     }
 
     @Test
-    void manifestsAgreeWithRbridge() throws Exception {
+    void theExampleOverlayBuildsAndConforms() throws Exception {
+        PeerTool.Result r = PeerTool.run(120, List.of("node", validator.toString(),
+                K8S.resolve("overlays/example").toString()));
+        assertEquals(0, r.exitCode(), "validate.mjs:\n" + r.output());
+        Map<String, Map<String, Object>> built = built(K8S.resolve("overlays/example"));
+        Map<String, Object> ms = container(built.get("DaemonSet/rbridge-memserver"));
+        assertTrue(((List<?>) ms.get("args")).contains("--capacity=16G"), "the overlay's patch applied: " + ms);
+        assertEquals("CHANGE-ME-generate-a-long-random-token\n",
+                get(built.get("Secret/rbridge-token"), "stringData", "token"), "the token comes from the overlay's file");
+
+        // A patch whose path is not in the base, and a base that does not list one of its files, are reported.
+        Path broken = Files.createTempDirectory("k8s-overlay");
+        try {
+            Path overlay = Files.createDirectories(broken.resolve("overlays/example"));
+            Path base = Files.createDirectories(broken.resolve("manifests"));
+            for (Path f : Files.list(K8S.resolve("manifests")).toList()) {
+                Files.copy(f, base.resolve(f.getFileName()));
+            }
+            Files.writeString(base.resolve("40-extra.yaml"), Files.readString(K8S.resolve("manifests/00-namespace.yaml")));
+            Files.copy(K8S.resolve("overlays/example/token"), overlay.resolve("token"));
+            Files.writeString(overlay.resolve("kustomization.yaml"), mustChange(s -> s.replace("containers/0/args/2",
+                    "containers/0/args/12"), Files.readString(K8S.resolve("overlays/example/kustomization.yaml"))));
+            PeerTool.Result bad = PeerTool.run(120, List.of("node", validator.toString(), overlay.toString()));
+            assertEquals(1, bad.exitCode(), bad.output());
+            assertTrue(bad.output().contains("args/12"), bad.output());
+            assertTrue(bad.output().contains("40-extra.yaml is in the folder but not in resources"), bad.output());
+        } finally {
+            PeerTool.run(30, List.of("rm", "-rf", broken.toString()));
+        }
+    }
+
+    /** What validate.mjs --print says the folder applies (a Kustomize build, or the files as they are). */
+    private Map<String, Map<String, Object>> built(Path dir) throws Exception {
+        Process p = new ProcessBuilder("node", validator.toString(), "--print", dir.toString())
+                .redirectError(ProcessBuilder.Redirect.DISCARD).start();
+        String yaml = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(120, java.util.concurrent.TimeUnit.SECONDS));
+        assertEquals(0, p.exitValue(), "validate.mjs --print " + dir);
         Map<String, Map<String, Object>> objects = new LinkedHashMap<>();
-        for (Path f : Files.list(K8S.resolve("manifests")).sorted().toList()) {
-            for (Object o : new Yaml().loadAll(Files.readString(f))) {
-                @SuppressWarnings("unchecked")
-                Map<String, Object> doc = (Map<String, Object>) o;
-                if (doc != null) {
-                    objects.put(doc.get("kind") + "/" + get(doc, "metadata", "name"), doc);
-                }
+        for (Object o : new Yaml().loadAll(yaml)) {
+            @SuppressWarnings("unchecked")
+            Map<String, Object> doc = (Map<String, Object>) o;
+            if (doc != null) {
+                objects.put(doc.get("kind") + "/" + get(doc, "metadata", "name"), doc);
             }
         }
+        return objects;
+    }
+
+    @Test
+    void manifestsAgreeWithRbridge() throws Exception {
+        agreeWithRbridge(built(K8S.resolve("manifests")));
+    }
+
+    @Test
+    void theExampleOverlayAgreesWithRbridge() throws Exception {
+        agreeWithRbridge(built(K8S.resolve("overlays/example")));
+    }
+
+    private static void agreeWithRbridge(Map<String, Map<String, Object>> objects) {
         CommandLine rbridge = new CommandLine(new Main());
         CommandLine.Model.CommandSpec serve = rbridge.getSubcommands().get("serve").getCommandSpec();
         CommandLine.Model.CommandSpec memserver = rbridge.getSubcommands().get("memserver").getCommandSpec();
@@ -154,7 +203,33 @@ class KubernetesManifestsTest {
         assertEquals(List.of("IPC_LOCK"), caps, "memserver: IPC_LOCK for --mlock");
         if (msArgs.containsKey("--huge-pages")) {
             assertNotNull(get(ms, "resources", "limits", "hugepages-2Mi"), "--huge-pages needs a hugepages-2Mi limit");
+            String capacity = msArgs.get("--capacity");
+            assertEquals(capacity.endsWith("G") ? capacity + "i" : capacity,
+                    get(ms, "resources", "limits", "hugepages-2Mi"), "--huge-pages: the pool covers --capacity");
         }
+        // The preStop hook is a real admin command that drains this memserver and waits: a rolling update (one pod
+        // at a time) then never takes a slab's last live replica (MembershipTest runs the same sequence).
+        @SuppressWarnings("unchecked")
+        List<String> hook = (List<String>) get(ms, "lifecycle", "preStop", "exec", "command");
+        assertNotNull(hook, "the memserver has a preStop hook");
+        assertEquals("/opt/rbridge/bin/rbridge", hook.getFirst(), "the image's launcher");
+        CommandLine.ParseResult parsed = new CommandLine(new Main()).parseArgs(hook.subList(1, hook.size())
+                .toArray(String[]::new));
+        CommandLine.ParseResult admin = parsed.subcommand();
+        assertEquals("admin", admin.commandSpec().name());
+        assertTrue(admin.hasMatchedOption("--wait"), "preStop waits for the drain: " + hook);
+        assertEquals("drain", admin.matchedPositionalValue(0, ""));
+        String memserverAdmin = msArgs.getOrDefault("--admin",
+                String.valueOf(memserver.findOption("--admin").initialValue())); // loopback, where the token may go
+        assertEquals(memserverAdmin, admin.matchedOptionValue("--memserver", ""),
+                "the hook reaches the memserver's admin interface");
+        assertTrue(memserverAdmin.startsWith("127.0.0.1:"), memserverAdmin);
+        Object tokenFile = admin.matchedOptionValue("--token-file", null);
+        assertEquals("/etc/rbridge/secret/token", String.valueOf(tokenFile));
+        assertEquals("RollingUpdate", get(ds, "spec", "updateStrategy", "type"));
+        assertEquals(1, get(ds, "spec", "updateStrategy", "rollingUpdate", "maxUnavailable"));
+        assertTrue((Integer) get(ds, "spec", "template", "spec", "terminationGracePeriodSeconds") >= 300,
+                "the grace period leaves the preStop drain time to move a memserver's replicas");
         // Every memserver line of serve.conf uses the memserver's published port.
         @SuppressWarnings("unchecked")
         int published = (Integer) ((List<Map<String, Object>>) get(ms, "ports")).stream()
