@@ -792,11 +792,19 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 continue;
             }
             RegionDescriptor d = existing.get(v);
+            RegionDescriptor smaller = null;
+            if (d != null && d.length() < v.manifest().regionLength()) {
+                smaller = d; // the volume grew past what it holds: a larger copy replaces it (already merged)
+                d = null;
+            }
             if (d == null) {
                 d = c.allocate(AllocationManifest.tag(v.name()), v.manifest().regionLength())
                         .get(wait, TimeUnit.MILLISECONDS);
             }
             v.manifest().adopt(l, c, d).get(wait, TimeUnit.MILLISECONDS);
+            if (smaller != null) {
+                c.release(smaller).get(wait, TimeUnit.MILLISECONDS);
+            }
         }
     }
 

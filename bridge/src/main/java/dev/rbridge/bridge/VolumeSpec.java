@@ -26,7 +26,7 @@ public record VolumeSpec(String name, long size, long slabSize, int replicas, bo
             throw new IllegalArgumentException("volume '" + name + "': slab size must be a power of two from 1M to 16G: "
                     + slabSize);
         }
-        if ((size + slabSize - 1) / slabSize > Integer.MAX_VALUE) {
+        if (size / slabSize + (size % slabSize != 0 ? 1 : 0) > Integer.MAX_VALUE) {
             throw new IllegalArgumentException("volume '" + name + "': too many slabs; use a larger slab size");
         }
         if (replicas < 1 || replicas > 8) {
@@ -38,6 +38,6 @@ public record VolumeSpec(String name, long size, long slabSize, int replicas, bo
     }
 
     public int slabCount() {
-        return (int) ((size + slabSize - 1) / slabSize);
+        return (int) (size / slabSize + (size % slabSize != 0 ? 1 : 0)); // no overflow near Long.MAX_VALUE
     }
 }

@@ -31,6 +31,8 @@ public final class AllocationManifest {
     private final String volume;
     /** Replaced (longer, under the lock) when the volume grows within {@link #regionLength}. */
     private long[] bits;
+    /** Slabs the volume has: bits at or past it (a volume that was larger, then shrunk) are never taken in. */
+    private int slabs;
     private final Map<MemserverLink, Copy> copies = new ConcurrentHashMap<>();
 
     private record Copy(RemoteConnection connection, RegionDescriptor region) {
@@ -39,6 +41,7 @@ public final class AllocationManifest {
     public AllocationManifest(String volume, int slabs) {
         this.volume = volume;
         this.bits = new long[(slabs + 63) / 64];
+        this.slabs = slabs;
     }
 
     /** Bytes of the manifest region. */
@@ -62,6 +65,7 @@ public final class AllocationManifest {
         if (words > bits.length) {
             bits = java.util.Arrays.copyOf(bits, words);
         }
+        this.slabs = Math.max(this.slabs, slabs);
         return true;
     }
 
@@ -89,8 +93,10 @@ public final class AllocationManifest {
         }
         b.order(ByteOrder.LITTLE_ENDIAN);
         synchronized (this) {
-            for (int i = 0; i < b.capacity() / 8; i++) {
-                bits[i] |= b.getLong(i * 8);
+            for (int i = 0; i < b.capacity() / 8 && i < bits.length; i++) {
+                long word = b.getLong(i * 8);
+                int past = slabs - i * 64; // bits of this word that are slabs of the volume
+                bits[i] |= past >= 64 ? word : past <= 0 ? 0 : word & ((1L << past) - 1);
             }
         }
     }
@@ -100,11 +106,14 @@ public final class AllocationManifest {
         // Issued under the lock, like record's: a connection applies writes in the order they were issued, so an
         // older snapshot can never land after a newer bit.
         copies.put(link, new Copy(c, region));
-        ByteBuffer b = ByteBuffer.allocateDirect(bits.length * 8).order(ByteOrder.LITTLE_ENDIAN);
+        // The whole region: words past the bitmap are zeroed, so a bit left from when the volume was larger never
+        // comes back when it grows again.
+        ByteBuffer b = ByteBuffer.allocateDirect((int) Math.max(region.length(), (long) bits.length * 8))
+                .order(ByteOrder.LITTLE_ENDIAN);
         for (long w : bits) {
             b.putLong(w);
         }
-        b.flip();
+        b.clear();
         return b.remaining() == 0 ? CompletableFuture.completedFuture(null)
                 : c.write(region, 0, MemorySegment.ofBuffer(b));
     }

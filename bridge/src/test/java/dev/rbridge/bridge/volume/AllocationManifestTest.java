@@ -122,6 +122,31 @@ class AllocationManifestTest {
         assertEquals(Set.of(0, 63, 64, 199), allocated(restarted, slabs));
     }
 
+    /**
+     * A volume that was larger, started smaller (--allow-shrink) and then grown again: slabs past the shrunk end were
+     * discarded, so their old bits must neither be taken in at the start nor left in the copies, or the grown volume
+     * would call those never-written slabs lost (EIO) instead of zeroes.
+     */
+    @Test
+    void bitsPastTheEndAreDroppedAtStartAndInTheCopiesSoAGrownVolumeDoesNotCallThemLost() throws Exception {
+        AllocationManifest large = new AllocationManifest(VOLUME, 200);
+        Copy a = copy(large);
+        adopt(large, a);
+        for (int slab : new int[]{5, 70, 150}) {
+            large.record(slab).get(5, TimeUnit.SECONDS);
+        }
+        AllocationManifest shrunk = new AllocationManifest(VOLUME, 100); // the same word holds slabs 64..127
+        shrunk.merge(a.connection(), a.region());
+        assertEquals(Set.of(5, 70), allocated(shrunk, 100));
+        adopt(shrunk, a); // what the bridge's start does with every copy
+        assertTrue(shrunk.growTo(200));
+        assertEquals(Set.of(5, 70), allocated(shrunk, 200), "slab 150 was discarded with the shrink");
+        assertEquals(0L, a.words()[2], "the copy no longer holds slab 150's old bit");
+        AllocationManifest restarted = new AllocationManifest(VOLUME, 200);
+        restarted.merge(a.connection(), a.region());
+        assertEquals(Set.of(5, 70), allocated(restarted, 200), "nor does a restart at the grown size find it");
+    }
+
     @Test
     void copiesAreMergedAndAnAdoptedCopyGetsTheWholeBitmap() throws Exception {
         int slabs = 130;
