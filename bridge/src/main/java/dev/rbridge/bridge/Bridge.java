@@ -75,6 +75,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private final Set<MemserverLink> connecting = ConcurrentHashMap.newKeySet();
     /** Memservers that said they are draining, for the health duty (the answer arrives on a provider's thread). */
     private final Set<MemserverLink> saidDraining = ConcurrentHashMap.newKeySet();
+    /** The last failure to ask a memserver's STATE, per memserver, already said in the log. */
+    private final Map<MemserverLink, String> stateFailureSaid = new ConcurrentHashMap<>();
     /** Memservers whose drain could not be followed, already said in the log. */
     private final Set<MemserverLink> drainRefusedSaid = ConcurrentHashMap.newKeySet();
     private final Thread health;
@@ -886,9 +888,16 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 c.info().thenAccept(i -> l.capacity(i.capacityBytes(), i.freeBytes()));
                 c.state().whenComplete((st, e) -> {
                     if (e != null) {
-                        log.debug("memserver {}: no state: {}", l.label(), Failures.reason(e));
-                    } else if (st.draining()) {
-                        saidDraining.add(l);
+                        String why = Failures.reason(e);
+                        if (!why.equals(stateFailureSaid.put(l, why))) {
+                            log.warn("memserver {}: cannot ask whether it is draining ({}); a drain of its own would"
+                                    + " not be followed", l.label(), why);
+                        }
+                    } else {
+                        stateFailureSaid.remove(l);
+                        if (st.draining()) {
+                            saidDraining.add(l);
+                        }
                     }
                 });
             }

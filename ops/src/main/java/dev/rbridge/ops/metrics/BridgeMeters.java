@@ -27,6 +27,8 @@ import java.util.function.ToDoubleFunction;
  * rbridge_remote_op_duration_seconds{memserver,op}    histogram, issue to completion
  * rbridge_remote_ops_in_flight{memserver}             issued and not complete
  * rbridge_memserver_reachable{memserver}              1 when connected and usable, else 0
+ * rbridge_memserver_evacuating{memserver}             1 while its replicas are moved off (a drain), and after
+ *                                                     the bridge let go of a memserver that drained itself
  * rbridge_memserver_free_reported_bytes{memserver}    free capacity it last reported, less this bridge's grants since
  * rbridge_volume_size_bytes{export}                   the volume's size
  * rbridge_volume_replicas{export}                     configured replicas per slab
@@ -60,6 +62,10 @@ public final class BridgeMeters implements BridgeMetrics {
         Gauge.builder("rbridge.memserver.reachable", l, x -> x.connection() != null ? 1 : 0)
                 .tag("memserver", l.label()).description("1 when the memserver is connected and usable")
                 .strongReference(true).register(registry);
+        Gauge.builder("rbridge.memserver.evacuating", l, x -> x.draining() ? 1 : 0)
+                .tag("memserver", l.label())
+                .description("1 while its replicas are moved off, and after a memserver that drained itself was let go")
+                .strongReference(true).register(registry);
         Gauge.builder("rbridge.memserver.free.reported", l, MemserverLink::freeBytes).baseUnit("bytes")
                 .tag("memserver", l.label())
                 .description("Free capacity the memserver last reported, less this bridge's grants since")
@@ -74,6 +80,7 @@ public final class BridgeMeters implements BridgeMetrics {
         for (io.micrometer.core.instrument.Meter m : java.util.List.copyOf(registry.getMeters())) {
             String n = m.getId().getName();
             boolean ours = n.equals("rbridge.memserver.reachable") || n.equals("rbridge.memserver.free.reported")
+                    || n.equals("rbridge.memserver.evacuating")
                     || n.startsWith("rbridge.remote."); // not an embedded memserver's own series (demo)
             if (ours && l.label().equals(m.getId().getTag("memserver"))) {
                 registry.remove(m);
