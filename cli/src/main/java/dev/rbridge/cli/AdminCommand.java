@@ -73,8 +73,8 @@ final class AdminCommand implements Callable<Integer> {
     boolean json;
 
     @Option(names = "--watch", description = "With --bridge ... rebuild or volumes: print the progress every second,"
-            + " with the rate and an estimate of the time left, until nothing is left to rebuild (rebuild) or every"
-            + " volume is healthy (volumes).")
+            + " with the rate and an estimate of the time left, until nothing is left to rebuild (rebuild) or no"
+            + " volume is degraded or rebuilding (volumes).")
     boolean watch;
 
     /** volumes --watch: per volume, the healthy slabs last seen and when. */
@@ -82,7 +82,8 @@ final class AdminCommand implements Callable<Integer> {
 
     @Option(names = "--wait", description = "With drain (of a memserver): wait until the memserver has exited, saying"
             + " how many clients it still waits for. Bridges move their replicas to other memservers and then leave;"
-            + " a Kubernetes preStop hook runs this, so a rolling update never takes a slab's last live replica.")
+            + " a Kubernetes preStop hook runs this, so a rolling update never takes a slab's last live replica."
+            + " Exits 1 when nothing moved for " + STALL_SECONDS + " s (the bridges cannot take the replicas).")
     boolean waitForExit;
 
     /** --watch: the last total copied and when, for the rate; whether nothing is left. */
@@ -253,6 +254,16 @@ final class AdminCommand implements Callable<Integer> {
             throw new CommandLine.ParameterException(spec.commandLine(), "--watch applies to --bridge ... rebuild"
                     + " and --bridge ... volumes");
         }
+        int takes = switch (action) {
+            case "grow" -> 2;
+            case "slabs", "add-memserver", "drain-memserver", "remove-memserver", "disconnect", "revoke" -> 1;
+            default -> 0;
+        };
+        String extra = takes < 1 && id != null ? id : takes < 2 && size != null ? size : null;
+        if (extra != null) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "unexpected argument '" + extra + "' for "
+                    + action);
+        }
         if (waitForExit && (bridge != null || !action.equals("drain"))) {
             throw new CommandLine.ParameterException(spec.commandLine(), "--wait applies to drain (of a memserver)");
         }
@@ -269,13 +280,20 @@ final class AdminCommand implements Callable<Integer> {
         }
     }
 
+    /** How long drain --wait waits with nothing moving (clients, granted bytes) before it gives up. */
+    static final int STALL_SECONDS = 120;
+
     /**
      * After a drain: polls the memserver's stats every second until its admin interface stops answering (it exits
-     * once its last client has gone), printing the clients it still waits for whenever that changes.
+     * once its last client has gone) or answers for a new instance (a supervisor restarted it), printing the clients it
+     * still waits for whenever that changes. Gives up (exit 1, saying why) when nothing moved for {@link
+     * #STALL_SECONDS}: the bridges are not taking its replicas elsewhere.
      */
     private int awaitExit(String statsPath, String secret) throws InterruptedException {
         PrintWriter out = spec.commandLine().getOut();
         long said = -1;
+        long lastGranted = -1;
+        long lastChange = System.nanoTime();
         try (HttpClient client = HttpClient.newBuilder()
                 .connectTimeout(Duration.ofSeconds(Defaults.ADMIN_CONNECT_TIMEOUT_SECONDS)).build()) {
             while (true) {
@@ -293,6 +311,11 @@ final class AdminCommand implements Callable<Integer> {
                                 + errorText(r.body()));
                         return 1;
                     }
+                    if (!Boolean.TRUE.equals(m.get("draining"))) {
+                        out.println("memserver exited: drained (a new instance answers there now)");
+                        out.flush();
+                        return 0;
+                    }
                     clients = num(m.get("clients"));
                     granted = num(m.get("granted_bytes"));
                 } catch (java.net.ConnectException e) {
@@ -304,11 +327,22 @@ final class AdminCommand implements Callable<Integer> {
                     Thread.sleep(1000);
                     continue;
                 }
+                long now = System.nanoTime();
+                if (clients != said || granted != lastGranted) {
+                    lastChange = now;
+                    lastGranted = granted;
+                }
                 if (clients != said) {
                     said = clients;
                     out.println("draining: waiting for " + clients + " client(s) to leave (" + Sizes.format(granted)
                             + " granted); bridges move their replicas to other memservers first");
                     out.flush();
+                } else if (now - lastChange > java.util.concurrent.TimeUnit.SECONDS.toNanos(STALL_SECONDS)) {
+                    spec.commandLine().getErr().println("admin: nothing moved for " + STALL_SECONDS + " s: "
+                            + clients + " client(s) stay with " + Sizes.format(granted) + " granted; the bridges"
+                            + " cannot take its replicas elsewhere (their logs say why: too few memservers or no"
+                            + " room); it stays draining");
+                    return 1;
                 }
                 Thread.sleep(1000);
             }
@@ -383,6 +417,10 @@ final class AdminCommand implements Callable<Integer> {
             }
             out.flush();
             return 0;
+        }
+        if (watch && action.equals("volumes") && answer instanceof List<?> volumes) {
+            watchDone = volumes.stream().noneMatch(v -> v instanceof Map<?, ?> m
+                    && ("degraded".equals(m.get("state")) || "rebuilding".equals(m.get("state"))));
         }
         if (json) {
             out.println(body);

@@ -52,6 +52,22 @@ final class Endpoints {
      * when none.
      */
     static String token(String token, Path tokenFile) {
+        return notAPlaceholder(readToken(token, tokenFile), tokenFile);
+    }
+
+    /** The placeholders deploy/ ships in place of a token start with this: one left in place is refused. */
+    static final String PLACEHOLDER = "CHANGE-ME";
+
+    private static String notAPlaceholder(String token, Path tokenFile) {
+        if (token != null && token.startsWith(PLACEHOLDER)) {
+            throw new IllegalArgumentException("the token" + (tokenFile != null ? " in " + tokenFile : "") + " is the"
+                    + " example's placeholder, which anyone can read in rbridge's sources; make a random one:"
+                    + " head -c 32 /dev/urandom | base64");
+        }
+        return token;
+    }
+
+    private static String readToken(String token, Path tokenFile) {
         if (token != null && tokenFile != null) {
             throw new IllegalArgumentException("give --token or --token-file, not both");
         }

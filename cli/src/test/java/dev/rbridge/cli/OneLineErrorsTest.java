@@ -82,6 +82,20 @@ class OneLineErrorsTest {
             Result works = run(dir, "admin", "--memserver", admin, "--token-file", token.toString(), "clients");
             assertEquals(0, works.code(), works.err());
 
+            Path placeholder = Files.writeString(dir.resolve("placeholder"), "CHANGE-ME-to-a-long-random-secret\n");
+            Result example = run(dir, "memserver", "--listen", "127.0.0.1:0", "--admin", "none", "--metrics", "none",
+                    "--capacity", "64M", "--token-file", placeholder.toString());
+            assertTrue(example.code() != 0, example.err());
+            example.says(3, "placeholder", "head -c 32 /dev/urandom");
+
+            Result growWhat = run(dir, "admin", "--bridge", "127.0.0.1:1", "volumes", "48G");
+            assertEquals(2, growWhat.code(), growWhat.err());
+            growWhat.says(3, "unexpected argument '48G' for volumes");
+            Result waitWhat = run(dir, "admin", "--memserver", admin, "--token-file", token.toString(), "clients",
+                    "--wait");
+            assertEquals(2, waitWhat.code(), waitWhat.err());
+            waitWhat.says(3, "--wait applies to drain");
+
             Result usage = run(dir, "ping", "--server", data, "--count", "many");
             assertEquals(2, usage.code(), usage.err());
             usage.says(3, "--count", "Try 'rbridge ping --help'");

@@ -12,6 +12,7 @@ import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 
@@ -185,6 +186,7 @@ public final class Attacher {
             long lastCheck = 0;
             long lastSizeCheck = System.nanoTime();
             Growth growth = new Growth(device, target.uri());
+            CompletableFuture<Long> probe = CompletableFuture.completedFuture(null);
             while (running.getAsBoolean()) {
                 int dead = events.awaitLinkDead();
                 if (dead == device.index()) {
@@ -203,17 +205,30 @@ public final class Attacher {
                         return;
                     }
                 }
-                if (now - lastSizeCheck > SIZE_CHECK_NANOS) {
+                Long answered = probe.isDone() ? probe.getNow(null) : null;
+                if (answered != null) {
+                    growth.seen(answered, control);
+                    probe = CompletableFuture.completedFuture(null);
+                }
+                if (now - lastSizeCheck > SIZE_CHECK_NANOS && probe.isDone()) {
                     lastSizeCheck = now;
-                    try (NativeSocket s = target.open()) {
-                        s.receiveTimeout(SIZE_CHECK_TIMEOUT_MILLIS); // short: link-dead events wait meanwhile
-                        growth.seen(NbdClientHandshake.info(s, target.export()).size(), control);
-                    } catch (IOException e) {
-                        log.debug("{}: could not ask {} for its size: {}", device.device(), target.uri(),
-                                e.getMessage());
-                    }
+                    // Asked on a thread of its own: a connect to an unreachable server may block for minutes, and
+                    // this loop must go on hearing link-dead events meanwhile.
+                    probe = CompletableFuture.supplyAsync(() -> exportSize(target, device),
+                            Thread.ofVirtual().name("attach-size-" + device.index())::start);
                 }
             }
+        }
+    }
+
+    /** The export's size as the server says it now (NBD_OPT_INFO, no session), or null when it cannot be asked. */
+    private static Long exportSize(Target target, Attached device) {
+        try (NativeSocket s = target.open()) {
+            s.receiveTimeout(SIZE_CHECK_TIMEOUT_MILLIS);
+            return NbdClientHandshake.info(s, target.export()).size();
+        } catch (IOException | RuntimeException e) {
+            log.debug("{}: could not ask {} for its size: {}", device.device(), target.uri(), e.getMessage());
+            return null;
         }
     }
 
@@ -241,13 +256,23 @@ public final class Attacher {
             return size;
         }
 
-        void seen(long exportSize, NbdNetlink control) throws IOException {
+        /** The export is {@code exportSize} bytes now: grows the device to match, once; never throws. */
+        void seen(long exportSize, NbdNetlink control) {
             if (exportSize <= size || exportSize == unresizable) {
                 return;
             }
-            control.resize(device.index(), exportSize, backend);
-            long now = readLong(Path.of("/sys/block/nbd" + device.index(), "size")) * 512;
-            if (now == exportSize) {
+            long now;
+            try {
+                control.resize(device.index(), exportSize, backend);
+                now = readLong(Path.of("/sys/block/nbd" + device.index(), "size")) * 512;
+            } catch (IOException e) {
+                unresizable = exportSize;
+                log.warn("{}: the export grew to {} bytes but resizing the device failed ({}); it stays {} bytes:"
+                        + " detach and attach it again to use the new size", device.device(), exportSize,
+                        e.getMessage(), size);
+                return;
+            }
+            if (now >= exportSize / 512 * 512) { // sysfs counts 512-byte sectors
                 log.info("{}: grown from {} to {} bytes, as the export did", device.device(), size, exportSize);
                 size = exportSize;
             } else {
