@@ -8,7 +8,8 @@
 // A folder with a kustomization.yaml is built first, as `kubectl apply -k` would: its resources (files, and folders
 // that are Kustomize bases themselves), then its secretGenerator (files, behavior create or replace) and its patches
 // (JSON 6902 operations add, replace, remove on the objects their target names); the objects that result are checked.
-// A base must list every YAML file of its folder, so that `kubectl apply -f` and `-k` apply the same objects.
+// A base must list every YAML file of each folder it takes files from, so that `kubectl apply -f FOLDER` and `-k`
+// apply the same objects.
 //
 // For every YAML document:
 //   1. schema: the kubernetes-models class of its apiVersion/kind validates it against the Kubernetes OpenAPI
@@ -173,7 +174,7 @@ function kustomize(dir) {
   }
   if (k?.kind !== "Kustomization") { problem(name, "kind is not Kustomization"); return []; }
   const out = [];
-  const listed = new Set();
+  const listed = new Set(); // absolute paths of the files named in resources
   for (const r of k.resources ?? []) {
     const p = join(dir, r);
     let st;
@@ -182,19 +183,21 @@ function kustomize(dir) {
       try { statSync(join(p, "kustomization.yaml")); } catch { problem(name, `resource ${r} is a folder without kustomization.yaml`); continue; }
       out.push(...kustomize(p));
     } else {
-      listed.add(r);
+      listed.add(p);
       out.push(...readDocs(p));
     }
   }
-  for (const f of readdirSync(dir).filter((f) => /\.ya?ml$/.test(f) && f !== "kustomization.yaml")) {
-    if (!listed.has(f)) problem(name, `${f} is in the folder but not in resources: kubectl apply -f and -k would differ`);
+  for (const folder of new Set([...listed].map((f) => dirname(f)))) {
+    for (const f of readdirSync(folder).filter((f) => /\.ya?ml$/.test(f) && f !== "kustomization.yaml")) {
+      if (!listed.has(join(folder, f))) problem(name, `${relative(dir, join(folder, f))} is in ${relative(dir, folder) || "."} but not in resources: kubectl apply -f and -k would differ`);
+    }
   }
   for (const g of k.secretGenerator ?? []) {
     const behavior = g.behavior ?? "create";
     const data = {};
     for (const f of g.files ?? []) {
       const [key, path] = f.includes("=") ? f.split("=", 2) : [f.split("/").at(-1), f];
-      try { data[key] = readFileSync(join(dir, path), "utf8"); } catch { problem(name, `secretGenerator ${g.name}: file ${path} does not exist`); }
+      try { data[key] = readFileSync(join(dir, path), "utf8"); } catch { problem(name, `secretGenerator ${g.name}: file ${path} does not exist (for a token: head -c 32 /dev/urandom | base64 > ${join(relative(process.cwd(), dir), path)})`); }
     }
     for (const l of g.literals ?? []) { const [key, ...v] = l.split("="); data[key] = v.join("="); }
     if (!g.options?.disableNameSuffixHash) problem(name, `secretGenerator ${g.name}: without disableNameSuffixHash the Secret gets a hashed name the workloads here do not use`);

@@ -97,35 +97,54 @@ class KubernetesManifestsTest {
     }
 
     @Test
-    void theExampleOverlayBuildsAndConforms() throws Exception {
-        PeerTool.Result r = PeerTool.run(120, List.of("node", validator.toString(),
-                K8S.resolve("overlays/example").toString()));
-        assertEquals(0, r.exitCode(), "validate.mjs:\n" + r.output());
-        Map<String, Map<String, Object>> built = built(K8S.resolve("overlays/example"));
-        Map<String, Object> ms = container(built.get("DaemonSet/rbridge-memserver"));
-        assertTrue(((List<?>) ms.get("args")).contains("--capacity=16G"), "the overlay's patch applied: " + ms);
-        assertEquals("CHANGE-ME-generate-a-long-random-token\n",
-                get(built.get("Secret/rbridge-token"), "stringData", "token"), "the token comes from the overlay's file");
+    void theBaseAndTheExampleOverlayBuildAndConform() throws Exception {
+        PeerTool.Result base = PeerTool.run(120, List.of("node", validator.toString(), K8S.toString()));
+        assertEquals(0, base.exitCode(), "validate.mjs on the Kustomize base:\n" + base.output());
+        assertEquals(built(K8S.resolve("manifests")).keySet(), built(K8S).keySet(),
+                "kubectl apply -k deploy/kubernetes applies what apply -f manifests/ does");
 
-        // A patch whose path is not in the base, and a base that does not list one of its files, are reported.
-        Path broken = Files.createTempDirectory("k8s-overlay");
+        Path copy = kubernetesCopy();
         try {
-            Path overlay = Files.createDirectories(broken.resolve("overlays/example"));
-            Path base = Files.createDirectories(broken.resolve("manifests"));
-            for (Path f : Files.list(K8S.resolve("manifests")).toList()) {
-                Files.copy(f, base.resolve(f.getFileName()));
-            }
-            Files.writeString(base.resolve("40-extra.yaml"), Files.readString(K8S.resolve("manifests/00-namespace.yaml")));
-            Files.copy(K8S.resolve("overlays/example/token"), overlay.resolve("token"));
+            Path overlay = copy.resolve("overlays/example");
+            PeerTool.Result noToken = PeerTool.run(120, List.of("node", validator.toString(), overlay.toString()));
+            assertEquals(1, noToken.exitCode(), noToken.output());
+            assertTrue(noToken.output().contains("file token does not exist"), noToken.output());
+
+            Files.writeString(overlay.resolve("token"), "a-random-token-for-the-test\n");
+            PeerTool.Result r = PeerTool.run(120, List.of("node", validator.toString(), overlay.toString()));
+            assertEquals(0, r.exitCode(), "validate.mjs:\n" + r.output());
+            Map<String, Map<String, Object>> built = built(overlay);
+            Map<String, Object> ms = container(built.get("DaemonSet/rbridge-memserver"));
+            assertTrue(((List<?>) ms.get("args")).contains("--capacity=16G"), "the overlay's patch applied: " + ms);
+            assertEquals("a-random-token-for-the-test\n", get(built.get("Secret/rbridge-token"), "stringData", "token"),
+                    "the token comes from the overlay's file");
+            agreeWithRbridge(built);
+
+            // A patch whose path is not in the base, and a base that does not list one of its files, are reported.
+            Files.writeString(copy.resolve("manifests/40-extra.yaml"),
+                    Files.readString(K8S.resolve("manifests/00-namespace.yaml")));
             Files.writeString(overlay.resolve("kustomization.yaml"), mustChange(s -> s.replace("containers/0/args/2",
-                    "containers/0/args/12"), Files.readString(K8S.resolve("overlays/example/kustomization.yaml"))));
+                    "containers/0/args/12"), Files.readString(overlay.resolve("kustomization.yaml"))));
             PeerTool.Result bad = PeerTool.run(120, List.of("node", validator.toString(), overlay.toString()));
             assertEquals(1, bad.exitCode(), bad.output());
             assertTrue(bad.output().contains("args/12"), bad.output());
-            assertTrue(bad.output().contains("40-extra.yaml is in the folder but not in resources"), bad.output());
+            assertTrue(bad.output().contains("40-extra.yaml is in manifests but not in resources"), bad.output());
         } finally {
-            PeerTool.run(30, List.of("rm", "-rf", broken.toString()));
+            PeerTool.run(30, List.of("rm", "-rf", copy.toString()));
         }
+    }
+
+    /** deploy/kubernetes's manifests, base and overlays in a temporary folder (without any token file). */
+    private static Path kubernetesCopy() throws Exception {
+        Path copy = Files.createTempDirectory("k8s-copy");
+        for (String sub : List.of("manifests", "overlays/example")) {
+            Path to = Files.createDirectories(copy.resolve(sub));
+            for (Path f : Files.list(K8S.resolve(sub)).filter(f -> f.toString().endsWith(".yaml")).toList()) {
+                Files.copy(f, to.resolve(f.getFileName()));
+            }
+        }
+        Files.copy(K8S.resolve("kustomization.yaml"), copy.resolve("kustomization.yaml"));
+        return copy;
     }
 
     /** What validate.mjs --print says the folder applies (a Kustomize build, or the files as they are). */
@@ -149,11 +168,6 @@ class KubernetesManifestsTest {
     @Test
     void manifestsAgreeWithRbridge() throws Exception {
         agreeWithRbridge(built(K8S.resolve("manifests")));
-    }
-
-    @Test
-    void theExampleOverlayAgreesWithRbridge() throws Exception {
-        agreeWithRbridge(built(K8S.resolve("overlays/example")));
     }
 
     private static void agreeWithRbridge(Map<String, Map<String, Object>> objects) {
