@@ -73,11 +73,12 @@ final class BridgeProcess {
             NbdServerConfig config = exportVolumes(nbd).build();
             adminServer = startAdmin();
             server = NbdServer.start(config);
-            listening.set(server);
             stopOnSigterm(server);
-            announce(server, config);
+            // READY=1 before /readyz says ready: whoever reacts to readiness with a stop must find READY sent first.
             SystemdNotify.ready("serving " + server.addresses().size() + " NBD listener(s), "
                     + bridge.volumes().size() + " volume(s)");
+            listening.set(server);
+            announce(server, config);
         } catch (IOException | IllegalArgumentException | UncheckedIOException e) {
             closeAfterFailedStart();
             err.println(name + ": " + e.getMessage());

@@ -28,14 +28,24 @@ final class SystemdNotify {
     private SystemdNotify() {
     }
 
-    /** The service is up: it listens and serves (READY=1), with a status line for systemctl status. */
-    static void ready(String status) {
-        send("READY=1\nSTATUS=" + status.replace('\n', ' '));
+    /** Once STOPPING=1 went out, a late READY=1 would tell systemd a stopping service is up again. */
+    private static final java.util.concurrent.atomic.AtomicBoolean STOPPING = new java.util.concurrent.atomic.AtomicBoolean();
+
+    /**
+     * The service is up: it listens and serves (READY=1), with a status line for systemctl status. Not sent once
+     * {@link #stopping} was (a stop that came while the service was still starting).
+     */
+    static synchronized void ready(String status) {
+        if (!STOPPING.get()) {
+            send("READY=1\nSTATUS=" + status.replace('\n', ' '));
+        }
     }
 
     /** The service is stopping (STOPPING=1): systemd shows it deactivating while the drain runs. */
-    static void stopping() {
-        send("STOPPING=1");
+    static synchronized void stopping() {
+        if (STOPPING.compareAndSet(false, true)) {
+            send("STOPPING=1");
+        }
     }
 
     private static void send(String message) {

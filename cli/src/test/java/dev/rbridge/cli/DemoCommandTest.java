@@ -78,6 +78,58 @@ class DemoCommandTest {
         }
     }
 
+    /**
+     * Writes of every size from 4K to 1M, first into new slabs and then over written ones: fio writes them with
+     * checksums twice over the same range and verifies them, nbdcopy round-trips an image over the written export, and
+     * a write to a read-only export that reaches the server (libnbd's own checks off) is refused and leaves it unchanged.
+     */
+    @Test
+    void writesOverWrittenSlabsVerifyAndAReadOnlyExportRefusesWrites() throws Exception {
+        PeerTool.require("fio", "fio");
+        Path dir = Files.createTempDirectory("demo-direct");
+        Path log = dir.resolve("demo.log");
+        Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--export", "disk,size=64M,slab=4M",
+                "--export", "iso,size=8M,ro");
+        try {
+            String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))
+                    .readLine();
+            Matcher m = SERVING.matcher(String.valueOf(line));
+            assertTrue(m.find(), line + "\n" + Files.readString(log));
+            String base = m.group(1).substring(0, m.group(1).lastIndexOf('/') + 1);
+            for (int pass = 1; pass <= 2; pass++) {
+                PeerTool.Result fio = PeerTool.run(180, List.of("fio", "--name=direct" + pass, "--ioengine=nbd",
+                        "--uri=" + base + "disk", "--rw=randwrite", "--bsrange=4k-1m", "--iodepth=8", "--size=64M",
+                        "--randrepeat=0", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1",
+                        "--verify_state_save=0"));
+                assertEquals(0, fio.exitCode(), "pass " + pass + ":\n" + fio.output());
+                assertTrue(!fio.output().contains("verify: bad"), fio.output());
+            }
+            byte[] data = new byte[64 << 20];
+            new Random(7).nextBytes(data);
+            Path image = Files.write(dir.resolve("image"), data);
+            PeerTool.check(120, "nbdcopy", image.toString(), base + "disk");
+            Path back = dir.resolve("back");
+            PeerTool.check(120, "nbdcopy", base + "disk", back.toString());
+            assertTrue(Arrays.equals(data, Files.readAllBytes(back)), "nbdcopy round trip over written slabs");
+
+            // libnbd would refuse this itself; with its checks off the request reaches the server.
+            String refused = PeerTool.check(60, "nbdsh", "-u", base + "iso", "-c", String.join("\n",
+                    "h.set_strict_mode(0)",
+                    "try:",
+                    "    h.pwrite(b'x' * 65536, 0)",
+                    "    print('written')",
+                    "except nbd.Error as e:",
+                    "    print('refused', e)"));
+            assertTrue(refused.contains("refused"), refused);
+            String still = PeerTool.check(60, "nbdsh", "-u", base + "iso", "-c", "print(h.pread(4, 0))");
+            assertTrue(still.contains("\\x00\\x00\\x00\\x00"), still);
+        } finally {
+            p.destroy();
+            p.waitFor(30, TimeUnit.SECONDS);
+            p.destroyForcibly();
+        }
+    }
+
     @Test
     void everyByteOfEveryExportCanBeWrittenWithTwoReplicas() throws Exception {
         Path dir = Files.createTempDirectory("demo-full");
