@@ -38,6 +38,8 @@ Starts four NBD targets on free 127.0.0.1 ports, each exporting "disk" (1 GiB, i
   demo    rbridge demo --export disk --size 1G: memserver and bridge in one process (local transport)
   nbdkit  the two-hop peer: nbdkit's nbd plugin (nbdkit nbd hostname=127.0.0.1 port=P2) in front of
           nbdkit memory 1G on P2, over TCP
+  nkmem   (not in the default list) nbdkit memory 1G alone, default threads: the one-process peer of demo
+  nkmem1  (not in the default list) nbdkit --threads=1 memory 1G
 rbridge runs through the launcher "\$ROOT/rbridge" (built once up front, then RBRIDGE_NO_BUILD=1 so every
 process runs the same jar). Every export is filled first (sequential 1M writes over --size) so reads hit
 written data and slabs have memory. Then each row runs on every target in turn, the order rotating
@@ -50,8 +52,11 @@ Rows (--rows, comma separated, default all):
   rw32  4K random write, QD32  -> IOPS
   sr    1M sequential read,  QD8 -> MB/s (10^6 bytes/s)
   sw    1M sequential write, QD8 -> MB/s
+  cin   (not in the default list) nbdcopy of a --size file of random bytes into the export -> MB/s
+  cout  (not in the default list) nbdcopy of --size of the export to null: -> MB/s
 One fio job, one NBD connection (ioengine=nbd). Random rows use the whole --size working set with
-norandommap.
+norandommap. nbdcopy rows use nbdcopy's defaults (four connections, its own request sizes and depth),
+pinned like fio.
 
 Options:
   --time SEC       measured time per run (default $TIME)
@@ -72,8 +77,11 @@ Options:
                    before it in the same run; the table gains a "new/base" column per pair (> 1: new is better)
   --out DIR        keep fio JSON and server logs in DIR (default: temp, deleted)
 
-Reading the table: each ratio column compares one rbridge target with nbdkit-two-hop and is oriented
-so that > 1 means rbridge is better: rbridge/nbdkit for IOPS and MB/s, nbdkit/rbridge for latencies.
+Reading the table: each ratio column compares one rbridge target with its peer and is oriented so that
+> 1 means rbridge is better: rbridge/peer for IOPS and MB/s, peer/rbridge for latencies. The peer of
+rb1, rb2 (and their variants) is nbdkit (two hops); the peer of demo is nkmem when it runs, else nbdkit.
+With --repeat N each ratio is followed by its win count: in how many of the N interleaved runs rbridge
+did better than its peer in the same round.
 
 Environment: RBRIDGE_START_TIMEOUT (seconds to wait for a target, $START_TIMEOUT), RBRIDGE_JAVA_OPTS
 (extra JVM options, read by the launcher). Every process is stopped on exit (process groups killed).
@@ -125,6 +133,8 @@ declare -A ROWARGS=(
     [rw32]="--rw=randwrite --bs=4k --iodepth=32 --norandommap --randrepeat=0"
     [sr]="--rw=read --bs=1M --iodepth=8"
     [sw]="--rw=write --bs=1M --iodepth=8"
+    [cin]="copy"
+    [cout]="copy"
 )
 IFS=, read -r -a ROWLIST <<<"$ROWS"
 for r in "${ROWLIST[@]}"; do
@@ -133,11 +143,12 @@ done
 IFS=, read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
     case $t in
-        rb1|rb1nm|rb1l1|rb2|demo|nbdkit) ;;
+        rb1|rb1nm|rb1l1|rb2|demo|nbdkit|nkmem|nkmem1) ;;
         base-rb1|base-rb2|base-demo)
             [[ -n $BASELINE && -x $BASELINE/rbridge ]] \
                 || { echo "target '$t' needs --baseline DIR with an rbridge launcher in DIR" >&2; exit 2; } ;;
-        *) echo "unknown target '$t' (rb1, rb1nm, rb1l1, rb2, demo, nbdkit, base-rb1, base-rb2, base-demo)" >&2
+        *) echo "unknown target '$t' (rb1, rb1nm, rb1l1, rb2, demo, nbdkit, nkmem, nkmem1, base-rb1, base-rb2," \
+                "base-demo)" >&2
            exit 2 ;;
     esac
 done
@@ -264,6 +275,12 @@ start_target() { # start_target NAME
             spawn "$name" nbdkit -f -i 127.0.0.1 -p "$port" -e disk nbd hostname=127.0.0.1 port="$back"
             pgids+=("$SPAWNED")
             ;;
+        nkmem|nkmem1)
+            local threads=()
+            [[ $name == nkmem1 ]] && threads=(--threads=1)
+            spawn "$name" nbdkit -f -i 127.0.0.1 -p "$port" -e disk "${threads[@]}" memory 1G
+            pgids+=("$SPAWNED")
+            ;;
     esac
     await_nbd "$name" "${URI[$name]}" "$SPAWNED" "$START_TIMEOUT"
     local g
@@ -287,6 +304,19 @@ runfio() { # runfio TARGET TAG fio-args... -> JSON in $WORK/TAG.TARGET.json
     fi
 }
 
+runcopy() { # runcopy TARGET TAG cin|cout -> seconds in $WORK/TAG.TARGET.copy
+    local target=$1 tag=$2 dir=$3 t0 t1 from to
+    if [[ $dir == cin ]]; then from=$WORK/copy.src; to=${URI[$target]}; else from=${URI[$target]}; to=null:; fi
+    t0=$(date +%s.%N)
+    if ! timeout 600 "${FIO_PREFIX[@]}" nbdcopy "$from" "$to" >"$WORK/copy.$tag.$target.log" 2>&1; then
+        echo "nbdcopy failed for $tag on $target:" >&2
+        tail -n 5 "$WORK/copy.$tag.$target.log" >&2
+        exit 1
+    fi
+    t1=$(date +%s.%N)
+    echo "$t0 $t1" | awk '{ printf "%.6f\n", $2 - $1 }' >"$WORK/$tag.$target.copy"
+}
+
 # Build once (the launcher builds when sources are newer than the jar), then never again during the run.
 if [[ ",$TARGETS," == *,rb* || ",$TARGETS," == *,demo,* ]]; then
     echo "# rbridge: $("${RB[@]}" --version 2>&1 | tail -n 1)"
@@ -302,6 +332,11 @@ for t in "${TLIST[@]}"; do
     runfio "$t" prefill --rw=write --bs=1M --iodepth=8
 done
 
+if [[ ",$ROWS," == *,cin,* ]]; then
+    command -v nbdcopy >/dev/null || { echo "nbdcopy not found (libnbd-bin)" >&2; exit 2; }
+    echo "# making a $SIZE file of random bytes for the cin row"
+    head -c "$(numfmt --from=iec "$SIZE")" /dev/urandom >"$WORK/copy.src"
+fi
 echo "# rows: $ROWS; ${TIME}s measured + ${RAMP}s ramp per run; $REPEAT run(s) per target per row;" \
      "pin: $PIN${FIO_CPUS:+ (fio on CPU(s) $FIO_CPUS)}"
 NT=${#TLIST[@]}
@@ -309,17 +344,25 @@ for r in "${ROWLIST[@]}"; do
     for i in $(seq "$REPEAT"); do
         for ((k = 0; k < NT; k++)); do
             t=${TLIST[$(( (k + i - 1) % NT ))]}   # rotate the order between repeats
-            # shellcheck disable=SC2086
-            runfio "$t" "$r.$i" ${ROWARGS[$r]} --time_based --runtime="$TIME" --ramp_time="$RAMP"
+            if [[ ${ROWARGS[$r]} == copy ]]; then
+                runcopy "$t" "$r.$i" "$r"
+            else
+                # shellcheck disable=SC2086
+                runfio "$t" "$r.$i" ${ROWARGS[$r]} --time_based --runtime="$TIME" --ramp_time="$RAMP"
+            fi
             echo "#   done $r run $i on $t"
         done
     done
 done
 
-python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" "$TARGETS" <<'EOF'
+python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" "$TARGETS" "$(numfmt --from=iec "$SIZE")" <<'EOF'
 import json, statistics, sys
 work, repeat, rows, secs, lat, targets = (sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","),
                                           sys.argv[4], sys.argv[5], sys.argv[6].split(","))
+size = int(sys.argv[7])
+
+def copied(tag, target):
+    return size / float(open("%s/%s.%s.copy" % (work, tag, target)).read()) / 1e6
 
 def load(tag, target):
     txt = open("%s/%s.%s.json" % (work, tag, target)).read()
@@ -345,54 +388,72 @@ DEF = {
     "rw32": ("4K randwrite QD32", "write", ["iops"]),
     "sr":   ("1M seq read QD8",   "read",  ["mbs"]),
     "sw":   ("1M seq write QD8",  "write", ["mbs"]),
+    "cin":  ("nbdcopy file->export", "copy", ["mbs"]),
+    "cout": ("nbdcopy export->null", "copy", ["mbs"]),
 }
+
+def value(r, i, t, side, m):
+    if side == "copy":
+        return copied("%s.%d" % (r, i), t)
+    return metric(load("%s.%d" % (r, i), t), side, m)
 UNIT = {"iops": "IOPS", "mbs": "MB/s", "p50": "p50 %s us" % lat, "p99": "p99 %s us" % lat}
 HEAD = {"rb1": "serve R=1", "rb1nm": "R=1 nometr", "rb1l1": "R=1 1 lane", "rb2": "serve R=2", "demo": "demo",
-        "nbdkit": "nbdkit 2hop", "base-rb1": "base R=1", "base-rb2": "base R=2", "base-demo": "base demo"}
-rb = [t for t in targets if t != "nbdkit"]
-ratios = "nbdkit" in targets
+        "nbdkit": "nbdkit 2hop", "nkmem": "nbdkit mem", "nkmem1": "nbdkit t=1",
+        "base-rb1": "base R=1", "base-rb2": "base R=2", "base-demo": "base demo"}
+PEERS = ("nbdkit", "nkmem", "nkmem1")
+def peer(t):
+    if t == "demo" and "nkmem" in targets:
+        return "nkmem"
+    return "nbdkit" if "nbdkit" in targets else None
+rb = [t for t in targets if t not in PEERS and not t.startswith("base-") and peer(t)]
+ratios = bool(rb)
 onoff = "rb1" in targets and "rb1nm" in targets
 pairs = [t for t in targets if "base-" + t in targets]
 out = []
 for r in rows:
     label, side, metrics = DEF[r]
     for m in metrics:
-        vals = {t: statistics.median(metric(load("%s.%d" % (r, i), t), side, m) for i in range(1, repeat + 1))
-                for t in targets}
+        runs = {t: [value(r, i, t, side, m) for i in range(1, repeat + 1)] for t in targets}
+        vals = {t: statistics.median(runs[t]) for t in targets}
         rat = []
-        if ratios:
-            nk = vals["nbdkit"]
-            for t in rb:
-                v = vals[t]
-                if m in ("p50", "p99"):
-                    rat.append(nk / v if v else float("nan"))
-                else:
-                    rat.append(v / nk if nk else float("nan"))
+        wins = []
+        lower = m in ("p50", "p99")
+        for t in rb:
+            v, nk = vals[t], vals[peer(t)]
+            rat.append((nk / v if v else float("nan")) if lower else (v / nk if nk else float("nan")))
+            wins.append(sum(1 for a, b in zip(runs[t], runs[peer(t)]) if (a < b if lower else a > b)))
         if onoff:
             on, off = vals["rb1"], vals["rb1nm"]
             rat.append((off / on if on else float("nan")) if m in ("p50", "p99") else (on / off if off else float("nan")))
         for t in pairs:
             new, old = vals[t], vals["base-" + t]
             rat.append((old / new if new else float("nan")) if m in ("p50", "p99") else (new / old if old else float("nan")))
-        out.append(("%s %s" % (label, UNIT[m]), m, vals, rat))
+        out.append(("%s %s" % (label, UNIT[m]), m, vals, rat, wins))
 
 w = max(len(o[0]) for o in out)
 print()
 print("fio nbd engine, %ss per run, median of %d run(s); one job, one connection" % (secs, repeat))
 if ratios:
-    print("ratio columns: each rbridge target vs nbdkit-two-hop, > 1 means rbridge is better")
-    print("(rbridge/nbdkit for IOPS and MB/s, nbdkit/rbridge for latency)")
+    print("ratio columns: each rbridge target vs its peer (%s), > 1 means rbridge is better"
+          % ", ".join("%s vs %s" % (t, peer(t)) for t in rb))
+    print("(rbridge/peer for IOPS and MB/s, peer/rbridge for latency)%s"
+          % ("; (w/N): runs of N in which rbridge did better" if repeat > 1 else ""))
 if onoff:
     print("on/off: rb1 (metrics on) vs rb1nm (--metrics none), > 1 means metrics on is better")
 if pairs:
     print("X/base: X vs the --baseline build of X, > 1 means the new code is better")
-cols = (["%11s" % HEAD[t] for t in targets] + (["%9s" % ("%s/nk" % t) for t in rb] if ratios else [])
+RW = 14 if repeat > 1 else 9
+cols = (["%11s" % HEAD[t] for t in targets] + ["%*s" % (RW, "%s/%s" % (t, "mem" if peer(t) == "nkmem" else "nk"))
+                                                for t in rb]
         + (["%9s" % "on/off"] if onoff else []) + ["%9s" % ("%s/base" % t) for t in pairs])
 print("%-*s %s" % (w, "row", " ".join(cols)))
 print("-" * (w + 1 + len(" ".join(cols))))
-for name, m, vals, rat in out:
+for name, m, vals, rat, wins in out:
     fmt = "%11.0f" if m == "iops" else "%11.1f"
-    cells = [fmt % vals[t] for t in targets] + ["%9.2f" % x for x in rat]
+    n = len(wins)
+    cells = ([fmt % vals[t] for t in targets]
+             + ["%*s" % (RW, "%.2f (%d/%d)" % (x, w, repeat) if repeat > 1 else "%.2f" % x) for x, w in zip(rat, wins)]
+             + ["%9.2f" % x for x in rat[n:]])
     print("%-*s %s" % (w, name, " ".join(cells)))
 EOF
 [[ $KEEP -eq 1 ]] && echo "# fio JSON and server logs kept in $WORK"
