@@ -208,36 +208,47 @@ public final class Bridge implements SlabHost, AutoCloseable {
         if (l == null) {
             return "no memserver " + label + " (see admin memservers)";
         }
-        RemoteConnection c = l.connection();
-        if (c != null) {
-            long live = volumes.values().stream().mapToLong(v -> v.replicasOn(c)).sum();
-            if (live > 0) {
-                return "memserver " + label + " holds " + live + " live replica(s): drain it first, or stop it";
-            }
+        long live = replicasOn(l);
+        if (live > 0) {
+            return "memserver " + label + " holds " + live + " live replica(s): drain it first, or stop it";
         }
-        long lost = volumes.values().stream().mapToLong(v -> v.lostCopiesOn(l)).sum();
+        long lost = lostCopiesOn(l);
         if (lost > 0) {
             return "memserver " + label + " may hold the last copy of " + lost + " lost slab(s): bring it back"
                     + " so they are adopted again, or stop it knowing their data is gone";
         }
         l.remove();
-        if (c != null) {
-            leases.giveBack(l, c);
-        }
         links.remove(l);
         nextAttempt.remove(l);
         fromDns.remove(l);
-        RemoteConnection old = l.down("removed: " + why);
-        if (old != null) {
-            old.close();
-        }
-        volumes.values().forEach(v -> v.manifest().forget(l));
+        release(l, "removed: " + why);
         log.info("memserver {} removed ({})", label, why);
         memserverRemoved.accept(l);
         if (overcommitted != null) {
             checkCommitment(false);
         }
         return null;
+    }
+
+    /**
+     * Stops using {@code l}'s connection without taking replicas out (it holds none live): its leases given back, the
+     * connection closed, its manifest copies forgotten. Removal and letting a drained memserver go share this.
+     */
+    private void release(MemserverLink l, String reason) {
+        RemoteConnection c = l.connection();
+        if (c != null) {
+            leases.giveBack(l, c);
+        }
+        RemoteConnection old = l.down(reason);
+        if (old != null) {
+            old.close();
+        }
+        volumes.values().forEach(v -> v.manifest().forget(l));
+    }
+
+    /** Slabs of which {@code l} may hold the last copy (lost slabs): a memserver holding one must not be let go. */
+    private long lostCopiesOn(MemserverLink l) {
+        return volumes.values().stream().mapToLong(v -> v.lostCopiesOn(l)).sum();
     }
 
     /**
@@ -349,7 +360,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 }
             }
             if (live == 0 && l.drainedByMemserver()) {
-                letGo(l, c);
+                letGo(l);
             } else if (live == 0 && removeMemserver(l.label(), "drained: it holds nothing live") == null) {
                 log.info("memserver {}: drained; it holds nothing live and this bridge no longer uses it", l.label());
             }
@@ -360,8 +371,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
      * Ends the connection to a memserver that drained itself and holds nothing live of ours (nor the last copy of a
      * lost slab), so it can exit; the link stays and reconnects once the memserver admits clients again.
      */
-    private synchronized void letGo(MemserverLink l, RemoteConnection c) {
-        long lost = volumes.values().stream().mapToLong(v -> v.lostCopiesOn(l)).sum();
+    private synchronized void letGo(MemserverLink l) {
+        long lost = lostCopiesOn(l);
         if (lost > 0) {
             if (drainRefusedSaid.add(l)) {
                 log.warn("memserver {} is draining but may hold the last copy of {} lost slab(s): this bridge stays"
@@ -369,12 +380,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
             }
             return;
         }
-        leases.giveBack(l, c);
-        RemoteConnection old = l.down("drained: the memserver is draining and holds nothing live of this bridge's");
-        if (old != null) {
-            old.close();
-        }
-        volumes.values().forEach(v -> v.manifest().forget(l));
+        release(l, "drained: the memserver is draining and holds nothing live of this bridge's");
         log.info("memserver {}: drained; this bridge let its connection go so it can exit, and uses it again once"
                 + " it admits clients", l.label());
         if (overcommitted != null) {

@@ -297,11 +297,7 @@ final class AdminCommand implements Callable<Integer> {
         try (HttpClient client = HttpClient.newBuilder()
                 .connectTimeout(Duration.ofSeconds(Defaults.ADMIN_CONNECT_TIMEOUT_SECONDS)).build()) {
             while (true) {
-                HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(statsPath))
-                        .timeout(Duration.ofSeconds(Defaults.ADMIN_ANSWER_TIMEOUT_SECONDS)).GET();
-                if (secret != null) {
-                    request.header("Authorization", "Bearer " + secret);
-                }
+                HttpRequest.Builder request = request("GET", statsPath, secret);
                 long clients;
                 long granted;
                 try {
@@ -323,7 +319,12 @@ final class AdminCommand implements Callable<Integer> {
                     out.flush();
                     return 0;
                 } catch (IOException | IllegalArgumentException e) {
-                    // it may be closing its listener just now: the next poll tells
+                    // it may be closing its listener just now: the next poll tells, within the same bound
+                    if (System.nanoTime() - lastChange > java.util.concurrent.TimeUnit.SECONDS.toNanos(STALL_SECONDS)) {
+                        spec.commandLine().getErr().println("admin: the memserver's stats did not answer for "
+                                + STALL_SECONDS + " s: " + (e.getMessage() == null ? e : e.getMessage()));
+                        return 1;
+                    }
                     Thread.sleep(1000);
                     continue;
                 }
@@ -349,14 +350,20 @@ final class AdminCommand implements Callable<Integer> {
         }
     }
 
-    /** One request and its answer printed; the exit code. */
-    private int once(String method, String path, String secret) throws InterruptedException {
+    /** A request to an admin interface: the answer timeout, and the token as a bearer token when there is one. */
+    private static HttpRequest.Builder request(String method, String path, String secret) {
         HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(path))
                 .timeout(Duration.ofSeconds(Defaults.ADMIN_ANSWER_TIMEOUT_SECONDS))
                 .method(method, HttpRequest.BodyPublishers.noBody());
         if (secret != null) {
             request.header("Authorization", "Bearer " + secret);
         }
+        return request;
+    }
+
+    /** One request and its answer printed; the exit code. */
+    private int once(String method, String path, String secret) throws InterruptedException {
+        HttpRequest.Builder request = request(method, path, secret);
         String target = bridge != null ? "bridge" : "memserver";
         int status;
         String body;

@@ -40,6 +40,14 @@ class DemoCommandTest {
         return CliProcess.start(log, args);
     }
 
+    /** The first URI demo says it serves ({@code rbridge demo: serving URI}); the log when it says nothing. */
+    private static String firstServing(Process p, Path log) throws IOException {
+        String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8)).readLine();
+        Matcher m = SERVING.matcher(String.valueOf(line));
+        assertTrue(m.find(), line + "\n" + Files.readString(log));
+        return m.group(1);
+    }
+
     @Test
     void servesRealClientsOnTcpAndUnixThenStopsOnSigterm() throws Exception {
         Path dir = Files.createTempDirectory("demo");
@@ -91,11 +99,8 @@ class DemoCommandTest {
         Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--export", "disk,size=64M,slab=4M",
                 "--export", "iso,size=8M,ro");
         try {
-            String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))
-                    .readLine();
-            Matcher m = SERVING.matcher(String.valueOf(line));
-            assertTrue(m.find(), line + "\n" + Files.readString(log));
-            String base = m.group(1).substring(0, m.group(1).lastIndexOf('/') + 1);
+            String first = firstServing(p, log);
+            String base = first.substring(0, first.lastIndexOf('/') + 1);
             for (int pass = 1; pass <= 2; pass++) {
                 PeerTool.Result fio = PeerTool.run(180, List.of("fio", "--name=direct" + pass, "--ioengine=nbd",
                         "--uri=" + base + "disk", "--rw=randwrite", "--bsrange=4k-1m", "--iodepth=8", "--size=64M",
@@ -137,11 +142,8 @@ class DemoCommandTest {
         Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--memservers", "2",
                 "--export", "a,size=24M,replicas=2,slab=4M", "--export", "b,size=8M,replicas=2");
         try {
-            String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))
-                    .readLine();
-            Matcher m = SERVING.matcher(String.valueOf(line));
-            assertTrue(m.find(), line + "\n" + Files.readString(log));
-            String base = m.group(1).substring(0, m.group(1).lastIndexOf('/') + 1);
+            String first = firstServing(p, log);
+            String base = first.substring(0, first.lastIndexOf('/') + 1);
             for (String export : List.of("a", "b")) {
                 Path image = dir.resolve(export + ".img");
                 int size = export.equals("a") ? 24 << 20 : 8 << 20;
@@ -170,11 +172,7 @@ class DemoCommandTest {
         Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--size", "64M", "--tls", "require",
                 "--tls-psk", keys.toString());
         try {
-            String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))
-                    .readLine();
-            Matcher m = SERVING.matcher(String.valueOf(line));
-            assertTrue(m.find(), line + "\n" + Files.readString(log));
-            String uri = m.group(1);
+            String uri = firstServing(p, log);
             assertTrue(uri.startsWith("nbds://127.0.0.1:"), uri);
             String withKey = uri.replace("nbds://", "nbds://alice@") + "?tls-psk-file=" + keys;
             assertEquals(String.valueOf(64 << 20), PeerTool.check(60, "nbdinfo", "--size", withKey).trim());
@@ -273,11 +271,7 @@ class DemoCommandTest {
         Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--transport", "tcp", "--tcp-congestion", chosen,
                 "--size", "64M");
         try {
-            String line = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))
-                    .readLine();
-            Matcher m = SERVING.matcher(String.valueOf(line));
-            assertTrue(m.find(), line + "\n" + Files.readString(log));
-            URI uri = URI.create(m.group(1));
+            URI uri = URI.create(firstServing(p, log));
             try (Socket nbd = new Socket(uri.getHost(), uri.getPort())) {
                 assertEquals(0x4e42444d, new DataInputStream(nbd.getInputStream()).readInt(),
                         "NBDMAGIC: the server has accepted and greeted the connection");

@@ -94,13 +94,7 @@ class MembershipTest {
             assertTrue(waitingOut.startsWith("waiting: no reachable memserver has"), waitingOut);
             Process volumesWatch = CliProcess.start(dir.resolve("volumes-watch.log"), "admin", "--bridge",
                     c.adminAddress(), "--token-file", token.toString(), "volumes", "--watch");
-            var volumesWatched = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
-                try {
-                    return new String(volumesWatch.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-                } catch (java.io.IOException e) {
-                    return e.toString();
-                }
-            });
+            var volumesWatched = output(volumesWatch);
             String third = memserver(dir, "third", "127.0.0.1:0");
             Path log = dir.resolve("admin.log");
             Process add = CliProcess.start(log, "admin", "--bridge", c.adminAddress(), "--token-file",
@@ -229,11 +223,11 @@ class MembershipTest {
                 .token(TOKEN).timeout("2").volume("disk,size=96M,replicas=2,slab=8M").start())) {
             rollUnderFioVerify(c, dir, i -> {
                 String address = c.memserver(i).address();
-                admin(dir, c, token, "drain-memserver", address);
+                admin(c, token, "drain-memserver", address);
                 c.awaitAdmin("/memservers", m -> ((List<Object>) m).stream().noneMatch(x -> address.equals(
                         ((Map<String, Object>) x).get("memserver"))), Duration.ofSeconds(120));
                 c.memserver(i).restart();
-                admin(dir, c, token, "add-memserver", address);
+                admin(c, token, "add-memserver", address);
             });
         }
     }
@@ -256,13 +250,7 @@ class MembershipTest {
                 Path log = Files.createTempFile(dir, "prestop", ".log");
                 Process hook = CliProcess.start(log, "admin", "--memserver", m.adminAddress(), "--token-file",
                         token.toString(), "drain", "--wait");
-                var said = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
-                    try {
-                        return new String(hook.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-                    } catch (java.io.IOException e) {
-                        return e.toString();
-                    }
-                });
+                var said = output(hook);
                 if (!hook.waitFor(120, TimeUnit.SECONDS)) {
                     hook.destroyForcibly();
                     throw new AssertionError("drain --wait did not return within 120 s: the memserver "
@@ -335,12 +323,19 @@ class MembershipTest {
         assertEquals("healthy", state(c.admin("/volumes")));
     }
 
-    private static void admin(Path dir, ServeCluster c, Path token, String action, String address) throws Exception {
-        Path log = Files.createTempFile(dir, "admin", ".log");
-        Process p = CliProcess.start(log, "admin", "--bridge", c.adminAddress(), "--token-file", token.toString(),
-                action, address);
-        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        assertTrue(p.waitFor(60, TimeUnit.SECONDS));
-        assertEquals(0, p.exitValue(), action + " " + address + ": " + out + Files.readString(log));
+    /** Everything {@code p} prints, read on a thread of its own so that the caller can bound its wait. */
+    private static java.util.concurrent.CompletableFuture<String> output(Process p) {
+        return java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+            try {
+                return new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            } catch (java.io.IOException e) {
+                return e.toString();
+            }
+        });
+    }
+
+    private static void admin(ServeCluster c, Path token, String action, String address) throws Exception {
+        ServeCluster.AdminRun r = c.adminCli(token, action, address);
+        assertEquals(0, r.code(), action + " " + address + ": " + r.out());
     }
 }

@@ -622,6 +622,25 @@ public final class ServeCluster implements AutoCloseable {
     }
 
     /** {@code host:port} of the bridge's admin interface. */
+    /** What {@link #adminCli} printed (its output, then its error stream) and its exit status. */
+    public record AdminRun(int code, String out) {
+    }
+
+    /** {@code rbridge admin --bridge ADMIN --token-file TOKEN ARGS...} as a process of its own, as an operator runs it. */
+    public AdminRun adminCli(Path token, String... args) throws IOException, InterruptedException {
+        Path log = Files.createTempFile(dir, "admin", ".log");
+        List<String> argv = new ArrayList<>(List.of("admin", "--bridge", adminAddress(), "--token-file",
+                token.toString()));
+        argv.addAll(List.of(args));
+        Process p = dev.rbridge.cli.CliProcess.start(log, argv.toArray(String[]::new));
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        if (!p.waitFor(60, TimeUnit.SECONDS)) {
+            p.destroyForcibly();
+            throw new IllegalStateException("rbridge admin " + String.join(" ", args) + " did not end");
+        }
+        return new AdminRun(p.exitValue(), (out + Files.readString(log)).strip());
+    }
+
     public String adminAddress() {
         if (adminAddress == null) {
             throw new IllegalStateException("the cluster was built with --admin none");

@@ -65,8 +65,8 @@ class VolumeGrowTest {
                     StandardCharsets.UTF_8));
             assertEquals("before " + 32 * MIB, heldOut.readLine());
 
-            Admin grown = admin(dir, c, token, "grow", "disk", "48M");
-            assertEquals(0, grown.code, grown.out);
+            ServeCluster.AdminRun grown = c.adminCli(token, "grow", "disk", "48M");
+            assertEquals(0, grown.code(), grown.out());
             assertEquals(48 * MIB, size(c), "a new connection sees the new size");
             PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c", "h.pwrite(b'b' * 65536, 44 * 1024 * 1024)");
             Files.writeString(go, "");
@@ -85,21 +85,21 @@ class VolumeGrowTest {
             awaitLog(c, "a volume never shrinks while it serves");
             assertEquals(64 * MIB, sizeOf(c.admin("/volumes")));
 
-            Admin shrink = admin(dir, c, token, "grow", "disk", "40M");
-            assertEquals(1, shrink.code, shrink.out);
-            assertTrue(shrink.out.contains("--allow-shrink") && shrink.out.lines().count() == 1, shrink.out);
-            Admin odd = admin(dir, c, token, "grow", "odd", "8M");
-            assertEquals(1, odd.code, odd.out);
-            assertTrue(odd.out.contains("ends inside a slab"), odd.out);
-            Admin missing = admin(dir, c, token, "grow", "nope", "8M");
-            assertEquals(1, missing.code, missing.out);
-            assertTrue(missing.out.contains("no volume nope"), missing.out);
+            ServeCluster.AdminRun shrink = c.adminCli(token, "grow", "disk", "40M");
+            assertEquals(1, shrink.code(), shrink.out());
+            assertTrue(shrink.out().contains("--allow-shrink") && shrink.out().lines().count() == 1, shrink.out());
+            ServeCluster.AdminRun odd = c.adminCli(token, "grow", "odd", "8M");
+            assertEquals(1, odd.code(), odd.out());
+            assertTrue(odd.out().contains("ends inside a slab"), odd.out());
+            ServeCluster.AdminRun missing = c.adminCli(token, "grow", "nope", "8M");
+            assertEquals(1, missing.code(), missing.out());
+            assertTrue(missing.out().contains("no volume nope"), missing.out());
 
             // 32G of 1M slabs fill the allocation manifest's page: growing past it needs a restart, which works.
             PeerTool.check(60, "nbdsh", "-u", c.uri("big"), "-c", "h.pwrite(b'g' * 4096, 0)");
-            Admin big = admin(dir, c, token, "grow", "big", "33G");
-            assertEquals(1, big.code, big.out);
-            assertTrue(big.out.contains("restart the bridge with the new size"), big.out);
+            ServeCluster.AdminRun big = c.adminCli(token, "grow", "big", "33G");
+            assertEquals(1, big.code(), big.out());
+            assertTrue(big.out().contains("restart the bridge with the new size"), big.out());
 
             // With the new sizes in the configuration, a restarted bridge finds every slab, old and new.
             Files.writeString(config, conf(64, 33));
@@ -148,19 +148,5 @@ class VolumeGrowTest {
             assertTrue(System.nanoTime() < end, "no '" + text + "' in the bridge's log:\n" + c.bridge().log());
             Thread.sleep(100);
         }
-    }
-
-    private record Admin(int code, String out) {
-    }
-
-    private static Admin admin(Path dir, ServeCluster c, Path token, String... action) throws Exception {
-        Path log = Files.createTempFile(dir, "admin", ".log");
-        List<String> args = new java.util.ArrayList<>(List.of("admin", "--bridge", c.adminAddress(), "--token-file",
-                token.toString()));
-        args.addAll(List.of(action));
-        Process p = CliProcess.start(log, args.toArray(String[]::new));
-        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        assertTrue(p.waitFor(60, TimeUnit.SECONDS));
-        return new Admin(p.exitValue(), (out + Files.readString(log)).strip());
     }
 }
