@@ -63,6 +63,7 @@ echo "link up: first clean verify ${back}s after"
 rm verifying
 wait $loop || true
 grep -m 3 'lost its last replica\|is down\|came back\|is up' a.log | cut -c1-200 || true
+grep 'periodic wake found' a.log | tail -1 | cut -c1-260 || true # a completion UCX did not signal, found by a kick
 
 say "a last verify, to the end of the data"
 set +e

@@ -779,6 +779,8 @@ final class UcxConnection extends ControlPlaneConnection {
         ControlClient.Call late = control.overdue(System.nanoTime());
         if (late != null) {
             closeWith(control.timeout(late, timeoutNanos));
+        } else if (!control.idle()) {
+            loop.kick();
         }
     }
 

@@ -18,6 +18,12 @@ import java.util.concurrent.TimeoutException;
  * them, progresses the worker, and sleeps in {@code waitForEvents} when there is nothing to do (busy polling on both
  * sides collapsed throughput on two cores). A task arriving while it sleeps wakes it with {@code signal}; one arriving
  * while it runs is picked up without one.
+ *
+ * <p>The sleep trusts UCX to signal every completion, and a completion that never signals would leave its operation
+ * waiting for the operation timeout with its data long there. So a connection with operations in flight
+ * {@linkplain #kick kicks} a sleeping loop every watchdog period: a missed event then costs one period, not the
+ * connection. Kicks that find completions waiting are logged (sparsely): some are a completion that raced the kick, many
+ * mean UCX or the NIC's driver did not signal them.
  */
 final class UcxLoop implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(UcxLoop.class);
@@ -27,6 +33,8 @@ final class UcxLoop implements AutoCloseable {
     private final ConcurrentLinkedQueue<Runnable> tasks = new ConcurrentLinkedQueue<>();
     private volatile boolean sleeping;
     private volatile boolean stopping;
+    private volatile boolean kicked;
+    private long missedEvents;
     private final CompletableFuture<Void> stopped = new CompletableFuture<>();
 
     UcxLoop(UcpContext context, String name) {
@@ -48,6 +56,14 @@ final class UcxLoop implements AutoCloseable {
     void execute(Runnable task) {
         tasks.add(task);
         if (sleeping && !inLoop()) {
+            wake();
+        }
+    }
+
+    /** Wakes the loop if it sleeps: a connection waiting for completions calls this each watchdog period. */
+    void kick() {
+        if (sleeping) {
+            kicked = true;
             wake();
         }
     }
@@ -107,6 +123,14 @@ final class UcxLoop implements AutoCloseable {
                 } catch (Exception e) {
                     log.warn("UCX progress failed on {}: {}", thread.getName(), e.toString());
                     events = 0;
+                }
+                if (kicked) {
+                    kicked = false;
+                    if (events > 0 && Long.bitCount(++missedEvents) == 1) { // the 1st, 2nd, 4th, 8th...
+                        log.info("UCX progress thread {}: the watchdog's periodic wake found completions waiting "
+                                + "({} time(s) so far); UCX may not have signalled them", thread.getName(),
+                                missedEvents);
+                    }
                 }
                 if (events == 0 && tasks.isEmpty()) {
                     sleeping = true;
