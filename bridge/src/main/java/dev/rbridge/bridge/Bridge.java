@@ -3,6 +3,7 @@ package dev.rbridge.bridge;
 import dev.rbridge.bridge.LeaseKeeper.LeaseWait;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.AllocationManifest;
+import dev.rbridge.bridge.volume.ReadHedger;
 import dev.rbridge.bridge.volume.Rebuilder;
 import dev.rbridge.bridge.volume.Replica;
 import dev.rbridge.bridge.volume.Slab;
@@ -80,6 +81,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
     /** Memservers whose drain could not be followed, already said in the log. */
     private final Set<MemserverLink> drainRefusedSaid = ConcurrentHashMap.newKeySet();
     private final Thread health;
+    /** Hedges small reads of replicated slabs; null when off or when no volume has two replicas. */
+    private final ReadHedger hedger;
     private volatile boolean running = true;
 
     private Bridge(BridgeConfig config) {
@@ -91,6 +94,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
         this.rebuilder = new Rebuilder(this, config.rebuildChunk());
         this.leases = new LeaseKeeper(config, links, volumes.values(), this::linkDown);
         this.health = Thread.ofPlatform().name("bridge-health").daemon().unstarted(this::healthLoop);
+        this.hedger = config.hedgeReads() && config.volumes().stream().anyMatch(v -> v.replicas() > 1)
+                ? new ReadHedger() : null;
     }
 
     /**
@@ -1028,6 +1033,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
         return config.operationTimeout();
     }
 
+    @Override
+    public ReadHedger hedger() {
+        return hedger;
+    }
+
     // -------------------------------------------------------------------------------------------------- close
 
     /** Stops the background roles, gives the leases back and closes the connections. Regions stay for a restart. */
@@ -1036,6 +1046,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
         running = false;
         health.interrupt();
         rebuilder.close();
+        if (hedger != null) {
+            hedger.close();
+        }
         for (MemserverLink l : links) {
             RemoteConnection c = l.connection();
             if (c != null) {

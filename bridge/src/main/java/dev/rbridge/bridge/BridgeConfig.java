@@ -18,7 +18,7 @@ import java.util.UUID;
 /**
  * Everything the bridge core needs, validated once (HikariCP style). Defaults: 5 s operation timeout, a 10 s lease
  * renewed every third of it, up to 10 s at start to reach every memserver, rebuilds copying 1 MiB at a time, one
- * tcp lane (TCP connection) to each memserver per two CPUs of this host, at most four.
+ * tcp lane (TCP connection) to each memserver per two CPUs of this host, at most four; reads not hedged.
  */
 public final class BridgeConfig {
     private final List<InetSocketAddress> memservers;
@@ -27,6 +27,7 @@ public final class BridgeConfig {
     private final String token;
     private final SSLContext memserverTls;
     private final boolean allowShrink;
+    private final boolean hedgeReads;
     private final String owner;
     private final Duration operationTimeout;
     private final Duration leaseTtl;
@@ -66,6 +67,7 @@ public final class BridgeConfig {
         this.token = b.token == null ? "" : b.token;
         this.memserverTls = b.memserverTls;
         this.allowShrink = b.allowShrink;
+        this.hedgeReads = b.hedgeReads;
         this.owner = Objects.requireNonNull(b.owner, "owner");
         this.operationTimeout = positive("operation timeout", b.operationTimeout);
         this.leaseTtl = positive("lease", b.leaseTtl);
@@ -167,6 +169,14 @@ public final class BridgeConfig {
         return allowShrink;
     }
 
+    /**
+     * Whether small reads of slabs with two or more live replicas are hedged: sent to a second replica when the first
+     * has not answered within the volume's hedge delay (see volume.ReadHedger). Off by default.
+     */
+    public boolean hedgeReads() {
+        return hedgeReads;
+    }
+
     /** TLS to the memservers (ConnectParams#tls), or null: in clear. */
     public SSLContext memserverTls() {
         return memserverTls;
@@ -184,7 +194,8 @@ public final class BridgeConfig {
         volumes.forEach(b::volume);
         return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
                 .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
-                .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).allowShrink(allowShrink).metrics(m).build();
+                .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).allowShrink(allowShrink).hedgeReads(hedgeReads)
+                .metrics(m).build();
     }
 
     public static final class Builder {
@@ -195,6 +206,7 @@ public final class BridgeConfig {
         private String token;
         private SSLContext memserverTls;
         private boolean allowShrink;
+        private boolean hedgeReads;
         private String owner = defaultOwner();
         private Duration operationTimeout = Duration.ofSeconds(5);
         private Duration leaseTtl = Duration.ofSeconds(10);
@@ -233,6 +245,12 @@ public final class BridgeConfig {
         /** Let a volume start smaller than the memservers hold it, releasing what lies past its end. */
         public Builder allowShrink(boolean allow) {
             this.allowShrink = allow;
+            return this;
+        }
+
+        /** Hedge small reads of replicated slabs, or not (the default). */
+        public Builder hedgeReads(boolean hedge) {
+            this.hedgeReads = hedge;
             return this;
         }
 

@@ -11,7 +11,8 @@ import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
- * A TCP relay in front of a memserver that a test can partition from its clients as a network would: the connections
+ * A TCP relay in front of a memserver that a test can hold (every byte waits until released, none lost) or partition
+ * from its clients as a network would: the connections
  * caught by the partition go silent for good in both directions, and neither end hears of the other's close (no FIN
  * crosses a partition), so the memserver keeps such a connection, and the lease it holds, until the lease's ttl runs
  * out. A SIGSTOPped memserver cannot play this: its kernel still takes the FIN of a client that went away, and the
@@ -23,6 +24,7 @@ final class PartitionRelay implements AutoCloseable {
     private final InetSocketAddress target;
     private final List<Link> links = new CopyOnWriteArrayList<>();
     private volatile boolean partitioned;
+    private volatile boolean held;
 
     /** One relayed connection; silent once caught by a partition. */
     private static final class Link {
@@ -53,6 +55,19 @@ final class PartitionRelay implements AutoCloseable {
         links.forEach(l -> l.silent = true);
     }
 
+    /**
+     * Every connection stops passing bytes, in both directions, until {@link #release()}, losing none: a memserver
+     * that stalls (a SIGSTOP, a CPU-starved host) as the bridge sees it, but in this JVM.
+     */
+    void hold() {
+        held = true;
+    }
+
+    /** Held connections pass their bytes again. */
+    void release() {
+        held = false;
+    }
+
     /** New connections pass again; those the partition caught stay silent. */
     void heal() {
         partitioned = false;
@@ -80,13 +95,16 @@ final class PartitionRelay implements AutoCloseable {
         }
     }
 
-    private static void pump(Link l, InputStream in, OutputStream out) {
+    private void pump(Link l, InputStream in, OutputStream out) {
         Thread.ofPlatform().name("partition-relay-pump").daemon().start(() -> {
             byte[] buf = new byte[64 << 10];
             try {
                 while (true) {
                     while (l.silent) {
                         Thread.sleep(10); // read nothing: the sender's data and its close stay this side
+                    }
+                    while (held && !l.silent) {
+                        Thread.sleep(1); // read nothing yet: the bytes wait in the sender's socket
                     }
                     int n = in.read(buf);
                     if (l.silent) {

@@ -82,6 +82,17 @@ public final class ServeCommand implements Callable<Integer> {
             + " a smaller size= is more often a typo than a wish.")
     boolean allowShrink;
 
+    @Option(names = "--hedge-reads", paramLabel = "on|off", defaultValue = "off",
+            description = "Reads go to the replica whose memserver has the fewest operations in flight. With on, a"
+                    + " read piece of up to 128 KiB on a slab with two or more live replicas also goes to a second"
+                    + " replica when the first has not answered within the volume's hedge delay (the 95th percentile"
+                    + " of its recent reads, 50 us to 20 ms), and the first answer wins: a stalling memserver then"
+                    + " costs a read about one delay, not the stall. At most a tenth of reads are hedged, and only"
+                    + " while the first memserver answers nothing else. For memservers on shared or overcommitted"
+                    + " hosts; it costs a few percent of small-read throughput when nothing stalls."
+                    + " Default ${DEFAULT-VALUE}.")
+    String hedgeReads;
+
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
             description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
     String transport;
@@ -238,7 +249,13 @@ public final class ServeCommand implements Callable<Integer> {
                 .leaseTtl(seconds("--lease", lease))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
                 .tcpCongestion(process.tcpCongestion)
-                .allowShrink(allowShrink);
+                .allowShrink(allowShrink)
+                .hedgeReads(switch (hedgeReads.toLowerCase(java.util.Locale.ROOT)) {
+                    case "on" -> true;
+                    case "off" -> false;
+                    default -> throw new IllegalArgumentException("--hedge-reads takes on or off, not '" + hedgeReads
+                            + "'");
+                });
         if (memserverTls != null) {
             b.memserverTls(X509Credentials.clientContext(memserverTls));
         }

@@ -44,6 +44,13 @@ public final class MemserverLink {
     public final AtomicLong reserved = new AtomicLong();
     /** Data operations issued to it and not yet complete (reads, writes, zeroes of the data path and rebuilds). */
     public final AtomicLong inFlight = new AtomicLong();
+    /** Data operations issued to it that completed, failed or not: whether it made progress since some moment. */
+    public final java.util.concurrent.atomic.LongAdder completed = new java.util.concurrent.atomic.LongAdder();
+    /**
+     * Until when (System.nanoTime) reads prefer other replicas: another replica answered a hedged read before it, so
+     * it stalled lately. A hint, not a state: 0, or a time that has passed, means no preference.
+     */
+    public volatile long readsAvoidedUntil;
 
     /** Where this memserver's data-path operations are recorded. */
     public final RemoteOpMetrics metrics;

@@ -1,5 +1,7 @@
 package dev.rbridge.bridge.volume;
 
+import dev.rbridge.bridge.memservers.MemserverLink;
+
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -69,14 +71,37 @@ final class ReplicaSet {
         return new ReplicaSet(null, 1, live, null, null, CompletableFuture.completedFuture(null), List.of());
     }
 
-    /** Spreads reads over the live replicas; a racy cursor is fine, it only balances load. */
+    /** What a memserver avoided for reads counts as, in operations in flight: more than any real queue. */
+    private static final long AVOIDED_LOAD = 1L << 40;
+
+    /** How busy {@code l} counts for a read at {@code now}: its operations in flight, more while it is avoided. */
+    static long readLoad(MemserverLink l, long now) {
+        long until = l.readsAvoidedUntil;
+        return l.inFlight.get() + (until != 0 && until - now > 0 ? AVOIDED_LOAD : 0);
+    }
+
+    /** The replica a read goes to: the least busy, spreading reads among equals (a racy cursor only balances). */
     Replica forRead() {
         int n = live.size();
         if (n == 1) {
             return live.getFirst();
         }
-        int i = readCursor++;
-        return live.get(Math.floorMod(i, n));
+        // The least busy memserver, taking turns among equals: a memserver that stalls keeps its reads in flight and
+        // so gets no more until it answers them (late binding). One whose read a hedge beat lately comes after every
+        // other (ReadHedger): it stalls in bursts, and its next read would likely wait for the next one.
+        int from = Math.floorMod(readCursor++, n);
+        long now = System.nanoTime();
+        Replica best = null;
+        long least = Long.MAX_VALUE;
+        for (int k = 0; k < n; k++) {
+            Replica r = live.get((from + k) % n);
+            long load = readLoad(r.link(), now);
+            if (load < least) {
+                best = r;
+                least = load;
+            }
+        }
+        return best;
     }
 
     private boolean taggedOk() {

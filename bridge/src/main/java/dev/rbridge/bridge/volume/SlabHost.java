@@ -29,4 +29,9 @@ public interface SlabHost {
      * someone else took the volume's lease there. The host fences the volume ({@link Volume#fence}).
      */
     void leaseLost(Volume volume, Replica replica, String reason);
+
+    /** What hedges small reads of replicated slabs, or null when reads are not hedged. */
+    default ReadHedger hedger() {
+        return null;
+    }
 }

@@ -23,6 +23,7 @@ import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.LongAdder;
 import java.util.function.Function;
 
 /**
@@ -56,6 +57,11 @@ public final class Volume implements BlockDevice {
     private final java.util.concurrent.atomic.AtomicLong outOfSpace = new java.util.concurrent.atomic.AtomicLong();
     /** When the last ENOSPC happened (System.nanoTime), or 0. */
     private volatile long lastOutOfSpaceNanos;
+    /** What small reads take here: the hedge delay ({@link ReadHedger}). */
+    final ReadLatency readLatency = new ReadLatency();
+    /** Second attempts sent by hedged reads, and those that answered first. */
+    final java.util.concurrent.atomic.LongAdder readHedges = new java.util.concurrent.atomic.LongAdder();
+    final java.util.concurrent.atomic.LongAdder readHedgesWon = new java.util.concurrent.atomic.LongAdder();
 
     public Volume(VolumeSpec spec, SlabHost host) {
         this.spec = spec;
@@ -156,6 +162,21 @@ public final class Volume implements BlockDevice {
         return outOfSpace.get();
     }
 
+    /** Reads sent to a second replica because the first had not answered within the hedge delay. */
+    public long readHedges() {
+        return readHedges.sum();
+    }
+
+    /** Hedged reads whose second attempt answered first. */
+    public long readHedgesWon() {
+        return readHedgesWon.sum();
+    }
+
+    /** How long a small read may take here before it is hedged (nanoseconds): the current estimate. */
+    public long hedgeDelayNanos() {
+        return readLatency.delayNanos();
+    }
+
     /** Whether a request failed with ENOSPC within the last {@code nanos}. */
     public boolean outOfSpaceWithin(long nanos) {
         long last = lastOutOfSpaceNanos;
@@ -206,7 +227,7 @@ public final class Volume implements BlockDevice {
         return CompletableFuture.allOf(parts);
     }
 
-    private CompletableFuture<Void> readSlab(Slab s, long offset, MemorySegment dst, int attempt) {
+    CompletableFuture<Void> readSlab(Slab s, long offset, MemorySegment dst, int attempt) {
         ReplicaSet set = s.set;
         if (set == null) {
             dst.fill((byte) 0);
@@ -214,6 +235,14 @@ public final class Volume implements BlockDevice {
         }
         if (set.lost()) {
             return CompletableFuture.failedFuture(lostError(s));
+        }
+        ReadHedger hedger = host.hedger();
+        if (hedger != null && set.live.size() > 1 && dst.byteSize() <= ReadHedger.MAX_HEDGED_BYTES
+                && !s.resyncWanted.get()) {
+            CompletableFuture<Void> hedged = HedgedRead.send(this, hedger, s, set, offset, dst, attempt);
+            if (hedged != null) {
+                return hedged;
+            } // else no scratch memory left: read it straight, unhedged
         }
         // Until a resync has made the replicas equal, every read comes from the one the others are copied from.
         Replica r = s.resyncWanted.get() ? set.live.getFirst() : set.forRead();
@@ -281,7 +310,7 @@ public final class Volume implements BlockDevice {
     }
 
     /** Counts a remote operation as in flight on its memserver until it completes. */
-    private static CompletableFuture<Void> counted(Replica r, RemoteOpMetrics.Op kind, long bytes, ReplicaOp op) {
+    static CompletableFuture<Void> counted(Replica r, RemoteOpMetrics.Op kind, long bytes, ReplicaOp op) {
         MemserverLink link = r.link();
         AtomicLong n = link.inFlight;
         RemoteOpMetrics metrics = link.metrics;
@@ -294,24 +323,30 @@ public final class Volume implements BlockDevice {
         } catch (RuntimeException e) {
             f = CompletableFuture.failedFuture(e); // a synchronous throw must not leak the in-flight counts
         }
+        LongAdder done = link.completed;
         if (f.isDone()) { // completed inline (the local transport, an early failure): no completion stage needed
             n.decrementAndGet();
+            done.increment();
             if (timed) {
                 metrics.completed(kind, bytes, System.nanoTime() - start, f.isCompletedExceptionally());
             }
         } else if (timed) {
             f.whenComplete((v, e) -> {
                 n.decrementAndGet();
+                done.increment();
                 metrics.completed(kind, bytes, System.nanoTime() - start, e != null);
             });
         } else {
-            f.whenComplete((v, e) -> n.decrementAndGet());
+            f.whenComplete((v, e) -> {
+                n.decrementAndGet();
+                done.increment();
+            });
         }
         return f;
     }
 
     /** One remote operation for one replica of a slab piece. */
-    private interface ReplicaOp {
+    interface ReplicaOp {
         CompletableFuture<Void> apply(Replica r);
     }
 
@@ -773,7 +808,7 @@ public final class Volume implements BlockDevice {
                 + "-" + (s.start + s.length - 1) + ") has no live replica");
     }
 
-    private BlockDeviceException ioError(Slab s, String op, Throwable cause) {
+    BlockDeviceException ioError(Slab s, String op, Throwable cause) {
         if (cause instanceof BlockDeviceException b) {
             return b;
         }

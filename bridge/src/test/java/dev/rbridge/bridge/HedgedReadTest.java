@@ -1,0 +1,213 @@
+package dev.rbridge.bridge;
+
+import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.volume.SlabState;
+import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.MemServerConfig;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Hedged reads against two memservers in this JVM, one behind a relay that holds its bytes (a stalled memserver as
+ * the bridge sees it): reads complete from the other replica while it stalls, the stalled one is not declared dead
+ * for answering late, and a hedged read never returns data older than the last write acknowledged before it was sent.
+ */
+@org.junit.jupiter.api.Tag("fault")
+@Timeout(120)
+class HedgedReadTest {
+    private static final long MIB = 1 << 20;
+    private final List<AutoCloseable> open = new ArrayList<>();
+
+    @AfterEach
+    void tearDown() throws Exception {
+        for (AutoCloseable c : open.reversed()) {
+            c.close();
+        }
+    }
+
+    private <T extends AutoCloseable> T open(T c) {
+        open.add(c);
+        return c;
+    }
+
+    private MemServer memserver() throws Exception {
+        return open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, null,
+                "tcp")));
+    }
+
+    private Bridge bridge(boolean hedge, InetSocketAddress... memservers) {
+        BridgeConfig.Builder b = BridgeConfig.builder().transport("tcp").startWait(Duration.ofSeconds(5))
+                .operationTimeout(Duration.ofSeconds(30)).lanes(1).hedgeReads(hedge);
+        for (InetSocketAddress m : memservers) {
+            b.memserver(m);
+        }
+        b.volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, 2, false, 1, ""));
+        return open(Bridge.start(b.build()));
+    }
+
+    private static ByteBuffer block(long value) {
+        ByteBuffer b = ByteBuffer.allocateDirect(4096);
+        while (b.hasRemaining()) {
+            b.putLong(value);
+        }
+        return b.flip();
+    }
+
+    private static long readValue(Volume v, long offset, long timeoutMillis) throws Exception {
+        ByteBuffer b = ByteBuffer.allocateDirect(4096);
+        v.read(offset, b).get(timeoutMillis, TimeUnit.MILLISECONDS);
+        long first = b.getLong(0);
+        for (int i = 8; i < 4096; i += 8) {
+            assertEquals(first, b.getLong(i), "a torn block at " + offset + "+" + i);
+        }
+        return first;
+    }
+
+    @Test
+    void readsCompleteFromTheOtherReplicaWhileOneStalls() throws Exception {
+        MemServer a = memserver();
+        MemServer b = memserver();
+        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        Bridge bridge = bridge(true, a.address(), toB.address());
+        Volume v = bridge.volume("disk");
+        for (int i = 0; i < 64; i++) {
+            v.write(i * 4096L, block(1000 + i), false).get(10, TimeUnit.SECONDS);
+        }
+        toB.hold();
+        // B answers nothing until the end: every read below completes only if it was served by A.
+        for (int round = 0; round < 5; round++) {
+            for (int i = 0; i < 64; i++) {
+                assertEquals(1000 + i, readValue(v, i * 4096L, 5000), "block " + i);
+            }
+        }
+        long hedges = v.readHedges();
+        long won = v.readHedgesWon();
+        System.out.println("stalled replica: 320 reads, " + hedges + " hedged, " + won + " won by the hedge; hedge"
+                + " delay now " + v.hedgeDelayNanos() / 1000 + " us");
+        assertTrue(won >= 1, "some read went to the stalled replica first and was answered by the hedge");
+        // Without late binding half the reads would go to B first and wait for their hedge (won ~160).
+        assertTrue(won <= 32, "the least busy replica takes the reads once one stalls: " + won + " of " + hedges
+                + " hedges won");
+        toB.release();
+        for (int i = 0; i < 64; i++) {
+            assertEquals(1000 + i, readValue(v, i * 4096L, 5000));
+        }
+        MemserverLink lb = bridge.memservers().stream().filter(l -> l.address().equals(toB.address())).findFirst()
+                .orElseThrow();
+        assertEquals(MemserverLink.State.UP, lb.state(), "answering late is not a fault");
+        assertEquals(SlabState.HEALTHY, v.slabStatus(0).state());
+    }
+
+    /** The control: without hedging a read sent to the stalled replica waits for it. */
+    @Test
+    void withoutHedgingAReadWaitsForTheStalledReplica() throws Exception {
+        MemServer a = memserver();
+        MemServer b = memserver();
+        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        Bridge bridge = bridge(false, a.address(), toB.address());
+        Volume v = bridge.volume("disk");
+        v.write(0, block(7), false).get(10, TimeUnit.SECONDS);
+        toB.hold();
+        assertThrows(TimeoutException.class, () -> {
+            for (int i = 0; i < 4; i++) {
+                readValue(v, 0, 1000);
+            }
+        });
+        toB.release();
+        assertEquals(7, readValue(v, 0, 10_000));
+        assertEquals(0, v.readHedges());
+    }
+
+    /**
+     * A writer bumps a counter in every block while readers read them and the relay holds B in bursts. A read notes,
+     * before it is sent, the last value acknowledged for its block; what it returns must not be older. A hedged read
+     * that lost its race may well carry older data: it must be the one dropped.
+     */
+    @Test
+    void aHedgedReadNeverReturnsDataOlderThanTheLastAcknowledgedWrite() throws Exception {
+        MemServer a = memserver();
+        MemServer b = memserver();
+        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        Bridge bridge = bridge(true, a.address(), toB.address());
+        Volume v = bridge.volume("disk");
+        int blocks = 16;
+        AtomicLong[] acked = new AtomicLong[blocks];
+        for (int i = 0; i < blocks; i++) {
+            v.write(i * 4096L, block(0), false).get(10, TimeUnit.SECONDS);
+            acked[i] = new AtomicLong();
+        }
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(4);
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        Thread stalls = Thread.ofPlatform().start(() -> {
+            try {
+                while (System.nanoTime() < end) {
+                    toB.hold();
+                    Thread.sleep(30);
+                    toB.release();
+                    Thread.sleep(20);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        Thread writer = Thread.ofPlatform().start(() -> {
+            try {
+                for (long n = 1; System.nanoTime() < end; n++) {
+                    int i = (int) (n % blocks);
+                    v.write(i * 4096L, block(n), false).get(10, TimeUnit.SECONDS);
+                    acked[i].set(n);
+                }
+            } catch (Throwable e) {
+                failed.compareAndSet(null, e);
+            }
+        });
+        AtomicLong reads = new AtomicLong();
+        List<Thread> readers = new ArrayList<>();
+        for (int t = 0; t < 3; t++) {
+            int seed = t;
+            readers.add(Thread.ofPlatform().start(() -> {
+                try {
+                    for (int k = seed; System.nanoTime() < end; k++) {
+                        int i = k % blocks;
+                        long floor = acked[i].get();
+                        long got = readValue(v, i * 4096L, 10_000);
+                        if (got < floor) {
+                            throw new AssertionError("block " + i + " read " + got + " after " + floor
+                                    + " was acknowledged");
+                        }
+                        reads.incrementAndGet();
+                    }
+                } catch (Throwable e) {
+                    failed.compareAndSet(null, e);
+                }
+            }));
+        }
+        for (Thread r : readers) {
+            r.join();
+        }
+        writer.join();
+        stalls.join();
+        toB.release();
+        System.out.println("ordering: " + reads.get() + " reads, " + v.readHedges() + " hedged, "
+                + v.readHedgesWon() + " won by the hedge");
+        assertNull(failed.get(), () -> "failed: " + failed.get());
+        assertTrue(v.readHedgesWon() > 0, "some reads were answered by their hedge");
+    }
+}
