@@ -57,6 +57,10 @@ Rows (--rows, comma separated, default all):
 One fio job, one NBD connection (ioengine=nbd). Random rows use the whole --size working set with
 norandommap. nbdcopy rows use nbdcopy's defaults (four connections, its own request sizes and depth),
 pinned like fio.
+After the table, a second one gives CPU seconds per GB moved for each row and target, from the user and system
+time (/proc/PID/stat) of the target's server processes around each run: the process serving NBD (bridge, demo,
+the front nbdkit) and its back ends (memservers, nbdkit memory) apart, medians over repeats. fio rows count the
+ramp's bytes at the measured rate, since the CPU counters include it.
 
 Options:
   --time SEC       measured time per run (default $TIME)
@@ -164,7 +168,23 @@ else
 fi
 
 GROUPS_STARTED=()   # process group ids (setsid), every process we started
-declare -A URI
+declare -A URI FRONTG BACKG
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { # cpu_ticks PGID... -> user+system clock ticks of every process in those groups
+    local g p t=0 v
+    for g in "$@"; do
+        for p in $(pgrep -g "$g"); do
+            v=$(awk '{ s = $0; sub(/^.*\) /, "", s); split(s, f, " "); print f[12] + f[13] }' "/proc/$p/stat" \
+                2>/dev/null) || continue
+            t=$((t + ${v:-0}))
+        done
+    done
+    echo "$t"
+}
+cpu_mark() { # cpu_mark TARGET -> "front back" ticks now
+    # shellcheck disable=SC2086
+    echo "$(cpu_ticks "${FRONTG[$1]}") $(cpu_ticks ${BACKG[$1]})"
+}
 stop_group() { # SIGTERM a process group, SIGKILL what is left after 5 s
     local p=$1
     kill -TERM -- "-$p" 2>/dev/null || true
@@ -285,6 +305,8 @@ start_target() { # start_target NAME
     await_nbd "$name" "${URI[$name]}" "$SPAWNED" "$START_TIMEOUT"
     local g
     for g in "${pgids[@]}"; do pin_group "$g"; done
+    FRONTG[$name]=${pgids[-1]}   # what serves NBD (bridge, demo, nbdkit); the groups before it are its back ends
+    BACKG[$name]="${pgids[*]:0:${#pgids[@]}-1}"
     echo "# $name ready at ${URI[$name]} after $((SECONDS - t0))s, export size $(cat "$WORK/$name.size")" \
          "(${#pgids[@]} process group(s)${FIO_CPUS:+, bound to CPU(s) $SERVER_CPUS})"
 }
@@ -294,7 +316,8 @@ if [[ $PIN == split ]]; then FIO_PREFIX=(taskset -c "$FIO_CPUS"); fi
 
 runfio() { # runfio TARGET TAG fio-args... -> JSON in $WORK/TAG.TARGET.json
     local target=$1 tag=$2; shift 2
-    local out="$WORK/$tag.$target.json"
+    local out="$WORK/$tag.$target.json" before
+    before=$(cpu_mark "$target")
     if ! timeout $((TIME + RAMP + 300)) "${FIO_PREFIX[@]}" fio --name="$tag" --ioengine=nbd --uri="${URI[$target]}" \
             --size="$SIZE" --numjobs=1 --group_reporting --percentile_list=50:99 --lat_percentiles=1 \
             --output-format=json --output="$out" "$@" >"$WORK/fio.$tag.$target.log" 2>&1; then
@@ -302,11 +325,14 @@ runfio() { # runfio TARGET TAG fio-args... -> JSON in $WORK/TAG.TARGET.json
         tail -n 5 "$WORK/fio.$tag.$target.log" "$out" >&2 2>/dev/null
         exit 1
     fi
+    echo "$before $(cpu_mark "$target")" >"$WORK/$tag.$target.cpu"
 }
 
 runcopy() { # runcopy TARGET TAG cin|cout -> seconds in $WORK/TAG.TARGET.copy
     local target=$1 tag=$2 dir=$3 t0 t1 from to
     if [[ $dir == cin ]]; then from=$WORK/copy.src; to=${URI[$target]}; else from=${URI[$target]}; to=null:; fi
+    local before
+    before=$(cpu_mark "$target")
     t0=$(date +%s.%N)
     if ! timeout 600 "${FIO_PREFIX[@]}" nbdcopy "$from" "$to" >"$WORK/copy.$tag.$target.log" 2>&1; then
         echo "nbdcopy failed for $tag on $target:" >&2
@@ -314,6 +340,7 @@ runcopy() { # runcopy TARGET TAG cin|cout -> seconds in $WORK/TAG.TARGET.copy
         exit 1
     fi
     t1=$(date +%s.%N)
+    echo "$before $(cpu_mark "$target")" >"$WORK/$tag.$target.cpu"
     echo "$t0 $t1" | awk '{ printf "%.6f\n", $2 - $1 }' >"$WORK/$tag.$target.copy"
 }
 
@@ -355,11 +382,13 @@ for r in "${ROWLIST[@]}"; do
     done
 done
 
-python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" "$TARGETS" "$(numfmt --from=iec "$SIZE")" <<'EOF'
+python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" "$TARGETS" "$(numfmt --from=iec "$SIZE")" "$CLK_TCK" \
+    "$RAMP" <<'EOF'
 import json, statistics, sys
 work, repeat, rows, secs, lat, targets = (sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","),
                                           sys.argv[4], sys.argv[5], sys.argv[6].split(","))
 size = int(sys.argv[7])
+clk_tck, ramp = int(sys.argv[8]), float(sys.argv[9])
 
 def copied(tag, target):
     return size / float(open("%s/%s.%s.copy" % (work, tag, target)).read()) / 1e6
@@ -455,6 +484,39 @@ for name, m, vals, rat, wins in out:
              + ["%*s" % (RW, "%.2f (%d/%d)" % (x, w, repeat) if repeat > 1 else "%.2f" % x) for x, w in zip(rat, wins)]
              + ["%9.2f" % x for x in rat[n:]])
     print("%-*s %s" % (w, name, " ".join(cells)))
+
+def cpu_per_gb(r, i, t, side):
+    """CPU seconds per GB (10^9 bytes) moved: (front, back), back None for one-process targets."""
+    f0, b0, f1, b1 = [int(x) for x in open("%s/%s.%d.%s.cpu" % (work, r, i, t)).read().split()]
+    if side == "copy":
+        moved = size
+    else:
+        # fio's bandwidth excludes the ramp, the CPU counters include it: bytes over ramp + measured time
+        moved = metric(load("%s.%d" % (r, i), t), side, "mbs") * 1e6 * (float(secs) + ramp)
+    gb = moved / 1e9
+    if gb <= 0:
+        return float("nan"), None
+    back = None if b0 == 0 and b1 == 0 else (b1 - b0) / clk_tck / gb
+    return (f1 - f0) / clk_tck / gb, back
+
+print()
+print("CPU seconds per GB moved (user + system of the server processes, ramp included): front / back ends")
+print("(front: the process serving NBD; back: memservers, nbdkit memory behind the nbd plugin; '-' for one process)")
+cols = ["%15s" % HEAD[t] for t in targets]
+print("%-*s %s" % (w, "row", " ".join(cols)))
+print("-" * (w + 1 + len(" ".join(cols))))
+for r in rows:
+    label, side, _ = DEF[r]
+    cells = []
+    for t in targets:
+        fr, bk = [], []
+        for i in range(1, repeat + 1):
+            f, b = cpu_per_gb(r, i, t, side)
+            fr.append(f)
+            bk.append(b)
+        back = "-" if any(b is None for b in bk) else "%.2f" % statistics.median(bk)
+        cells.append("%15s" % ("%.2f / %s" % (statistics.median(fr), back)))
+    print("%-*s %s" % (w, label, " ".join(cells)))
 EOF
 [[ $KEEP -eq 1 ]] && echo "# fio JSON and server logs kept in $WORK"
 exit 0
