@@ -333,11 +333,9 @@ class PrometheusTest {
         // The series Prometheus recorded, from its start to now, held at their last value for three more minutes (the
         // memserver stays dead), must fire the three alerts once their for: has passed, and none before the kill.
         // Wait a step so the last point of the recorded grid lies after Prometheus saw the new state.
-        long seen = System.currentTimeMillis() / 1000;
         Thread.sleep((STEP_SECONDS + 1) * 1000L);
         long end = System.currentTimeMillis() / 1000;
         long start = startedAtSeconds + 2;
-        assertTrue(seen > killedAt - 1);
         int killIndex = (int) ((killedAt - start) / STEP_SECONDS) - 1;
         assertTrue(killIndex > 0, "recorded some samples before the kill");
         StringBuilder series = new StringBuilder();

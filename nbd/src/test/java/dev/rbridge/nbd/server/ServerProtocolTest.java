@@ -458,6 +458,7 @@ class ServerProtocolTest {
             assertTrue(c.closedByServer());
             closer.join(10_000);
             assertFalse(closer.isAlive());
+            assertThrowsConnect(slow); // once close() returned, the listener is gone
         } finally {
             slow.close();
         }
@@ -488,6 +489,7 @@ class ServerProtocolTest {
             assertTrue(c.closedByServer());
             closer.join(10_000);
             assertFalse(closer.isAlive());
+            assertThrowsConnect(slow); // once close() returned, the listener is gone
         } finally {
             slow.close();
         }
