@@ -62,6 +62,18 @@ class HedgedReadTest {
         return open(Bridge.start(b.build()));
     }
 
+    /** Memservers A and B, B behind a relay the test can hold, and a bridge over both (volume "disk", R=2). */
+    private record TwoReplicas(PartitionRelay toB, Bridge bridge, Volume volume) {
+    }
+
+    private TwoReplicas twoReplicas(boolean hedge) throws Exception {
+        MemServer a = memserver();
+        MemServer b = memserver();
+        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        Bridge bridge = bridge(hedge, a.address(), toB.address());
+        return new TwoReplicas(toB, bridge, bridge.volume("disk"));
+    }
+
     private static ByteBuffer block(long value) {
         ByteBuffer b = ByteBuffer.allocateDirect(4096);
         while (b.hasRemaining()) {
@@ -82,11 +94,10 @@ class HedgedReadTest {
 
     @Test
     void readsCompleteFromTheOtherReplicaWhileOneStalls() throws Exception {
-        MemServer a = memserver();
-        MemServer b = memserver();
-        PartitionRelay toB = open(new PartitionRelay(b.address()));
-        Bridge bridge = bridge(true, a.address(), toB.address());
-        Volume v = bridge.volume("disk");
+        TwoReplicas two = twoReplicas(true);
+        PartitionRelay toB = two.toB();
+        Bridge bridge = two.bridge();
+        Volume v = two.volume();
         for (int i = 0; i < 64; i++) {
             v.write(i * 4096L, block(1000 + i), false).get(10, TimeUnit.SECONDS);
         }
@@ -118,11 +129,9 @@ class HedgedReadTest {
     /** The control: without hedging a read sent to the stalled replica waits for it. */
     @Test
     void withoutHedgingAReadWaitsForTheStalledReplica() throws Exception {
-        MemServer a = memserver();
-        MemServer b = memserver();
-        PartitionRelay toB = open(new PartitionRelay(b.address()));
-        Bridge bridge = bridge(false, a.address(), toB.address());
-        Volume v = bridge.volume("disk");
+        TwoReplicas two = twoReplicas(false);
+        PartitionRelay toB = two.toB();
+        Volume v = two.volume();
         v.write(0, block(7), false).get(10, TimeUnit.SECONDS);
         toB.hold();
         assertThrows(TimeoutException.class, () -> {
@@ -142,11 +151,9 @@ class HedgedReadTest {
      */
     @Test
     void aHedgedReadNeverReturnsDataOlderThanTheLastAcknowledgedWrite() throws Exception {
-        MemServer a = memserver();
-        MemServer b = memserver();
-        PartitionRelay toB = open(new PartitionRelay(b.address()));
-        Bridge bridge = bridge(true, a.address(), toB.address());
-        Volume v = bridge.volume("disk");
+        TwoReplicas two = twoReplicas(true);
+        PartitionRelay toB = two.toB();
+        Volume v = two.volume();
         int blocks = 16;
         AtomicLong[] acked = new AtomicLong[blocks];
         for (int i = 0; i < blocks; i++) {

@@ -98,9 +98,8 @@ final class HedgedRead {
                 return false;
             }
             long least = Long.MAX_VALUE;
-            long now = System.nanoTime();
             for (Replica r : set.live) {
-                long load = ReplicaSet.readLoad(r.link(), now);
+                long load = ReplicaSet.readLoad(r.link());
                 if (!tried.contains(r) && load < least) {
                     next = r;
                     least = load;

@@ -74,10 +74,10 @@ final class ReplicaSet {
     /** What a memserver avoided for reads counts as, in operations in flight: more than any real queue. */
     private static final long AVOIDED_LOAD = 1L << 40;
 
-    /** How busy {@code l} counts for a read at {@code now}: its operations in flight, more while it is avoided. */
-    static long readLoad(MemserverLink l, long now) {
-        long until = l.readsAvoidedUntil;
-        return l.inFlight.get() + (until != 0 && until - now > 0 ? AVOIDED_LOAD : 0);
+    /** How busy {@code l} counts for a read now: its operations in flight, more while it is avoided. */
+    static long readLoad(MemserverLink l) {
+        long until = l.readsAvoidedUntil; // 0 unless a hedge ever beat it: then no clock is read
+        return l.inFlight.get() + (until != 0 && until - System.nanoTime() > 0 ? AVOIDED_LOAD : 0);
     }
 
     /** The replica a read goes to: the least busy, spreading reads among equals (a racy cursor only balances). */
@@ -90,12 +90,11 @@ final class ReplicaSet {
         // so gets no more until it answers them (late binding). One whose read a hedge beat lately comes after every
         // other (ReadHedger): it stalls in bursts, and its next read would likely wait for the next one.
         int from = Math.floorMod(readCursor++, n);
-        long now = System.nanoTime();
         Replica best = null;
         long least = Long.MAX_VALUE;
         for (int k = 0; k < n; k++) {
             Replica r = live.get((from + k) % n);
-            long load = readLoad(r.link(), now);
+            long load = readLoad(r.link());
             if (load < least) {
                 best = r;
                 least = load;
