@@ -63,6 +63,9 @@ public final class AttachCommand implements Callable<Integer> {
     @CommandLine.Mixin
     LogLevelOption.Server logLevel;
 
+    @CommandLine.Mixin
+    SwapSafetyOptions swapSafety;
+
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
 
@@ -74,8 +77,12 @@ public final class AttachCommand implements Callable<Integer> {
             target = Attacher.Target.parse(uri);
             options = new Attacher.Options(device == null ? -1 : Attacher.parseDevice(device), connections, blockSize,
                     timeout, deadConnTimeout, disconnectOnExit);
+            swapSafety.apply("attach");
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        } catch (IllegalStateException e) {
+            spec.commandLine().getErr().println("attach: " + e.getMessage());
+            return 1;
         }
         Attacher.Attached attached;
         try {

@@ -27,6 +27,9 @@ final class BridgeProcessOptions {
     @Mixin
     LogLevelOption.Server logLevel;
 
+    @Mixin
+    SwapSafetyOptions swapSafety;
+
     @Option(names = "--insecure",
             description = "Serve NBD in clear, or without client authentication, on an address other hosts reach: "
                     + "anyone there can then read and write the volumes. Without it, a --listen address that is not"

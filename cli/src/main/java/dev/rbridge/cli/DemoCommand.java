@@ -91,6 +91,14 @@ final class DemoCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
+        try {
+            process.swapSafety.apply("demo");
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        } catch (IllegalStateException e) {
+            spec.commandLine().getErr().println("demo: " + e.getMessage());
+            return 1;
+        }
         // Each memserver could hold every volume, plus its allocation manifest: capacity is a limit, memory is only
         // used when written.
         long capacity = 0;

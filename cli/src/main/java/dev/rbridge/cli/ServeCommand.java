@@ -144,6 +144,14 @@ public final class ServeCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
+        try {
+            process.swapSafety.apply("serve");
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        } catch (IllegalStateException e) {
+            spec.commandLine().getErr().println("serve: " + e.getMessage());
+            return 1;
+        }
         Telemetry telemetry = ops.telemetry();
         Bridge bridge;
         try {
