@@ -10,6 +10,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.LongUnaryOperator;
 
 /**
@@ -19,6 +20,7 @@ import java.util.function.LongUnaryOperator;
 final class DelayedCompletionDevice implements BlockDevice {
     private final SparseMemoryDevice inner;
     private final LongUnaryOperator delayMillisForOffset;
+    private final AtomicInteger arrived = new AtomicInteger();
     private final ScheduledExecutorService completer = Executors.newScheduledThreadPool(2, r -> {
         Thread t = new Thread(r, "delayed-device");
         t.setDaemon(true);
@@ -30,7 +32,13 @@ final class DelayedCompletionDevice implements BlockDevice {
         this.delayMillisForOffset = delayMillisForOffset;
     }
 
+    /** How many operations the server has handed to this device so far (a test awaits them instead of sleeping). */
+    int arrived() {
+        return arrived.get();
+    }
+
     private <T> CompletableFuture<T> later(long offset, java.util.function.Supplier<CompletableFuture<T>> op) {
+        arrived.incrementAndGet();
         CompletableFuture<T> f = new CompletableFuture<>();
         completer.schedule(() -> op.get().whenComplete((v, t) -> {
             if (t != null) {

@@ -429,18 +429,18 @@ class ServerProtocolTest {
 
     @Test
     void shutdownFinishesInFlightRequestsThenRefusesNewOnesWithEshutdownOnStructuredReplies() throws Exception {
-        TestServer slow = TestServer.start(b -> b.export(Export.of("slow",
-                new DelayedCompletionDevice(16 << 20, off -> 1000))));
+        DelayedCompletionDevice device = new DelayedCompletionDevice(16 << 20, off -> 1000);
+        TestServer slow = TestServer.start(b -> b.export(Export.of("slow", device)));
         try (RawClient c = RawClient.connect(slow.server)) {
             c.go("slow", true, false);
             for (int i = 0; i < 4; i++) {
                 c.request(0, Nbd.CMD_WRITE, i, (long) i * 4096, 4096, random(4096, i));
             }
             c.flush();
-            sleep(50); // the writes are now at the device
+            await(() -> device.arrived() == 4, "the four writes reach the device");
             Thread closer = new Thread(slow.server::close);
             closer.start();
-            sleep(50);
+            awaitRefusingConnections(slow);
             c.request(0, Nbd.CMD_READ, 100, 0, 4096, null);
             c.flush();
             // The late READ is refused at once (the writes take a second at the device), in an error chunk...
@@ -466,18 +466,18 @@ class ServerProtocolTest {
 
     @Test
     void shutdownLeavesNewSimpleReplyRequestsUnansweredSoTheKernelRetriesThemElsewhere() throws Exception {
-        TestServer slow = TestServer.start(b -> b.export(Export.of("slow",
-                new DelayedCompletionDevice(16 << 20, off -> 300))));
+        DelayedCompletionDevice device = new DelayedCompletionDevice(16 << 20, off -> 300);
+        TestServer slow = TestServer.start(b -> b.export(Export.of("slow", device)));
         try (RawClient c = RawClient.connect(slow.server)) {
             c.go("slow", false, false);
             for (int i = 0; i < 4; i++) {
                 c.request(0, Nbd.CMD_WRITE, i, (long) i * 4096, 4096, random(4096, i));
             }
             c.flush();
-            sleep(50); // the writes are now at the device
+            await(() -> device.arrived() == 4, "the four writes reach the device");
             Thread closer = new Thread(slow.server::close);
             closer.start();
-            sleep(50);
+            awaitRefusingConnections(slow);
             c.request(0, Nbd.CMD_WRITE, 100, 8 * 4096, 4096, random(4096, 100));
             c.flush();
             for (int i = 0; i < 4; i++) {
@@ -493,6 +493,25 @@ class ServerProtocolTest {
         } finally {
             slow.close();
         }
+    }
+
+    private static void await(java.util.function.BooleanSupplier condition, String what) {
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (!condition.getAsBoolean()) {
+            assertTrue(System.nanoTime() < deadline, "not within 10 s: " + what);
+            sleep(5);
+        }
+    }
+
+    /** Shutdown closes the listeners first, then puts every connection into draining, right after. */
+    private static void awaitRefusingConnections(TestServer closing) {
+        await(() -> {
+            try (RawClient probe = RawClient.connect(closing.server)) {
+                return false;
+            } catch (IOException refused) {
+                return true;
+            }
+        }, "the server begins shutting down (its listener is closed)");
     }
 
     private static void assertThrowsConnect(TestServer stopped) {
