@@ -88,7 +88,9 @@ class ServeFaultTest {
             Path out = Files.createTempFile("fio", ".json");
             pb.redirectOutput(out.toFile());
             Process fio = pb.start();
-            Thread.sleep(1200);
+            // Its first writes have reached the bridge (slabs got placed): the kill lands while fio is writing.
+            c.awaitAdmin("/volumes", v -> ((Number) c.volume("disk").get("allocated")).longValue() > 0,
+                    Duration.ofSeconds(30));
             assertTrue(fio.isAlive(), "fio finished before the kill: " + Files.readString(out));
             c.memserver(0).kill9();
             assertTrue(fio.waitFor(120, TimeUnit.SECONDS), "fio hung after a memserver died");
@@ -119,41 +121,72 @@ class ServeFaultTest {
             String one = c.uri("one");
             String two = c.uri("two");
             // Write the first 4 KiB of every slab of both volumes: every slab gets placed somewhere.
-            PeerTool.check(60, "python3", script("slab_probe.py"), one, String.valueOf(4 * MiB), "--write");
-            PeerTool.check(60, "python3", script("slab_probe.py"), two, String.valueOf(4 * MiB), "--write");
+            assertTrue(probe(PeerTool.check(60, "python3", script("slab_probe.py"), one, String.valueOf(4 * MiB),
+                    "--write")).stream().allMatch(Probe::ok));
+            assertTrue(probe(PeerTool.check(60, "python3", script("slab_probe.py"), two, String.valueOf(4 * MiB),
+                    "--write")).stream().allMatch(Probe::ok));
+            String dead = c.memserver(0).address();
+            Map<Integer, String> placedOne = placement(c, "one");
+            Map<Integer, String> placedTwo = placement(c, "two");
             c.memserver(0).kill9();
 
             long t0 = System.nanoTime();
-            List<boolean[]> probe = probe(PeerTool.check(120, "python3", script("slab_probe.py"), one,
-                    String.valueOf(4 * MiB)));
-            long failed = probe.stream().filter(p -> !p[0]).count();
+            List<Probe> probe = probe(PeerTool.check(120, "python3", script("slab_probe.py"), one,
+                    String.valueOf(4 * MiB), "--expect"));
+            long failed = probe.stream().filter(p -> !p.ok()).count();
             assertTrue(failed > 0 && failed < 16, "slabs were spread over both memservers and those on the dead one"
                     + " fail: " + failed + " of 16 failed");
-            assertTrue(probe.stream().allMatch(p -> p[0] || p[1]), "every failure is EIO");
+            assertFailsExactlyOn(probe, placedOne, dead);
             assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(20), "EIO must come within the timeout");
             assertTrue(c.bridge().isAlive());
             c.awaitAdmin("/volumes", v -> state(c, "one").equals("lost"), Duration.ofSeconds(30));
 
-            // The other volume: slabs on the surviving memserver read and write as before.
-            List<boolean[]> other = probe(PeerTool.run(120, List.of("python3", script("slab_probe.py"), two,
-                    String.valueOf(4 * MiB), "--write")).output());
-            assertTrue(other.stream().anyMatch(p -> p[0]), "the surviving slabs of another volume keep working");
-            // And a volume that never touched the dead memserver is entirely fine: write to slabs of 'two' placed on
-            // the survivor, read them back.
-            assertTrue(other.stream().allMatch(p -> p[0] || p[1]));
+            // The other volume: its slabs on the survivor take a new pattern and read it back, those on the dead
+            // memserver fail with EIO, and nothing else (a mismatch or another errno) happens.
+            List<Probe> other = probe(PeerTool.check(120, "python3", script("slab_probe.py"), two,
+                    String.valueOf(4 * MiB), "--write", "--seed", "1"));
+            assertTrue(other.stream().anyMatch(Probe::ok), "the surviving slabs of another volume keep working");
+            assertFailsExactlyOn(other, placedTwo, dead);
         }
     }
 
-    /** Per slab: {ok, failedWithEio}. */
-    private static List<boolean[]> probe(String json) {
-        List<boolean[]> out = new ArrayList<>();
+    /** Slab index -> the memserver holding its only replica (R=1). */
+    private static Map<Integer, String> placement(ServeCluster c, String volume) {
+        Map<Integer, String> out = new java.util.HashMap<>();
+        for (Map<String, Object> slab : c.slabs(volume, false)) {
+            List<String> on = ServeCluster.replicaServers(slab);
+            assertEquals(1, on.size(), slab.toString());
+            out.put(((Number) slab.get("slab")).intValue(), on.getFirst());
+        }
+        return out;
+    }
+
+    /** Every slab placed on {@code dead} fails with EIO, every other one works: nothing more, nothing less. */
+    private static void assertFailsExactlyOn(List<Probe> probe, Map<Integer, String> placed, String dead) {
+        assertEquals(placed.size(), probe.size(), "every slab was written before, so every slab is placed: " + placed);
+        for (Probe p : probe) {
+            boolean onDead = dead.equals(placed.get(p.slab()));
+            if (onDead) {
+                assertEquals("EIO", p.errno(), "slab " + p.slab() + " lived on the dead memserver: " + probe);
+            } else {
+                assertTrue(p.ok(), "slab " + p.slab() + " lives on the survivor " + placed.get(p.slab()) + ": " + probe);
+            }
+        }
+    }
+
+    record Probe(int slab, boolean ok, String errno, double seconds) {
+    }
+
+    private static List<Probe> probe(String json) {
+        List<Probe> out = new ArrayList<>();
         Matcher m = PROBE.matcher(json);
         while (m.find()) {
-            boolean ok = m.group(2).equals("true");
-            String errno = m.group(3);
-            double seconds = Double.parseDouble(m.group(4));
-            assertTrue(seconds < 8, "a request took " + seconds + " s: " + json);
-            out.add(new boolean[]{ok, !ok && errno.equals("EIO")});
+            Probe p = new Probe(Integer.parseInt(m.group(1)), m.group(2).equals("true"), m.group(3),
+                    Double.parseDouble(m.group(4)));
+            // With --timeout 2, a request to a dead or frozen memserver is answered within the timeout plus a retry
+            // elsewhere; 8 s leaves a loaded machine room but still catches a request that waited for a thaw.
+            assertTrue(p.seconds() < 8, "a request took " + p.seconds() + " s: " + json);
+            out.add(p);
         }
         assertTrue(!out.isEmpty(), "no probe output: " + json);
         return out;
@@ -240,13 +273,16 @@ class ServeFaultTest {
         try (ServeCluster c = LOGS.watch(ServeCluster.builder("sigstop").memservers(3).capacity("1G").timeout("2")
                 .volume("disk,size=64M,replicas=2,slab=4M").start())) {
             String uri = c.uri("disk");
-            PeerTool.check(60, "python3", script("slab_probe.py"), uri, String.valueOf(4 * MiB), "--write");
+            assertTrue(probe(PeerTool.check(60, "python3", script("slab_probe.py"), uri, String.valueOf(4 * MiB),
+                    "--write", "--seed", "1")).stream().allMatch(Probe::ok));
             c.memserver(0).freeze();
             try {
                 // Every slab still reads and writes (R=2): requests that hit the frozen one wait at most the timeout.
-                List<boolean[]> probe = probe(PeerTool.check(120, "python3", script("slab_probe.py"), uri,
-                        String.valueOf(4 * MiB), "--write"));
-                assertTrue(probe.stream().allMatch(p -> p[0]), "a frozen memserver must not fail requests with R=2");
+                // The new pattern (seed 2) never reaches the frozen memserver: its replicas keep seed 1 and are stale.
+                List<Probe> probe = probe(PeerTool.check(120, "python3", script("slab_probe.py"), uri,
+                        String.valueOf(4 * MiB), "--write", "--seed", "2"));
+                assertTrue(probe.stream().allMatch(Probe::ok), "a frozen memserver must not fail requests with R=2: "
+                        + probe);
                 c.awaitAdmin("/memservers", v -> c.memserverStatus().getFirst().get("state").equals("down"),
                         Duration.ofSeconds(30));
                 c.awaitAdmin("/volumes", v -> state(c, "disk").equals("healthy"), Duration.ofSeconds(60));
@@ -256,12 +292,13 @@ class ServeFaultTest {
             } finally {
                 c.memserver(0).thaw();
             }
-            // Thawed, it is reachable again; its regions are stale and released, never read.
+            // Thawed, it is reachable again; its regions are stale and released, never read: every slab reads the
+            // pattern written while it was frozen, not the older one it still holds.
             c.awaitAdmin("/memservers", v -> c.memserverStatus().getFirst().get("state").equals("up"),
                     Duration.ofSeconds(30));
-            List<boolean[]> after = probe(PeerTool.check(120, "python3", script("slab_probe.py"), uri,
-                    String.valueOf(4 * MiB)));
-            assertTrue(after.stream().allMatch(p -> p[0]));
+            List<Probe> after = probe(PeerTool.check(120, "python3", script("slab_probe.py"), uri,
+                    String.valueOf(4 * MiB), "--expect", "--seed", "2"));
+            assertTrue(after.stream().allMatch(Probe::ok), "a stale replica was read after the thaw: " + after);
             assertTrue(c.bridge().log().contains("releasing stale region"), "stale regions were released");
         }
     }
