@@ -73,6 +73,8 @@ public final class ServeCluster implements AutoCloseable {
     private final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
     private RbridgeProcess bridge;
     private int bridgeStarts;
+    /** Set by {@link #killBridge()}: the next start may find the killed bridge's lease still held. */
+    private boolean leaseMayOutliveBridge;
     private final Map<String, String> uris = new LinkedHashMap<>();
     private String defaultUri;
     private String unixUri;
@@ -531,14 +533,16 @@ public final class ServeCluster implements AutoCloseable {
 
     /**
      * Starts the bridge (again) with the same arguments; after the first start the NBD and admin ports are the ones
-     * it got then, so URIs stay valid. While a previous bridge's lease still holds a volume (after {@link
-     * #killBridge()}), the new one exits with "in use by another bridge"; this retries until the lease lapses.
+     * it got then, so URIs stay valid. Only after {@link #killBridge()} may a previous bridge's lease still hold a
+     * volume (the new one exits with "in use by another bridge"): then this retries until the lease lapses. After a
+     * graceful stop the lease must have been given back, so a refusal then fails at once instead of being waited out.
      */
     public void startBridge() throws IOException {
         if (bridge != null && bridge.isAlive()) {
             throw new IllegalStateException("the bridge is running; stop it first");
         }
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        long deadline = System.nanoTime() + (leaseMayOutliveBridge ? TimeUnit.SECONDS.toNanos(60) : 0);
+        leaseMayOutliveBridge = false;
         while (true) {
             bridgeStarts++;
             bridge = launch("bridge" + (bridgeStarts > 1 ? "." + bridgeStarts : ""), bridgeArgs());
@@ -583,13 +587,18 @@ public final class ServeCluster implements AutoCloseable {
 
     /** SIGKILL: its leases stay until they lapse. */
     public void killBridge() {
+        leaseMayOutliveBridge = true;
         bridge.kill9();
     }
 
     /** Graceful stop, then start with the same arguments and ports. */
     public void restartBridge() throws IOException {
         if (bridge.isAlive()) {
-            stopBridge();
+            int code = stopBridge();
+            if (code != 0) {
+                // SIGKILLed after the grace period, or failed on its way out: its leases may not have been given back
+                throw new IllegalStateException("the bridge did not stop gracefully (exit " + code + ")\n" + logs());
+            }
         }
         startBridge();
     }
