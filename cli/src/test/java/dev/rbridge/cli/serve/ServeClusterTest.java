@@ -12,6 +12,10 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
 import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.HashSet;
 import java.util.List;
@@ -170,5 +174,42 @@ class ServeClusterTest {
         check(3, 20 * MiB, MiB);
         assertHealthyOnBothMemservers();
         assertEquals(7L, cluster.volume("v").get("allocated"), "slabs 0-3, 5, 6, 10");
+    }
+    private static HttpResponse<String> adminRequest(String method, String path, String authorization)
+            throws IOException, InterruptedException {
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://" + cluster.adminAddress() + path))
+                .timeout(Duration.ofSeconds(10)).method(method, HttpRequest.BodyPublishers.noBody());
+        if (authorization != null) {
+            b.header("Authorization", authorization);
+        }
+        try (HttpClient http = HttpClient.newHttpClient()) {
+            return http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+        }
+    }
+
+    /**
+     * The bridge was started with a token: its admin interface answers neither reads nor changes without it (401
+     * with a Bearer challenge), and a refused change changes nothing. The same read with the token is served, so the
+     * refusals are the token's doing, not a broken route.
+     */
+    @Test
+    @Order(5)
+    void theAdminInterfaceRefusesRequestsWithoutTheTokenWith401() throws Exception {
+        String victim = cluster.memserver(0).address();
+        for (String auth : new String[]{null, "Bearer wrong", "Bearer s3cre", "s3cret"}) {
+            HttpResponse<String> read = adminRequest("GET", "/volumes", auth);
+            assertEquals(401, read.statusCode(), "GET /volumes with Authorization " + auth + ": " + read.body());
+            assertEquals("Bearer", read.headers().firstValue("WWW-Authenticate").orElse(null), read.headers().toString());
+            assertTrue(!read.body().contains("\"healthy\""), "a refused read leaks nothing: " + read.body());
+            HttpResponse<String> drain = adminRequest("POST", "/memservers/" + victim + "/drain", auth);
+            assertEquals(401, drain.statusCode(), "POST drain with Authorization " + auth + ": " + drain.body());
+        }
+        HttpResponse<String> ok = adminRequest("GET", "/memservers", "Bearer s3cret");
+        assertEquals(200, ok.statusCode(), ok.body());
+        assertTrue(ok.body().contains(victim), ok.body());
+        for (Map<String, Object> m : cluster.memserverStatus()) {
+            assertNotEquals("draining", m.get("state"), "a refused drain started nothing: " + m);
+            assertNotEquals(Boolean.TRUE, m.get("draining"), "a refused drain started nothing: " + m);
+        }
     }
 }
