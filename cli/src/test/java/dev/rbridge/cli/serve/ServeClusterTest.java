@@ -37,6 +37,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class ServeClusterTest {
     private static final int MiB = 1 << 20;
     private static final Duration SETTLE = Duration.ofSeconds(60);
+    private static final String UNCLEAN = "the previous bridge did not shut down cleanly";
 
     @RegisterExtension
     static final ServeCluster.LogsOnFailure LOGS = new ServeCluster.LogsOnFailure();
@@ -163,6 +164,10 @@ class ServeClusterTest {
         long pid = cluster.bridge().pid();
         cluster.restartBridge(); // SIGTERM: the lease is given back at once
         assertNotEquals(pid, cluster.bridge().pid());
+        // A lease the old process did not give back would still be let go when its connections closed, so the new
+        // one would start anyway; what tells the two apart is that it then takes the exit for an unclean one.
+        assertTrue(!cluster.bridge().log().contains(UNCLEAN), "the stopped bridge did not give its lease back:\n"
+                + cluster.bridge().log());
         assertEquals(uri, cluster.uri("v"));
         check(1, 0, 16 * MiB);
         check(4, 24 * MiB, MiB);
@@ -170,6 +175,8 @@ class ServeClusterTest {
 
         cluster.killBridge(); // SIGKILL: startBridge waits out the lease if it must
         cluster.startBridge();
+        assertTrue(cluster.bridge().log().contains(UNCLEAN), "a SIGKILLed bridge gave nothing back, and the new one"
+                + " must see that (else the check after the graceful restart could not fail):\n" + cluster.bridge().log());
         check(2, 40 * MiB + 12345, 3 * MiB);
         check(3, 20 * MiB, MiB);
         assertHealthyOnBothMemservers();
