@@ -1,0 +1,147 @@
+package dev.rbridge.bridge;
+
+import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.volume.SlabState;
+import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.nbd.device.BlockDeviceException;
+import dev.rbridge.nbd.protocol.Errno;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A slab whose replicas failed one after the other is lost; the replica that failed first holds an older generation
+ * (it missed the writes acknowledged by the other one alone). When that older replica comes back first, the bridge
+ * must refuse it (the slab stays lost, with EIO, and the stale region is released) rather than serve data older than
+ * acknowledged writes; when the replica that failed last comes back, the slab is served again with the newest data.
+ * Memservers in this JVM over tcp, each behind a relay that partitions it as a network would.
+ */
+@Tag("fault")
+@Timeout(120)
+class LostSlabGenerationTest {
+    private static final long MIB = 1 << 20;
+    private static final Duration WAIT = Duration.ofSeconds(30);
+    private final List<AutoCloseable> open = new ArrayList<>();
+
+    @AfterEach
+    void tearDown() throws Exception {
+        for (AutoCloseable c : open.reversed()) {
+            c.close();
+        }
+    }
+
+    private <T extends AutoCloseable> T open(T c) {
+        open.add(c);
+        return c;
+    }
+
+    private MemServer memserver() throws Exception {
+        return open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, null, "tcp")));
+    }
+
+    private static byte[] filled(char c) {
+        byte[] b = new byte[256 << 10];
+        Arrays.fill(b, (byte) c);
+        return b;
+    }
+
+    private static void write(Volume v, byte[] data) throws Exception {
+        v.write(0, ByteBuffer.allocateDirect(data.length).put(data).flip(), false).get(20, TimeUnit.SECONDS);
+    }
+
+    private static byte[] read(Volume v, int length) throws Exception {
+        ByteBuffer b = ByteBuffer.allocateDirect(length);
+        v.read(0, b).get(20, TimeUnit.SECONDS);
+        byte[] out = new byte[length];
+        b.get(out);
+        return out;
+    }
+
+    private static void await(BooleanSupplier condition, Duration timeout, java.util.function.Supplier<String> what)
+            throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (!condition.getAsBoolean()) {
+            assertTrue(System.nanoTime() < deadline, () -> "not within " + timeout + ": " + what.get());
+            Thread.sleep(50);
+        }
+    }
+
+    private static long regionsOfSlab0(MemServer m) {
+        return m.regions().stream().filter(r -> r.descriptor().tag().volume().equals("disk")
+                && r.descriptor().tag().slab() == 0).count();
+    }
+
+    private static MemserverLink link(Bridge b, InetSocketAddress address) {
+        return b.memservers().stream().filter(l -> l.address().equals(address)).findFirst().orElseThrow();
+    }
+
+    @Test
+    void anOlderGenerationReplicaOfALostSlabIsRefusedAndTheNewestIsTakenBack() throws Exception {
+        MemServer a = memserver();
+        MemServer b = memserver();
+        PartitionRelay toA = open(new PartitionRelay(a.address()));
+        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        // Two memservers for two replicas: nowhere to rebuild, so the failures below leave the slab as they make it.
+        Bridge bridge = open(Bridge.start(BridgeConfig.builder().transport("tcp").startWait(Duration.ofSeconds(1))
+                .operationTimeout(Duration.ofSeconds(1)).leaseTtl(Duration.ofSeconds(3)).rebuildChunk(256 << 10)
+                .memserver(toA.address()).memserver(toB.address())
+                .volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, 2, false, 1, "")).build()));
+        Volume v = bridge.volume("disk");
+        byte[] old = filled('o');
+        byte[] newest = filled('n');
+        write(v, old);
+        assertEquals(2, v.slabStatus(0).replicas().size(), v.slabStatus(0).toString());
+        long first = v.slabStatus(0).generation();
+
+        // A goes away: the next write is acknowledged by B alone, at a newer generation A never sees.
+        toA.partition();
+        write(v, newest);
+        await(() -> v.slabStatus(0).state() == SlabState.DEGRADED && v.slabStatus(0).replicas().size() == 1,
+                WAIT, () -> v.slabStatus(0).toString());
+        assertTrue(v.slabStatus(0).generation() > first, "the survivor serves a newer generation: " + v.slabStatus(0));
+        assertEquals(1, regionsOfSlab0(a), "A still holds its (now stale) copy");
+
+        // B goes away too: the slab is lost.
+        toB.partition();
+        ExecutionException lost = assertThrows(ExecutionException.class, () -> read(v, 4096));
+        assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, lost.getCause()).errno());
+        await(() -> v.slabStatus(0).state() == SlabState.LOST, WAIT, () -> v.slabStatus(0).toString());
+
+        // A comes back first, holding the older generation: the bridge reconnects, lists A's regions, and must
+        // release that copy instead of taking it back. Its release is the sign the bridge has judged it.
+        toA.heal();
+        await(() -> {
+            assertEquals(SlabState.LOST, v.slabStatus(0).state(), "an older generation was taken back: "
+                    + v.slabStatus(0));
+            return regionsOfSlab0(a) == 0;
+        }, WAIT, () -> "A's stale copy of slab 0 was neither released nor taken back; slab 0: " + v.slabStatus(0)
+                + "; A: " + link(bridge, toA.address()).state());
+        ExecutionException stillLost = assertThrows(ExecutionException.class, () -> read(v, 4096),
+                "a read served data older than an acknowledged write");
+        assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, stillLost.getCause()).errno());
+
+        // B comes back with the newest generation: taken back, and it reads what was last acknowledged.
+        toB.heal();
+        await(() -> v.slabStatus(0).state() != SlabState.LOST, WAIT, () -> v.slabStatus(0).toString());
+        assertArrayEquals(newest, read(v, newest.length));
+    }
+}
