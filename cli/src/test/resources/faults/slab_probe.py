@@ -3,11 +3,13 @@
 JSON object per slab: its index, whether it worked, the errno name if not ("EIO", or "MISMATCH" when the bytes read
 are not the expected ones), and how long the request took.
 
-Usage: slab_probe.py URI SLAB_BYTES [--write] [--seed N] [--expect]
+Usage: slab_probe.py URI SLAB_BYTES [--write] [--seed N] [--expect] [--wait]
 
 The bytes of slab i depend on i and the seed (default 0), so a caller writes a new pattern with a new seed and can
 tell the latest acknowledged write from an older one (a stale replica) when it reads back. --write writes the pattern
-and reads it back; --expect (without --write) only reads and checks that the pattern of --seed is there.
+and reads it back; --expect (without --write) only reads and checks that the pattern of --seed is there. --wait
+connects, prints "connected" and waits for a line on stdin before the first request (a client that was connected
+before something happened to its server).
 """
 import errno
 import json
@@ -31,6 +33,9 @@ def pattern(i):
 h = nbd.NBD()
 h.connect_uri(uri)
 size = h.get_size()
+if "--wait" in rest:
+    print("connected", flush=True)
+    sys.stdin.readline()
 out = []
 for i in range((size + slab - 1) // slab):
     t0 = time.monotonic()

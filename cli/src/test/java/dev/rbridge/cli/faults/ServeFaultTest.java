@@ -178,6 +178,10 @@ class ServeFaultTest {
     }
 
     private static List<Probe> probe(String json) {
+        return probe(json, 8);
+    }
+
+    private static List<Probe> probe(String json, double maxSeconds) {
         List<Probe> out = new ArrayList<>();
         Matcher m = PROBE.matcher(json);
         while (m.find()) {
@@ -185,7 +189,7 @@ class ServeFaultTest {
                     Double.parseDouble(m.group(4)));
             // With --timeout 2, a request to a dead or frozen memserver is answered within the timeout plus a retry
             // elsewhere; 8 s leaves a loaded machine room but still catches a request that waited for a thaw.
-            assertTrue(p.seconds() < 8, "a request took " + p.seconds() + " s: " + json);
+            assertTrue(p.seconds() < maxSeconds, "a request took " + p.seconds() + " s: " + json);
             out.add(p);
         }
         assertTrue(!out.isEmpty(), "no probe output: " + json);
@@ -265,6 +269,57 @@ class ServeFaultTest {
             String text = Files.readString(log);
             assertTrue(text.contains("volume 'disk' is in use by another bridge"), text);
             assertTrue(c.bridge().isAlive());
+        }
+    }
+
+    /**
+     * A bridge that hangs (SIGSTOP: no lease renewal, nothing at all) loses its volume: once the lease lapses another
+     * bridge takes it over and serves it. When the hung one wakes up, a client that was connected to it all along
+     * gets EIO for the writes it sent, and none of them reaches the memory the new owner serves.
+     */
+    @Test
+    void aHungBridgeLosesItsLeaseToAnotherAndIsFencedWhenItWakes() throws Exception {
+        try (ServeCluster c = LOGS.watch(ServeCluster.builder("hung").memservers(2).timeout("2")
+                .bridgeArgs("--lease", "3").volume("disk,size=32M,replicas=2,slab=4M").start())) {
+            String slab = String.valueOf(4 * MiB);
+            assertTrue(probe(PeerTool.check(60, "python3", script("slab_probe.py"), c.uri("disk"), slab, "--write",
+                    "--seed", "1")).stream().allMatch(Probe::ok));
+            Process late = new ProcessBuilder("/usr/bin/python3", script("slab_probe.py"), c.uri("disk"), slab,
+                    "--write", "--seed", "3", "--wait").redirectErrorStream(true).start();
+            try {
+                BufferedReader lateOut = new BufferedReader(new InputStreamReader(late.getInputStream(),
+                        StandardCharsets.UTF_8));
+                assertEquals("connected", lateOut.readLine());
+                String rival;
+                c.bridge().freeze();
+                try {
+                    rival = c.startRivalBridge(Duration.ofSeconds(60)) + "disk";
+                    List<Probe> taken = probe(PeerTool.check(60, "python3", script("slab_probe.py"), rival, slab,
+                            "--expect", "--seed", "1"));
+                    assertTrue(taken.stream().allMatch(Probe::ok), "the new owner serves the data as it was: " + taken);
+                    assertTrue(probe(PeerTool.check(60, "python3", script("slab_probe.py"), rival, slab, "--write",
+                            "--seed", "2")).stream().allMatch(Probe::ok));
+                    // Sent now, the client's writes wait in the hung bridge's socket until it wakes.
+                    late.getOutputStream().write('\n');
+                    late.getOutputStream().flush();
+                } finally {
+                    c.bridge().thaw();
+                }
+                assertTrue(late.waitFor(90, TimeUnit.SECONDS), "the woken bridge's client hangs");
+                String lateJson = new String(late.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+                assertEquals(0, late.exitValue(), lateJson);
+                // No bound on time here: what counts is that every request fails, with EIO, instead of hanging.
+                List<Probe> fenced = probe(lateJson, 60);
+                assertTrue(fenced.stream().allMatch(p -> !p.ok() && p.errno().equals("EIO")),
+                        "the woken bridge must refuse every request of its old client with EIO: " + fenced);
+                List<Probe> after = probe(PeerTool.check(60, "python3", script("slab_probe.py"), rival, slab,
+                        "--expect", "--seed", "2"));
+                assertTrue(after.stream().allMatch(Probe::ok), "a write sent to the hung bridge reached the new"
+                        + " owner's data: " + after);
+                assertTrue(c.bridge().isAlive(), "fenced, not dead");
+            } finally {
+                late.destroyForcibly();
+            }
         }
     }
 

@@ -75,6 +75,7 @@ public final class ServeCluster implements AutoCloseable {
     private int bridgeStarts;
     /** Set by {@link #killBridge()}: the next start may find the killed bridge's lease still held. */
     private boolean leaseMayOutliveBridge;
+    private final List<RbridgeProcess> rivals = new ArrayList<>();
     private final Map<String, String> uris = new LinkedHashMap<>();
     private String defaultUri;
     private String unixUri;
@@ -580,6 +581,43 @@ public final class ServeCluster implements AutoCloseable {
         unixUri = config.unix ? served.get(1) : null;
     }
 
+    /**
+     * Another bridge process over the same memservers and volumes, with its own NBD port and neither admin nor
+     * metrics, as a second host taking the volumes over would run it. While the volumes are "in use by another
+     * bridge" it is started again until {@code takeOverWithin} has passed. Returns its NBD URI prefix
+     * ({@code nbd://127.0.0.1:PORT/}, the volume name goes after it); it is stopped with the cluster.
+     */
+    public String startRivalBridge(Duration takeOverWithin) throws IOException {
+        long deadline = System.nanoTime() + takeOverWithin.toNanos();
+        while (true) {
+            List<String> args = new ArrayList<>(List.of("serve", "--listen", "127.0.0.1:0", "--admin", "none",
+                    "--metrics", "none", "--timeout", config.timeout, "--transport", config.transport));
+            for (Memserver m : memservers) {
+                args.addAll(List.of("--memserver", m.address()));
+            }
+            for (String v : config.volumes) {
+                args.addAll(List.of("--volume", v));
+            }
+            if (config.token != null) {
+                args.addAll(List.of("--token", config.token));
+            }
+            args.addAll(config.bridgeArgs);
+            RbridgeProcess rival = launch("rival." + (rivals.size() + 1), args);
+            rivals.add(rival);
+            try {
+                String uri = rival.await(SERVING, 1, START_TIMEOUT).group(1);
+                return uri.substring(0, uri.lastIndexOf('/') + 1);
+            } catch (IllegalStateException e) {
+                if (!rival.isAlive() && rival.log().contains("in use by another bridge")
+                        && System.nanoTime() < deadline) {
+                    sleep(200);
+                    continue;
+                }
+                throw e;
+            }
+        }
+    }
+
     /** SIGTERM and wait: a bridge that exits gives its leases back at once. Returns its exit code. */
     public int stopBridge() {
         return bridge.terminate(Duration.ofSeconds(30));
@@ -812,6 +850,11 @@ public final class ServeCluster implements AutoCloseable {
         }
         if (bridge != null && bridge.isAlive()) {
             bridge.terminate(Duration.ofSeconds(15));
+        }
+        for (RbridgeProcess rival : rivals) {
+            if (rival.isAlive()) {
+                rival.terminate(Duration.ofSeconds(15));
+            }
         }
         for (Memserver m : memservers) {
             if (m.process != null && m.process.isAlive()) {
