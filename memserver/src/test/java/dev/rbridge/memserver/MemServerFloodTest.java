@@ -123,7 +123,9 @@ class MemServerFloodTest {
                         + " KiB of direct memory");
                 long start = System.nanoTime();
                 served(m.address());
-                assertTrue(System.nanoTime() - start < TimeUnit.SECONDS.toNanos(2), "a client with the token took "
+                // Kept out, it would be served only once the flood's connections hit the 10 s hello timeout; half
+                // of that still tells the two apart on a loaded 2-core host, which 2 s did not always.
+                assertTrue(System.nanoTime() - start < TimeUnit.SECONDS.toNanos(5), "a client with the token took "
                         + (System.nanoTime() - start) / 1_000_000 + " ms to be served");
             } finally {
                 closeAll(flood);
