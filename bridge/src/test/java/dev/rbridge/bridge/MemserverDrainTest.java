@@ -98,7 +98,11 @@ class MemserverDrainTest {
         String la = link(bridge, a.address()).label();
         assertTrue(v.slabStatus(0).replicas().stream().anyMatch(r -> r.startsWith(la + "#")), "on A");
         assertNull(bridge.drainMemserver(la));
-        Thread.sleep(2500); // the rebuilder tries once, finds no room
+        long tried = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (bridge.rebuilder().waitingFor() == null) { // the rebuilder tried once and found no room
+            assertTrue(System.nanoTime() < tried, "the drain never tried to move slab 0: " + v.slabStatus(0));
+            Thread.sleep(20);
+        }
         hoard.close(); // now C has room
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         while (v.slabStatus(0).replicas().stream().anyMatch(r -> r.startsWith(la + "#"))
@@ -127,7 +131,11 @@ class MemserverDrainTest {
         write(v);
         String la = link(bridge, toA.address()).label();
         assertNull(bridge.drainMemserver(la));
-        Thread.sleep(1500);
+        long tried = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (bridge.rebuilder().waitingFor() == null) { // the drain tried to move the slab and found no room
+            assertTrue(System.nanoTime() < tried, "the drain never tried to move slab 0: " + v.slabStatus(0));
+            Thread.sleep(20);
+        }
         toA.partition();
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         while (link(bridge, toA.address()) != null && System.nanoTime() < deadline) {
@@ -136,7 +144,11 @@ class MemserverDrainTest {
         System.out.println("lost: A still used by the bridge: " + (link(bridge, toA.address()) != null)
                 + "; slab 0: " + v.slabStatus(0));
         toA.heal();
-        Thread.sleep(8000); // > lease ttl: a kept link would have reconnected and adopted the lost slab
+        // A kept link reconnects once the partitioned connection's lease lapses (ttl 3 s) and adopts the lost slab.
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (v.slabStatus(0).state() == SlabState.LOST && System.nanoTime() < deadline) {
+            Thread.sleep(50);
+        }
         long onA = a.regions().stream().filter(ri -> ri.descriptor().tag().volume().equals("disk")
                 && ri.descriptor().tag().slab() == 0).count();
         System.out.println("lost: after heal: A in bridge: " + (link(bridge, toA.address()) != null)
