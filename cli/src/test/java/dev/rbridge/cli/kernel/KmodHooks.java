@@ -63,16 +63,21 @@ final class KmodHooks {
         return String.join(":", entries);
     }
 
-    /** Builds {@code write_data} into target/kmod-hooks once per JVM and returns its path. */
+    /** Builds the helpers ({@code write_data}, {@code swap_hog}) into target/kmod-hooks once; returns write_data. */
     static synchronized Path writeData() {
         if (writeData == null) {
             PeerTool.require("gcc", "gcc");
             PeerTool.require("make", "make");
             Path out = Path.of("target", "kmod-hooks").toAbsolutePath();
             PeerTool.Result r = PeerTool.run(120, List.of("make", "-C", dir().toString(), "O=" + out));
-            assertEquals(0, r.exitCode(), "building write_data failed:\n" + r.output());
+            assertEquals(0, r.exitCode(), "building write_data and swap_hog failed:\n" + r.output());
             writeData = out.resolve("write_data");
         }
         return writeData;
+    }
+
+    /** {@code swap_hog}, built beside {@link #writeData()}. */
+    static Path swapHog() {
+        return writeData().resolveSibling("swap_hog");
     }
 }
