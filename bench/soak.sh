@@ -67,15 +67,23 @@ Pass criteria (the exit code is 0 only if all hold; each failed one prints a lin
             before and after the bridge restart
   lost      no sample ever sees a lost slab on the bridge
   healthy   after every kill the volume is healthy again within 300 s
-  flat      for every process LIFETIME (a restarted memserver or bridge starts a new series, keyed by PID):
-            warm-up = the first 20 % of --duration (at least 30 s) of that lifetime; its level is the
-            highest sample in the warm-up; every later sample must stay <= level x 1.10. Judged: RSS (for
-            memservers the overhead, since their share of the volume changes with every kill and rebuild),
-            direct memory, heap after GC, threads, fds. Samples taken while a memserver is down or a rebuild
-            runs (from a kill until healthy again) are recorded but not judged: copy buffers and reconnects
-            are work in progress, and a leak they cause shows in the stable samples after them. A lifetime
-            with no judged sample after its warm-up is listed as "-" (too short to judge). Only growth fails:
-            a resource that shrinks is not leaking.
+  flat      RSS, direct memory, heap after GC, threads and fds, in two series kinds:
+            - the bridge, per lifetime (the restart starts a second series), from QUIET samples only: taken
+              between fio rounds with no NBD connection open, right after a full GC (jcmd GC.run), at most
+              one per 10 s (each connection holds a thread, three fds and payload buffers, jobs finish at
+              different times, and dropped direct buffers are freed only by a GC: under load, samples swing
+              by 30 %);
+            - the memservers as one tier, the sum over the three, from samples where all three are up: a
+              kill moves replicas between memservers, so one memserver's RSS follows its share of the data,
+              while the tier holds R x the data written plus three JVMs. (samples.csv keeps every process's
+              own series, with "overhead" = RSS - resident region bytes, for a closer look.)
+            Warm-up = the first 20 % of --duration (at least 30 s) of the series, and until the first
+            recovery from a kill in it: the first failover starts the JDK's virtual-thread scheduler once
+            (5 threads and its poller's fds), a one-time step, not a leak. Level = the highest warm-up
+            sample; every later sample must stay <= level x 1.10. Samples taken while a memserver is down or
+            a rebuild runs (a kill until healthy again) are recorded but not judged: copy buffers and
+            reconnects are work in progress, and a leak they cause shows in the stable samples after. A
+            series with nothing judged after its warm-up shows "-". Only growth fails: shrinking is no leak.
   p99       the 4K jobs' p99 completion latency in the last window <= 1.5 x the first window; the window is
             5 minutes when --duration >= 1800, else a third of --duration (60 s for the 180 s variant)
 Prints a table: per process, each resource at the end of warm-up (start), at the middle and at the end of the
@@ -166,6 +174,16 @@ for t, rs in sorted(by_t.items()):
         if None not in vals:
             series.setdefault(("memservers (sum of 3)", k), {}).setdefault("tier", []).append((t, sum(vals), True))
 
+# The first failover starts things once per JVM (the JDK's virtual-thread scheduler: 5 threads and a poller's
+# fds), so a warm-up ends only after the first recovery of its lifetime as well.
+recovered = [int(l.split()[0]) for l in open(os.path.join(work, "events.log")) if "healthy again" in l]
+def warmup_end(start, pts):
+    after = [t for t in recovered if t >= start]
+    if not after:
+        return start + warm
+    judged = [t for t, _, ok in pts if ok and t > after[0]]  # the first stable sample after it is warm-up too
+    return max(start + warm, judged[0] if judged else after[0])
+
 mid_t = end_t / 2
 table = []
 for (proc, key), lives in series.items():
@@ -174,8 +192,9 @@ for (proc, key), lives in series.items():
     for life_id, pts in lives.items():
         start = pts[0][0] if proc == "bridge" else 0
         start = min(start, min(r["t"] for r in rows if r["pid"] == life_id)) if proc == "bridge" else start
-        wu = [v for t, v, ok in pts if t <= start + warm and ok]
-        later = [(t, v) for t, v, ok in pts if t > start + warm and ok]
+        w_end = warmup_end(start, pts)
+        wu = [v for t, v, ok in pts if t <= w_end and ok]
+        later = [(t, v) for t, v, ok in pts if t > w_end and ok]
         if not wu or not later:
             verdicts.append("-")
             continue
@@ -235,7 +254,8 @@ elif p_last > 1.5 * p_first:
     fails.append(f"p99: last {window}s {p_last:.0f} us > 1.5 x first {window}s {p_first:.0f} us")
 
 print()
-print(f"# soak: {end_t}s of load, {len(rounds)} fio runs, warm-up {warm}s per process lifetime, samples every 10s")
+print(f"# soak: {end_t}s of load, {len(rounds)} fio rounds, warm-up {warm}s per lifetime and past its first recovery, "
+      "samples every 10s")
 print(f"# start = end of warm-up (t={warm}s), middle = t={mid_t:.0f}s, end = t={end_t}s (nearest judged sample); "
       "level = highest warm-up sample, peak = highest judged sample after it; bridge lifetimes split by /")
 print("| process | resource | start | middle | end | level | peak | verdict |")
@@ -498,7 +518,7 @@ sampler() {
 
 # --- quiet samples of the bridge: between fio runs, no NBD connection open ------------------------------------
 # The bridge's fds, threads and payload buffers follow its NBD connections (16 while all jobs run, fewer as they
-# finish); samples taken with none open compare like with like. Rows get quiet=1.
+# finish); samples taken with none open, right after a full GC, compare like with like. Rows get quiet=1.
 LAST_QUIET=-999999
 quiet_sample() {
     local t pid page conns t0=$SECONDS
@@ -510,6 +530,9 @@ quiet_sample() {
         (( SECONDS - t0 <= 5 )) || return 0 # connections still closing: skip this one, the next round comes
         sleep 0.2
     done
+    # Direct buffers dropped by finished connections are freed only when the GC collects them: a full GC first
+    # makes direct memory and heap comparable between samples.
+    timeout 30 "$JCMD" "$pid" GC.run >/dev/null 2>&1 || return 0
     page=$(curl -fsS --max-time 5 "$BR_METRICS" 2>/dev/null) || return 0
     LAST_QUIET=$t
     local rss threads fds direct heap lost degraded stable=1
