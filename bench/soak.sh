@@ -86,8 +86,9 @@ Pass criteria (the exit code is 0 only if all hold; each failed one prints a lin
             series with nothing judged after its warm-up shows "-". Only growth fails: shrinking is no leak.
   p99       the 4K jobs' p99 completion latency in the last window <= 1.5 x the first window; the window is
             5 minutes when --duration >= 1800, else a third of --duration (60 s for the 180 s variant)
-Prints a table: per process, each resource at the end of warm-up (start), at the middle and at the end of the
-run, the warm-up level, the highest judged sample and the verdict; then errors, lost slabs and p99.
+Prints a table: per series, each resource at its first judged sample, at the end of warm-up (start), at the
+middle and at the end of the run, the warm-up level, the highest judged sample after it and the verdict; then
+errors, kills, lost slabs and p99.
 
 Options:
   --duration SEC    how long the load runs (default $DURATION)
@@ -211,7 +212,7 @@ for (proc, key), lives in series.items():
     def at(t):
         return min(allpts, key=lambda p: abs(p[0] - t))[1] if allpts else None
     fmt = lambda v: "-" if v is None else f"{v:.0f}"
-    table.append((proc, key, fmt(at(warm)), fmt(at(mid_t)), fmt(at(end_t)), "/".join(fmt(x) for x in levels) or "-",
+    table.append((proc, key, fmt(allpts[0][1] if allpts else None), fmt(at(warm)), fmt(at(mid_t)), fmt(at(end_t)), "/".join(fmt(x) for x in levels) or "-",
                   "/".join(fmt(x) for x in peaks) or "-", " ".join(verdicts)))
 for need in ("bridge", "memservers (sum of 3)"):
     if not any(p == need for p, _ in series):
@@ -256,10 +257,10 @@ elif p_last > 1.5 * p_first:
 print()
 print(f"# soak: {end_t}s of load, {len(rounds)} fio rounds, warm-up {warm}s per lifetime and past its first recovery, "
       "samples every 10s")
-print(f"# start = end of warm-up (t={warm}s), middle = t={mid_t:.0f}s, end = t={end_t}s (nearest judged sample); "
+print(f"# first = first judged sample; start = end of warm-up (t={warm}s), middle = t={mid_t:.0f}s, end = t={end_t}s (nearest judged sample); "
       "level = highest warm-up sample, peak = highest judged sample after it; bridge lifetimes split by /")
-print("| process | resource | start | middle | end | level | peak | verdict |")
-print("|---|---|---|---|---|---|---|---|")
+print("| process | resource | first | start | middle | end | level | peak | verdict |")
+print("|---|---|---|---|---|---|---|---|---|")
 for row in table:
     print("| " + " | ".join(row) + " |")
 kills = sum(1 for l in open(os.path.join(work, "events.log")) if "SIGKILL memserver" in l)
