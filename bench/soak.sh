@@ -96,6 +96,9 @@ Options:
   --kill-every SEC  seconds between memserver kills (default: see above)
   --down SEC        how long a killed memserver stays down (default $DOWN)
   --gc-every SEC    seconds between forced full GCs for heap after GC (default $GC_EVERY)
+  --judge all|data  all (default): every criterion above; data: only verify, lost and healthy fail the run,
+                    while flat and p99 are printed as NOTE lines (the CI variant: three minutes on a shared
+                    machine say whether data survives, not whether a resource drifts)
   --evaluate DIR    judge a run kept with --out DIR again (prints the table and verdict; runs nothing)
   --out DIR         keep everything there (samples.csv, rounds.csv, events.log, fio output, process logs);
                     default: a temporary folder, removed on success and kept (path printed) on failure
@@ -117,10 +120,12 @@ while [[ $# -gt 0 ]]; do
         --gc-every) GC_EVERY=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --evaluate) EVALUATE=$2; shift 2 ;;
+        --judge) JUDGE=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
+[[ ${JUDGE:=all} == all || $JUDGE == data ]] || { echo "--judge must be all or data" >&2; exit 2; }
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -ge 60 ]] || { echo "--duration must be >= 60 seconds" >&2; exit 2; }
 [[ $SIZE_MIB =~ ^[0-9]+$ && $SIZE_MIB -ge 256 ]] || { echo "--size must be >= 256 (MiB)" >&2; exit 2; }
 if [[ -z $KILL_EVERY ]]; then
@@ -134,10 +139,13 @@ done
 
 # --- verdict: from the files of a run folder alone, so --evaluate can judge a kept run again ---------------------
 verdict() { # verdict DIR DURATION END_T
-    python3 - "$1" "$2" "$3" <<'EOF'
+    python3 - "$1" "$2" "$3" "$JUDGE" <<'EOF'
 import csv, json, os, sys
-work, duration, end_t = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+work, duration, end_t, judge = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 fails = [l.strip() for l in open(os.path.join(work, "failures")) if l.strip()]
+notes = []
+def soft(reason):  # flat and p99: a failure with --judge all, a note with --judge data
+    (fails if judge == "all" else notes).append(reason)
 warm = max(30, duration // 5)
 rows = list(csv.DictReader(open(os.path.join(work, "samples.csv"))))
 for r in rows:
@@ -204,7 +212,7 @@ for (proc, key), lives in series.items():
         levels.append(level)
         peaks.append(peak)
         if peak > level * 1.10:
-            fails.append(f"{proc}{'' if life_id == 'tier' else ' pid ' + life_id}: {key} grew to {peak:.0f} at "
+            soft(f"{proc}{'' if life_id == 'tier' else ' pid ' + life_id}: {key} grew to {peak:.0f} at "
                          f"t={t_peak}s, above 1.10 x its warm-up level {level:.0f}")
             verdicts.append("GREW")
         else:
@@ -252,7 +260,7 @@ p_last, n_last = p99(last)
 if p_first is None or p_last is None:
     fails.append("p99: no fio round in the first or the last window")
 elif p_last > 1.5 * p_first:
-    fails.append(f"p99: last {window}s {p_last:.0f} us > 1.5 x first {window}s {p_first:.0f} us")
+    soft(f"p99: last {window}s {p_last:.0f} us > 1.5 x first {window}s {p_first:.0f} us")
 
 print()
 print(f"# soak: {end_t}s of load, {len(rounds)} fio rounds, warm-up {warm}s per lifetime and past its first recovery, "
@@ -272,6 +280,8 @@ if p_first is not None and p_last is not None:
     print(f"p99 4K clat: first {window}s {p_first:.0f} us ({n_first} I/Os), last {window}s {p_last:.0f} us "
           f"({n_last} I/Os), ratio {p_last / p_first:.2f} (limit 1.5)")
 print()
+for f in notes:
+    print("NOTE (not judged with --judge data):", f)
 for f in fails:
     print("FAIL:", f)
 print("PASS" if not fails else f"FAIL ({len(fails)} criteria)")

@@ -19,9 +19,11 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 /**
  * The CI variant of {@code bench/soak.sh}: three minutes of fio with verify over 16 connections, memservers
- * SIGKILLed and restarted, the bridge restarted once. The script decides pass or fail from its samples (no verify
- * error, the volume hashing the same across the bridge restart, no lost slab, resources flat after warm-up, p99 at
- * the end within 1.5x of the start); this test runs it and requires exit 0, printing its table either way.
+ * SIGKILLed and restarted, the bridge restarted once. With {@code --judge data} the script fails the run on data
+ * alone (a verify error, the volume hashing differently across the bridge restart, a lost slab, a volume not
+ * healthy again after a kill) and prints resource drift and p99 as notes: three minutes on a shared CI machine say
+ * whether data survives, while drift is the 30-minute run's to judge (bench/README.md). This test runs it and
+ * requires exit 0, printing its table either way.
  */
 @Timeout(330)
 @Tag("fault")
@@ -46,7 +48,7 @@ class SoakTest {
                 "-cp", System.getProperty("java.class.path"), Main.class.getName());
         assertTrue(!System.getProperty("java.class.path").contains(" "), "RBRIDGE_CMD is split on spaces");
         ProcessBuilder pb = new ProcessBuilder(List.of("bash", ROOT.resolve("bench/soak.sh").toString(),
-                "--duration", "180", "--size", "512", "--out", out.resolve("run").toString()))
+                "--duration", "180", "--size", "512", "--judge", "data", "--out", out.resolve("run").toString()))
                 .redirectErrorStream(true).redirectOutput(log.toFile());
         pb.environment().put("RBRIDGE_CMD", rbridge);
         pb.environment().put("PATH", "/usr/sbin:/usr/bin:/sbin:/bin:" + System.getenv().getOrDefault("PATH", ""));
