@@ -1,5 +1,6 @@
 package dev.rbridge.kmod.attach;
 
+import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
@@ -57,22 +58,33 @@ final class NetlinkAttributes {
         }
     }
 
-    /** One parsed attribute: its type and a little-endian view of its payload. */
+    /**
+     * One parsed attribute: its type and a little-endian view of its payload. A number read from a payload too short
+     * for it is an {@link IOException}, as any other malformed reply is.
+     */
     record Attribute(int type, ByteBuffer payload) {
-        int u32() {
-            return payload.getInt(payload.position());
+        int u32() throws IOException {
+            return payload.getInt(need(4));
         }
 
-        long u64() {
-            return payload.getLong(payload.position());
+        long u64() throws IOException {
+            return payload.getLong(need(8));
         }
 
-        int u16() {
-            return Short.toUnsignedInt(payload.getShort(payload.position()));
+        int u16() throws IOException {
+            return Short.toUnsignedInt(payload.getShort(need(2)));
         }
 
-        int u8() {
-            return Byte.toUnsignedInt(payload.get(payload.position()));
+        int u8() throws IOException {
+            return Byte.toUnsignedInt(payload.get(need(1)));
+        }
+
+        private int need(int bytes) throws IOException {
+            if (payload.remaining() < bytes) {
+                throw new IOException("netlink attribute " + type + " has " + payload.remaining() + " bytes, not the "
+                        + bytes + " of its value");
+            }
+            return payload.position();
         }
 
         String string() {

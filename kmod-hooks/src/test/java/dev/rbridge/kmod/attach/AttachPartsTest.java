@@ -111,7 +111,7 @@ class AttachPartsTest {
     }
 
     @Test
-    void netlinkAttributesRoundTripWithPaddingAndNesting() {
+    void netlinkAttributesRoundTripWithPaddingAndNesting() throws IOException {
         byte[] bytes = new NetlinkAttributes().u32(1, 7).u64(2, 1L << 40).string(10, "nbd://h:1/disk")
                 .nested(7, new NetlinkAttributes().nested(1, new NetlinkAttributes().u32(1, 42))
                         .nested(1, new NetlinkAttributes().u32(1, 43)))
