@@ -47,11 +47,11 @@ final class Sizes {
     static String format(long bytes) {
         String[] units = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
         int u = 0;
-        double v = bytes;
-        while (v >= 1024 && u < units.length - 1 && (bytes % (1L << (10 * (u + 1)))) == 0) {
+        long v = bytes; // a unit is used only when it divides exactly; a double would round sizes above 2^53
+        while (v >= 1024 && u < units.length - 1 && v % 1024 == 0) {
             v /= 1024;
             u++;
         }
-        return (v == Math.floor(v) ? String.valueOf((long) v) : String.valueOf(v)) + units[u];
+        return v + units[u];
     }
 }

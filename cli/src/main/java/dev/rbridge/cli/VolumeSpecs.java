@@ -38,7 +38,14 @@ final class VolumeSpecs {
                 case "size" -> size = Sizes.parse(require(what, key, value, text));
                 case "replicas", "r" -> replicas = Integer.parseInt(require(what, key, value, text));
                 case "slab", "slab-size" -> slab = Sizes.parse(require(what, key, value, text));
-                case "min-block" -> minBlock = Math.toIntExact(Sizes.parse(require(what, key, value, text)));
+                case "min-block" -> {
+                    long n = Sizes.parse(require(what, key, value, text));
+                    if (n > Integer.MAX_VALUE) {
+                        throw new IllegalArgumentException(what + " attribute 'min-block' is out of range in '" + text
+                                + "'");
+                    }
+                    minBlock = (int) n;
+                }
                 case "description" -> description = require(what, key, value, text);
                 default -> throw new IllegalArgumentException("unknown " + what + " attribute '" + key + "' in '" + text
                         + "' (syntax: " + SYNTAX + ")");
