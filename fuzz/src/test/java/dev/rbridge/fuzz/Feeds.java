@@ -14,7 +14,7 @@ import com.code_intelligence.jazzer.api.FuzzedDataProvider;
  */
 public final class Feeds {
     /** The stream is also fed a byte at a time when it is no longer than this (longer ones cost too many calls). */
-    public static final int BYTEWISE_MAX = 512;
+    public static final int BYTEWISE_MAX = 64;
 
     private Feeds() {
     }
