@@ -11,6 +11,7 @@ import java.nio.file.Path;
 
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 
 import com.code_intelligence.jazzer.junit.FuzzTest;
 
@@ -24,6 +25,7 @@ import picocli.CommandLine;
  * reach the user as a stack trace. Host names resolve against the fuzz module's empty hosts file
  * ({@code jdk.net.hosts.file} in its pom), never through DNS.
  */
+@Tag("fuzz")
 class CliParsersFuzzTest {
     private static final long DEFAULT_SIZE = 1L << 30;
     private static Path config;

@@ -8,6 +8,8 @@ import java.nio.ByteOrder;
 import java.util.Arrays;
 import java.util.List;
 
+import org.junit.jupiter.api.Tag;
+
 import com.code_intelligence.jazzer.junit.FuzzTest;
 
 /**
@@ -18,6 +20,7 @@ import com.code_intelligence.jazzer.junit.FuzzTest;
  * The accessors the kernel's replies are read with ({@code u8}, {@code u16}, {@code u32}, {@code u64}, {@code string})
  * return a value or throw {@link IOException}, the error the callers already report, never another exception.
  */
+@Tag("fuzz")
 class NetlinkAttributesFuzzTest {
     private static final int MAX_DEPTH = 8;
 

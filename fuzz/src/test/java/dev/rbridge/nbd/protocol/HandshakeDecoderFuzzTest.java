@@ -9,6 +9,8 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 
+import org.junit.jupiter.api.Tag;
+
 import com.code_intelligence.jazzer.api.FuzzedDataProvider;
 import com.code_intelligence.jazzer.junit.FuzzTest;
 
@@ -22,6 +24,7 @@ import dev.rbridge.fuzz.Feeds;
  * kept; the same messages whole, cut in two, or a byte at a time. Parameters (4 bytes each from the end, see
  * {@link Feeds}): cut position, whether the server offers NO_ZEROES, the option data limit.
  */
+@Tag("fuzz")
 class HandshakeDecoderFuzzTest {
     private record Outcome(List<HandshakeMessage> messages, String error) {
     }

@@ -8,6 +8,8 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 
+import org.junit.jupiter.api.Tag;
+
 import com.code_intelligence.jazzer.api.FuzzedDataProvider;
 import com.code_intelligence.jazzer.junit.FuzzTest;
 
@@ -20,6 +22,7 @@ import dev.rbridge.fuzz.Feeds;
  * the same requests whether the input arrives whole, cut in two, or a byte at a time, while the allocator refuses
  * every other buffer. Parameters (4 bytes each from the end, see {@link Feeds}): cut position, payload limit.
  */
+@Tag("fuzz")
 class RequestDecoderFuzzTest {
     /** One decoded request with its WRITE payload copied out, comparable across feeding modes. */
     private record Decoded(Request request, byte[] payload) {

@@ -10,6 +10,8 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Set;
 
+import org.junit.jupiter.api.Tag;
+
 import com.code_intelligence.jazzer.api.FuzzedDataProvider;
 import com.code_intelligence.jazzer.junit.FuzzTest;
 
@@ -22,6 +24,7 @@ import dev.rbridge.fuzz.Feeds;
  * decodes to an equal request; the path's segments decode or fail with a 400; the same outcome whole, cut in two, or a
  * byte at a time. Parameters (4 bytes each from the end, see {@link Feeds}): cut position, then the limits.
  */
+@Tag("fuzz")
 class HttpRequestDecoderFuzzTest {
     private static final Set<Integer> STATUSES = Set.of(400, 413, 414, 431, 501, 505);
 

@@ -6,6 +6,8 @@ import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
 
+import org.junit.jupiter.api.Tag;
+
 import com.code_intelligence.jazzer.junit.FuzzTest;
 
 /**
@@ -14,6 +16,7 @@ import com.code_intelligence.jazzer.junit.FuzzTest;
  * {@link Json#NESTING_LIMIT}, holds only the types {@link Json#parse} names, and written back with {@link Json#write}
  * reads back equal.
  */
+@Tag("fuzz")
 class JsonFuzzTest {
     @FuzzTest(maxDuration = "10s")
     void parse(byte[] bytes) {

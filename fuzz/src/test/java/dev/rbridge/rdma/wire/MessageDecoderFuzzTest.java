@@ -9,6 +9,8 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 
+import org.junit.jupiter.api.Tag;
+
 import com.code_intelligence.jazzer.api.FuzzedDataProvider;
 import com.code_intelligence.jazzer.junit.FuzzTest;
 
@@ -24,6 +26,7 @@ import dev.rbridge.fuzz.Feeds;
  * two, or a byte at a time. Parameters (4 bytes each from the end, see {@link Feeds}): cut position, how the
  * transport takes data (moved from the input or skipped).
  */
+@Tag("fuzz")
 class MessageDecoderFuzzTest {
     private record Outcome(List<Message> messages, String error) {
     }
