@@ -47,12 +47,12 @@ class CliParsersFuzzTest {
         try {
             n = Sizes.parse(text);
         } catch (IllegalArgumentException e) {
-            check(e.getMessage() != null && e.getMessage().contains(text), "refused without naming the text: " + e);
+            check(e.getMessage() != null && e.getMessage().contains(text), () -> "refused without naming the text: " + e);
             return;
         }
-        check(n >= 0, "'" + text + "' read as " + n);
+        check(n >= 0, () -> "'" + text + "' read as " + n);
         String formatted = Sizes.format(n);
-        check(Sizes.parse(formatted) == n, n + " formatted as " + formatted + " reads back as " + Sizes.parse(formatted));
+        check(Sizes.parse(formatted) == n, () -> n + " formatted as " + formatted + " reads back as " + Sizes.parse(formatted));
     }
 
     @FuzzTest(maxDuration = "10s")
@@ -62,18 +62,18 @@ class CliParsersFuzzTest {
         try {
             v = VolumeSpecs.parse("volume", text, DEFAULT_SIZE, 2);
         } catch (IllegalArgumentException e) {
-            check(e.getMessage() != null && !e.getMessage().isEmpty(), "refused without a message: " + e);
+            check(e.getMessage() != null && !e.getMessage().isEmpty(), () -> "refused without a message: " + e);
             return;
         }
         check(v.size() > 0 && v.replicas() >= 1 && v.replicas() <= 8 && Long.bitCount(v.slabSize()) == 1
                 && v.minimumBlockSize() >= 0 && !v.name().isEmpty() && v.name().indexOf(',') < 0
-                && v.name().equals(v.name().trim()), "'" + text + "' read as " + v);
+                && v.name().equals(v.name().trim()), () -> "'" + text + "' read as " + v);
         // Written out in the documented syntax, it reads back the same.
         String again = "name=" + v.name() + ",size=" + v.size() + ",replicas=" + v.replicas() + ",slab=" + v.slabSize()
                 + ",min-block=" + v.minimumBlockSize() + (v.readOnly() ? ",ro" : "")
                 + (v.description().isEmpty() ? "" : ",description=" + v.description());
         VolumeSpec w = VolumeSpecs.parse("volume", again, DEFAULT_SIZE, 2);
-        check(w.equals(v), "'" + text + "' read as " + v + ", written as '" + again + "' reads back as " + w);
+        check(w.equals(v), () -> "'" + text + "' read as " + v + ", written as '" + again + "' reads back as " + w);
     }
 
     @FuzzTest(maxDuration = "10s")
@@ -83,12 +83,12 @@ class CliParsersFuzzTest {
         try {
             a = Endpoints.parse(text, Defaults.MEMSERVER_PORT);
         } catch (IllegalArgumentException e) {
-            check(e.getMessage() != null && e.getMessage().contains(text), "refused without naming the text: " + e);
+            check(e.getMessage() != null && e.getMessage().contains(text), () -> "refused without naming the text: " + e);
             return;
         }
-        check(a.getPort() >= 0 && a.getPort() <= 65535 && !a.getHostString().isEmpty(), "'" + text + "' read as " + a);
+        check(a.getPort() >= 0 && a.getPort() <= 65535 && !a.getHostString().isEmpty(), () -> "'" + text + "' read as " + a);
         boolean hasPort = text.lastIndexOf(':') > text.indexOf(']');
-        check(hasPort || a.getPort() == Defaults.MEMSERVER_PORT, "'" + text + "' without a port read as " + a);
+        check(hasPort || a.getPort() == Defaults.MEMSERVER_PORT, () -> "'" + text + "' without a port read as " + a);
     }
 
     /** The same file applied to {@code serve} and to {@code memserver}, as {@code --config} does. */
@@ -106,7 +106,7 @@ class CliParsersFuzzTest {
                 ConfigFile.apply(config, cl.getCommandSpec());
             } catch (IllegalArgumentException e) {
                 check(e.getMessage() != null && e.getMessage().contains(config.toString()),
-                        "refused without naming the file: " + e);
+                        () -> "refused without naming the file: " + e);
             }
         }
     }

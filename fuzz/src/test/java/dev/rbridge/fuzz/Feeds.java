@@ -1,5 +1,7 @@
 package dev.rbridge.fuzz;
 
+import java.util.function.Supplier;
+
 import com.code_intelligence.jazzer.api.FuzzedDataProvider;
 
 /**
@@ -47,6 +49,13 @@ public final class Feeds {
     public static void check(boolean condition, String message) {
         if (!condition) {
             throw new AssertionError(message);
+        }
+    }
+
+    /** As {@link #check(boolean, String)}, the message built only on failure: millions of inputs pass. */
+    public static void check(boolean condition, Supplier<String> message) {
+        if (!condition) {
+            throw new AssertionError(message.get());
         }
     }
 }

@@ -34,16 +34,18 @@ class NetlinkAttributesFuzzTest {
         List<NetlinkAttributes.Attribute> attrs = NetlinkAttributes.parse(given);
         check(given.position() == from, "parse moved the caller's buffer");
         ByteBuffer b = given.duplicate().order(ByteOrder.nativeOrder());
+        byte[] all = bytesOf(b);
         NetlinkAttributes again = new NetlinkAttributes();
         int at = from;
         for (NetlinkAttributes.Attribute a : attrs) {
+            int start = at;
             int len = Short.toUnsignedInt(b.getShort(at));
-            check(len >= 4 && at + len <= b.limit(), "an attribute of " + len + " bytes at " + at + " was returned");
+            check(len >= 4 && at + len <= b.limit(), () -> "an attribute of " + len + " bytes at " + start + " was returned");
             check(a.type() == (Short.toUnsignedInt(b.getShort(at + 2)) & 0x3fff), "attribute type differs");
-            check(a.payload().remaining() == len - 4, "payload of " + a.payload().remaining() + " for length " + len);
+            check(a.payload().remaining() == len - 4, () -> "payload of " + a.payload().remaining() + " for length " + len);
             byte[] payload = new byte[len - 4];
             a.payload().duplicate().get(payload);
-            check(Arrays.equals(payload, 0, payload.length, bytesOf(b), at + 4, at + len),
+            check(Arrays.equals(payload, 0, payload.length, all, at + 4, at + len),
                     "payload is not the bytes after the header");
             again.put(a.type(), payload);
             accessors(a);
@@ -52,20 +54,22 @@ class NetlinkAttributesFuzzTest {
             }
             at = Math.min(b.limit(), at + ((len + 3) & ~3));
         }
+        int end = at;
         // Where parsing stopped, what is left is not a whole attribute.
-        if (b.limit() - at >= 4) {
-            int len = Short.toUnsignedInt(b.getShort(at));
-            check(len < 4 || at + len > b.limit(), "parsing stopped before a whole attribute at " + at);
+        if (b.limit() - end >= 4) {
+            int len = Short.toUnsignedInt(b.getShort(end));
+            check(len < 4 || end + len > b.limit(), () -> "parsing stopped before a whole attribute at " + end);
         }
         byte[] encoded = again.bytes();
-        byte[] sent = Arrays.copyOfRange(bytesOf(b), from, Math.min(b.limit(), from + encoded.length));
+        byte[] sent = Arrays.copyOfRange(all, from, Math.min(b.limit(), from + encoded.length));
         for (int i = 0; i < sent.length; i++) {
             if (encoded[i] != sent[i]) {
-                check(isFlagOrPadding(b, from, at, from + i, attrs), "re-encoding differs at byte " + i);
+                int pos = i;
+                check(isFlagOrPadding(b, from, end, from + i, attrs), () -> "re-encoding differs at byte " + pos);
             }
         }
-        check(encoded.length - (at - from) >= 0 && encoded.length - (at - from) < 4,
-                "re-encoded " + encoded.length + " bytes for " + (at - from));
+        check(encoded.length - (end - from) >= 0 && encoded.length - (end - from) < 4,
+                () -> "re-encoded " + encoded.length + " bytes for " + (end - from));
     }
 
     private static byte[] bytesOf(ByteBuffer b) {
@@ -106,9 +110,9 @@ class NetlinkAttributesFuzzTest {
     private static void accessor(Read read, int payload, int width) {
         try {
             read.get();
-            check(payload >= width, "a " + width + "-byte value read from " + payload + " bytes");
+            check(payload >= width, () -> "a " + width + "-byte value read from " + payload + " bytes");
         } catch (IOException e) {
-            check(payload < width && e.getMessage() != null, "refused a " + width + "-byte value from " + payload
+            check(payload < width && e.getMessage() != null, () -> "refused a " + width + "-byte value from " + payload
                     + " bytes: " + e.getMessage());
         }
     }

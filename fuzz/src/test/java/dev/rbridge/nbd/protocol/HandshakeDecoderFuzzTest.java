@@ -40,8 +40,8 @@ class HandshakeDecoderFuzzTest {
             Outcome o = run(stream, Feeds.limits(mode, stream.length, cut), serverFlags, maxOptionData);
             if (first == null) {
                 first = o;
-            } else {
-                check(first.equals(o), "feeding mode " + mode + " decoded " + o + ", whole input " + first);
+            } else if (!first.equals(o)) {
+                throw new AssertionError("feeding mode " + mode + " decoded " + o + ", whole input " + first);
             }
         }
     }
@@ -60,14 +60,14 @@ class HandshakeDecoderFuzzTest {
                 } catch (NbdProtocolException e) {
                     check(e.getMessage() != null && !e.getMessage().isEmpty(), "a protocol error without a message");
                     int took = in.position() - start;
-                    check(took == (out.isEmpty() ? 4 : 16), "a bad header after " + took + " bytes");
+                    check(took == (out.isEmpty() ? 4 : 16), () -> "a bad header after " + took + " bytes");
                     return new Outcome(out, e.getMessage());
                 }
                 if (m == null) {
-                    check(!in.hasRemaining(), "the decoder stopped with " + in.remaining() + " bytes unread");
+                    check(!in.hasRemaining(), () -> "the decoder stopped with " + in.remaining() + " bytes unread");
                     break;
                 }
-                check(out.isEmpty() == m instanceof ClientFlags, m + " out of order");
+                check(out.isEmpty() == m instanceof ClientFlags, () -> m + " out of order");
                 checkEncoding(m, stream, start, in.position(), serverFlags, maxOptionData);
                 out.add(m);
                 start = in.position();
@@ -81,31 +81,31 @@ class HandshakeDecoderFuzzTest {
         ByteBuffer sent = ByteBuffer.wrap(stream, start, end - start).slice();
         if (m instanceof ClientFlags f) {
             int offered = Nbd.FLAG_C_FIXED_NEWSTYLE | ((serverFlags & Nbd.FLAG_NO_ZEROES) != 0 ? Nbd.FLAG_C_NO_ZEROES : 0);
-            check(end - start == 4 && sent.getInt(0) == f.flags(), m + " is not the 4 bytes it came from");
-            check((f.flags() & ~offered) == 0, m + " has flags the server did not offer");
+            check(end - start == 4 && sent.getInt(0) == f.flags(), () -> m + " is not the 4 bytes it came from");
+            check((f.flags() & ~offered) == 0, () -> m + " has flags the server did not offer");
             return;
         }
         OptionRequest o = (OptionRequest) m;
         check(end - start >= 16 && sent.getLong(0) == Nbd.OPTS_MAGIC && sent.getInt(8) == o.option(),
-                m + " is not the option header it came from");
+                () -> m + " is not the option header it came from");
         long dataLength = Integer.toUnsignedLong(sent.getInt(12));
-        check(end - start == 16 + dataLength, m + " took " + (end - start) + " bytes for " + dataLength + " of data");
+        check(end - start == 16 + dataLength, () -> m + " took " + (end - start) + " bytes for " + dataLength + " of data");
         byte[] optionData = Arrays.copyOfRange(stream, start + 16, end);
         switch (o) {
             case OptionRequest.TooBig t -> check(t.length() == dataLength && dataLength > maxOptionData,
-                    m + " within the limit " + maxOptionData);
+                    () -> m + " within the limit " + maxOptionData);
             case OptionRequest.Unknown u -> check(dataLength <= maxOptionData
                     && HandshakeDecoder.parse(u.option(), ByteBuffer.allocate(0)) instanceof OptionRequest.Unknown,
-                    m + " above the limit, or an option this server knows");
+                    () -> m + " above the limit, or an option this server knows");
             case OptionRequest.Malformed bad -> {
                 check(dataLength <= maxOptionData && bad.reason() != null && !bad.reason().isEmpty(),
-                        m + " names no reason");
+                        () -> m + " names no reason");
                 check(HandshakeDecoder.parse(o.option(), ByteBuffer.wrap(optionData)).equals(m),
-                        m + " parses differently alone");
+                        () -> m + " parses differently alone");
             }
             default -> {
-                check(dataLength <= maxOptionData, m + " above the limit was parsed");
-                check(Arrays.equals(encode(o), optionData), m + " re-encodes to other bytes than it came from");
+                check(dataLength <= maxOptionData, () -> m + " above the limit was parsed");
+                check(Arrays.equals(encode(o), optionData), () -> m + " re-encodes to other bytes than it came from");
             }
         }
     }
@@ -141,7 +141,7 @@ class HandshakeDecoderFuzzTest {
 
     private static byte[] utf8(String s) {
         byte[] b = s.getBytes(StandardCharsets.UTF_8);
-        check(b.length <= Nbd.MAX_STRING_LENGTH, "a string of " + b.length + " bytes was accepted");
+        check(b.length <= Nbd.MAX_STRING_LENGTH, () -> "a string of " + b.length + " bytes was accepted");
         return b;
     }
 }

@@ -49,8 +49,8 @@ class RequestDecoderFuzzTest {
             Outcome o = run(stream, Feeds.limits(mode, stream.length, cut), maxPayload, mode == 1);
             if (first == null) {
                 first = o;
-            } else {
-                check(same(first, o), "feeding mode " + mode + " decoded " + o + ", whole input " + first);
+            } else if (!same(first, o)) {
+                throw new AssertionError("feeding mode " + mode + " decoded " + o + ", whole input " + first);
             }
         }
     }
@@ -71,8 +71,8 @@ class RequestDecoderFuzzTest {
                     r = decoder.next(in);
                 } catch (NbdProtocolException e) {
                     check(e.getMessage() != null && !e.getMessage().isEmpty(), "a protocol error without a message");
-                    check(in.position() - messageStart == Nbd.REQUEST_HEADER_LENGTH, "a bad magic after "
-                            + (in.position() - messageStart) + " bytes of the header");
+                    int took = in.position() - messageStart;
+                    check(took == Nbd.REQUEST_HEADER_LENGTH, () -> "a bad magic after " + took + " bytes of the header");
                     return new Outcome(out, e.getMessage());
                 }
                 if (r == null) {
@@ -87,7 +87,7 @@ class RequestDecoderFuzzTest {
                         in.position(in.position() + n);
                         continue;
                     }
-                    check(!in.hasRemaining(), "the decoder stopped with " + in.remaining() + " bytes unread");
+                    check(!in.hasRemaining(), () -> "the decoder stopped with " + in.remaining() + " bytes unread");
                     break;
                 }
                 out.add(checked(r, stream, messageStart, in.position(), maxPayload));
@@ -101,29 +101,29 @@ class RequestDecoderFuzzTest {
 
     /** The invariants of one request decoded from {@code stream[start, end)}. */
     private static Decoded checked(Request r, byte[] stream, int start, int end, int maxPayload) {
-        check(r.length() >= 0 && r.length() <= 0xFFFFFFFFL, "length " + r.length() + " is not a u32");
+        check(r.length() >= 0 && r.length() <= 0xFFFFFFFFL, () -> "length " + r.length() + " is not a u32");
         boolean write = r.type() == Nbd.CMD_WRITE;
         long wireLength = Nbd.REQUEST_HEADER_LENGTH + (write ? r.length() : 0);
-        check(end - start == wireLength, r + " took " + (end - start) + " bytes, its encoding " + wireLength);
+        check(end - start == wireLength, () -> r + " took " + (end - start) + " bytes, its encoding " + wireLength);
         ByteBuffer header = ByteBuffer.allocate(Nbd.REQUEST_HEADER_LENGTH).putInt(Nbd.REQUEST_MAGIC)
                 .putShort((short) r.flags()).putShort((short) r.type()).putLong(r.handle()).putLong(r.offset())
                 .putInt((int) r.length());
         check(Arrays.equals(header.array(), 0, header.capacity(), stream, start, start + header.capacity()),
-                r + " re-encodes to another header than the one it came from");
+                () -> r + " re-encodes to another header than the one it came from");
         byte[] payload = null;
         if (!write) {
-            check(r.payload() == null && !r.payloadDiscarded(), r + " carries a payload");
+            check(r.payload() == null && !r.payloadDiscarded(), () -> r + " carries a payload");
         } else if (r.length() > maxPayload) {
-            check(r.payloadDiscarded() && r.payload() == null, r + " above the limit " + maxPayload + " was kept");
+            check(r.payloadDiscarded() && r.payload() == null, () -> r + " above the limit " + maxPayload + " was kept");
         } else {
-            check(!r.payloadDiscarded() && r.payload() != null, r + " within the limit lost its payload");
+            check(!r.payloadDiscarded() && r.payload() != null, () -> r + " within the limit lost its payload");
             ByteBuffer p = r.payload();
-            check(p.position() == 0 && p.remaining() == r.length(), r + " payload has " + p.remaining() + " bytes");
+            check(p.position() == 0 && p.remaining() == r.length(), () -> r + " payload has " + p.remaining() + " bytes");
             payload = new byte[p.remaining()];
             p.get(0, payload);
             int at = start + Nbd.REQUEST_HEADER_LENGTH;
             check(Arrays.equals(payload, 0, payload.length, stream, at, at + payload.length),
-                    r + " payload differs from the bytes sent");
+                    () -> r + " payload differs from the bytes sent");
         }
         return new Decoded(r, payload);
     }

@@ -56,8 +56,8 @@ class HttpRequestDecoderFuzzTest {
             Outcome o = run(stream, Feeds.limits(mode, stream.length, cut), limits);
             if (first == null) {
                 first = o;
-            } else {
-                check(first.equals(o), "feeding mode " + mode + " decoded " + o + ", whole input " + first);
+            } else if (!first.equals(o)) {
+                throw new AssertionError("feeding mode " + mode + " decoded " + o + ", whole input " + first);
             }
         }
     }
@@ -75,11 +75,11 @@ class HttpRequestDecoderFuzzTest {
                     r = decoder.next(in);
                 } catch (HttpError e) {
                     check(STATUSES.contains(e.status()) && e.getMessage() != null && !e.getMessage().isEmpty(),
-                            "an HttpError " + e.status() + " (" + e.getMessage() + ")");
+                            () -> "an HttpError " + e.status() + " (" + e.getMessage() + ")");
                     return new Outcome(out, e.status());
                 }
                 if (r == null) {
-                    check(!in.hasRemaining(), "the decoder stopped with " + in.remaining() + " bytes unread");
+                    check(!in.hasRemaining(), () -> "the decoder stopped with " + in.remaining() + " bytes unread");
                     break;
                 }
                 checkRequest(r, in.position() - start, limits);
@@ -92,20 +92,20 @@ class HttpRequestDecoderFuzzTest {
     }
 
     private static void checkRequest(HttpRequest r, int took, Limits limits) {
-        check(r.headers().size() <= limits.headers() && r.body().length <= limits.body(), r + " exceeds the limits");
+        check(r.headers().size() <= limits.headers() && r.body().length <= limits.body(), () -> r + " exceeds the limits");
         check(took <= limits.requestLine() + limits.headerBytes() + r.body().length,
-                "a request of " + took + " bytes within limits " + limits);
+                () -> "a request of " + took + " bytes within limits " + limits);
         check(r.target().startsWith("/") && (r.version().equals("HTTP/1.1") || r.version().equals("HTTP/1.0")),
-                "target " + r.target() + ", version " + r.version());
+                () -> "target " + r.target() + ", version " + r.version());
         String length = r.header("Content-Length");
         check(length == null ? r.body().length == 0 : Long.parseLong(length) == r.body().length,
-                "a body of " + r.body().length + " bytes for Content-Length " + length);
+                () -> "a body of " + r.body().length + " bytes for Content-Length " + length);
         try {
             for (String s : r.segments()) {
                 check(!s.isEmpty(), "an empty path segment");
             }
         } catch (HttpError e) {
-            check(e.status() == 400, "segments() failed with " + e.status());
+            check(e.status() == 400, () -> "segments() failed with " + e.status());
         }
         r.keepAlive();
         r.query();
@@ -121,6 +121,6 @@ class HttpRequestDecoderFuzzTest {
         HttpRequest again = new HttpRequestDecoder(bytes.length, bytes.length, r.headers().size(), r.body().length)
                 .next(ByteBuffer.wrap(bytes));
         check(again != null && Seen.of(again).equals(Seen.of(r)) && Arrays.equals(again.body(), r.body()),
-                r + " re-encoded reads back as " + again);
+                () -> r + " re-encoded reads back as " + again);
     }
 }

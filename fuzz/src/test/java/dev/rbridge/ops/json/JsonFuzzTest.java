@@ -25,13 +25,13 @@ class JsonFuzzTest {
         try {
             value = Json.parse(text);
         } catch (IllegalArgumentException e) {
-            check(e.getMessage() != null && e.getMessage().startsWith("not JSON"), "rejected with " + e);
+            check(e.getMessage() != null && e.getMessage().startsWith("not JSON"), () -> "rejected with " + e);
             return;
         }
-        check(depth(value) <= Json.NESTING_LIMIT, "a value nested " + depth(value) + " deep was accepted");
+        check(depth(value) <= Json.NESTING_LIMIT, () -> "a value nested " + depth(value) + " deep was accepted");
         String written = Json.write(value);
         Object again = Json.parse(written);
-        check(equal(value, again), text + " read as " + value + ", written as " + written + ", read back as " + again);
+        check(equal(value, again), () -> text + " read as " + value + ", written as " + written + ", read back as " + again);
     }
 
     private static int depth(Object v) {
@@ -42,7 +42,7 @@ class JsonFuzzTest {
             case String s -> 0;
             case Long n -> 0;
             case Double d -> {
-                check(Double.isFinite(d), "a number read as " + d);
+                check(Double.isFinite(d), () -> "a number read as " + d);
                 yield 0;
             }
             case Boolean b -> 0;

@@ -50,8 +50,8 @@ class MessageDecoderFuzzTest {
             Outcome o = run(stream, Feeds.limits(mode, stream.length, cut), atMemserver, skipData);
             if (first == null) {
                 first = o;
-            } else {
-                check(first.equals(o), "feeding mode " + mode + " decoded " + o + ", whole input " + first);
+            } else if (!first.equals(o)) {
+                throw new AssertionError("feeding mode " + mode + " decoded " + o + ", whole input " + first);
             }
         }
     }
@@ -70,20 +70,21 @@ class MessageDecoderFuzzTest {
                     m = decoder.next(in);
                 } catch (MalformedMessageException e) {
                     check(e.getMessage() != null && !e.getMessage().isEmpty(), "a framing error without a message");
-                    check(in.position() <= start + Protocol.HEADER + Protocol.MAX_HELLO_BODY
-                            || !decoder.awaitingHello(), "a greeting error after " + (in.position() - start) + " bytes");
+                    long took = in.position() - start;
+                    check(took <= Protocol.HEADER + Protocol.MAX_HELLO_BODY || !decoder.awaitingHello(),
+                            () -> "a greeting error after " + took + " bytes");
                     return new Outcome(out, e.getMessage());
                 }
                 if (m == null) {
-                    check(!in.hasRemaining(), "the decoder stopped with " + in.remaining() + " bytes unread");
+                    check(!in.hasRemaining(), () -> "the decoder stopped with " + in.remaining() + " bytes unread");
                     break;
                 }
                 long end = start + Protocol.HEADER + decoder.length();
-                check(decoder.length() >= 0 && decoder.length() <= Protocol.MAX_BODY, "body length " + decoder.length());
+                check(decoder.length() >= 0 && decoder.length() <= Protocol.MAX_BODY, () -> "body length " + decoder.length());
                 check(end <= Integer.MAX_VALUE && header(stream, (int) start).getInt() == Protocol.MAGIC,
-                        m + " does not start at a header");
+                        () -> m + " does not start at a header");
                 int data = decoder.payloadRemaining();
-                check(in.position() + data == end, m + " with " + data + " bytes of data ends at " + in.position()
+                check(in.position() + data == end, () -> m + " with " + data + " bytes of data ends at " + in.position()
                         + ", its header says " + end);
                 checkEncoding(m, stream, (int) start, decoder.length(), atMemserver);
                 if (atMemserver && helloSeen) {
@@ -92,8 +93,8 @@ class MessageDecoderFuzzTest {
                 helloSeen |= m instanceof Message.Hello || m instanceof Message.AuthProof;
                 if (data > 0) {
                     check(m instanceof Message.Write w && w.length() == data
-                            || m instanceof Message.ReadReply r && r.length() == data, m + " left " + data + " bytes");
-                    check(data <= Protocol.MAX_DATA, m + " has " + data + " bytes of data");
+                            || m instanceof Message.ReadReply r && r.length() == data, () -> m + " left " + data + " bytes");
+                    check(data <= Protocol.MAX_DATA, () -> m + " has " + data + " bytes of data");
                     int n = skipData ? 0 : Math.min(data, in.remaining());
                     in.position(in.position() + n);
                     decoder.payloadMoved(n);
@@ -117,12 +118,12 @@ class MessageDecoderFuzzTest {
         ByteBuffer h = header(stream, start);
         long id = h.getLong(8);
         int code = Short.toUnsignedInt(h.getShort(6));
-        check(m.id() == id, m + " has another id than its header's " + id);
+        check(m.id() == id, () -> m + " has another id than its header's " + id);
         if (m instanceof Message.Unreadable u) {
-            check(u.code() == code && u.reason() != null && !u.reason().isEmpty(), m + " names no reason");
+            check(u.code() == code && u.reason() != null && !u.reason().isEmpty(), () -> m + " names no reason");
             return;
         }
-        check(m.code() == code || m instanceof Message.Error e && e.code() == code, m + " is not opcode " + code);
+        check(m.code() == code || m instanceof Message.Error e && e.code() == code, () -> m + " is not opcode " + code);
         ByteBuffer enc = MessageEncoder.encode(m);
         int encLength = enc.getInt(20);
         int fixed = enc.remaining() - Protocol.HEADER; // what encode wrote of the body: no WRITE or READ data
@@ -133,25 +134,25 @@ class MessageDecoderFuzzTest {
         check(Arrays.equals(enc.array(), 0, 4, stream, start, start + 4)
                         && (!versioned || Arrays.equals(enc.array(), 4, 6, stream, start + 4, start + 6))
                         && Arrays.equals(enc.array(), 6, 20, stream, start + 6, start + 20),
-                m + " re-encodes to another header");
+                () -> m + " re-encodes to another header");
         if (m instanceof Message.Error && length < 2) {
-            check(encLength == 2, m + " re-encodes to a body of " + encLength); // no room for a message: empty
+            check(encLength == 2, () -> m + " re-encodes to a body of " + encLength); // no room for a message: empty
         } else {
             // Invalid UTF-8 in a string reads as U+FFFD, whose encoding may be longer than the bytes it replaced.
             boolean replaced = m.toString().indexOf('\uFFFD') >= 0;
             if (!replaced) {
-                check(encLength <= length, m + " re-encodes to a body of " + encLength + ", it came in " + length);
+                check(encLength <= length, () -> m + " re-encodes to a body of " + encLength + ", it came in " + length);
                 int at = start + Protocol.HEADER;
                 // A LEASE reply's flag reads any byte but 0 as true, and is written as 1.
                 int exact = m instanceof Message.LeaseReply ? fixed - 1 : fixed;
                 check(Arrays.equals(enc.array(), Protocol.HEADER, Protocol.HEADER + exact, stream, at, at + exact),
-                        m + " re-encodes to another body");
+                        () -> m + " re-encodes to another body");
                 if (m instanceof Message.LeaseReply l) {
-                    check(l.tookOver() == (stream[at + exact] != 0), m + " read its flag from " + stream[at + exact]);
+                    check(l.tookOver() == (stream[at + exact] != 0), () -> m + " read its flag from " + stream[at + exact]);
                 }
             }
         }
-        check(equal(m, redecode(enc, atMemserver)), m + " re-encoded decodes to another message");
+        check(equal(m, redecode(enc, atMemserver)), () -> m + " re-encoded decodes to another message");
     }
 
     /** Decodes an encoded message alone, after the greeting a memserver's decoder needs first. */
