@@ -196,6 +196,9 @@ public final class MessageDecoder {
             if (op != Opcode.AUTH_PROOF) {
                 throw new MalformedMessageException("expected AUTH_PROOF after AUTH, got " + Opcode.name(code));
             }
+            if (version != Protocol.VERSION) { // AUTH was of this version: the proof must be too
+                throw new MalformedMessageException("protocol version changed to " + version + " mid-stream");
+            }
             if (length > Protocol.MAX_HELLO_BODY) {
                 throw new MalformedMessageException("AUTH_PROOF of " + length + " bytes (at most "
                         + Protocol.MAX_HELLO_BODY + ")");
