@@ -226,8 +226,19 @@ public final class MessageDecoder {
             return skip(length, new Message.Unreadable(id, code, "unexpected " + Opcode.name(code)));
         }
         return switch (op) {
-            case WRITE -> length < Protocol.DATA_ADDRESS ? skip(length, new Message.Unreadable(id, code, "WRITE of "
-                    + length + " bytes has no room for its address")) : body(Protocol.DATA_ADDRESS);
+            case WRITE -> {
+                if (length < Protocol.DATA_ADDRESS) {
+                    yield skip(length, new Message.Unreadable(id, code, "WRITE of " + length
+                            + " bytes has no room for its address"));
+                }
+                // The body bound (MAX_BODY) leaves room for a control message's fields, not for more data: a WRITE
+                // carries at most MAX_DATA, as a READ reply does.
+                if (length - Protocol.DATA_ADDRESS > Protocol.MAX_DATA) {
+                    yield skip(length, new Message.Unreadable(id, code, "WRITE of " + (length - Protocol.DATA_ADDRESS)
+                            + " bytes of data (at most " + Protocol.MAX_DATA + ")"));
+                }
+                yield body(Protocol.DATA_ADDRESS);
+            }
             case READ -> fixed(Protocol.READ_BODY);
             case ZERO -> fixed(Protocol.ZERO_BODY);
             case FLUSH -> fixed(0);

@@ -383,6 +383,20 @@ class MessageCodecTest {
         decodesTheSameHoweverSplit(MessageDecoder::forMemserver, cases);
     }
 
+    @Test
+    void aWriteCarryingMoreThanMaxDataIsConsumedAsUnreadable() throws Exception {
+        // Within the body bound (MAX_BODY) but past the data bound: found by the fuzzer (MessageDecoderFuzzTest).
+        int data = Protocol.MAX_DATA + 1;
+        byte[] body = new byte[Protocol.DATA_ADDRESS + data];
+        List<Case> cases = List.of(requests().getFirst(),
+                new Case(new Message.Unreadable(31, 17, "WRITE of " + data + " bytes of data (at most "
+                        + Protocol.MAX_DATA + ")"), message(17, 31, new Bytes().raw(body))),
+                new Case(new Message.Flush(32), message(19, 32, new Bytes())));
+        byte[] stream = stream(cases);
+        assertEquals(expected(cases), feed(MessageDecoder.forMemserver(), stream, whole(stream.length)));
+        assertEquals(expected(cases), feed(MessageDecoder.forMemserver(), stream, randomPieces(stream.length, 7)));
+    }
+
     /** An ALLOCATE whose volume name is one byte longer than a tag allows. */
     static byte[] longVolumeAllocate() {
         byte[] name = new byte[RegionTag.MAX_VOLUME_NAME + 1];
