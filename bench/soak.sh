@@ -333,8 +333,17 @@ now() { echo $(( $(date +%s) - T0 )); }
 event() { echo "$(now) $*" | tee -a "$WORK/events.log"; }
 fail() { echo "$*" >>"$WORK/failures"; event "FAIL: $*"; }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+# Every port the run needs, taken in one go with all sockets bound at once so no two are the same (asking for one
+# free port at a time can return a port handed out a moment before, not yet bound by its process).
+read -r -a PORTS <<<"$(python3 -c 'import socket
+ss = [socket.socket() for _ in range(9)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')"
+next_port=0
+free_port() { # sets PORT to the next of PORTS (not in a subshell, so the count advances)
+    PORT=${PORTS[$next_port]}
+    next_port=$((next_port + 1))
 }
 
 spawn() { # spawn NAME COMMAND... -> own process group, pid in pids/NAME; log appended (restarts keep one log)
@@ -364,12 +373,15 @@ fi
 
 declare -a MS_ADDR MS_METRICS MS_ARGS
 for i in 1 2 3; do
-    port=$(free_port) mport=$(free_port)
+    free_port; port=$PORT
+    free_port; mport=$PORT
     MS_ADDR[$i]="127.0.0.1:$port"
     MS_METRICS[$i]="http://127.0.0.1:$mport/metrics"
     MS_ARGS[$i]="memserver --listen 127.0.0.1:$port --capacity 2G --admin none --metrics 127.0.0.1:$mport"
 done
-NBD_PORT=$(free_port) BR_MPORT=$(free_port) BR_APORT=$(free_port)
+free_port; NBD_PORT=$PORT
+free_port; BR_MPORT=$PORT
+free_port; BR_APORT=$PORT
 URI="nbd://127.0.0.1:$NBD_PORT/soak"
 BR_METRICS="http://127.0.0.1:$BR_MPORT/metrics"
 BR_ARGS=(serve --listen "127.0.0.1:$NBD_PORT" --volume "soak,size=${SIZE_MIB}M,replicas=2,slab=16M"
