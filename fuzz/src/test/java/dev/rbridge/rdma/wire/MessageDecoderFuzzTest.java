@@ -145,7 +145,9 @@ class MessageDecoderFuzzTest {
             check(encLength == 2, () -> m + " re-encodes to a body of " + encLength); // no room for a message: empty
         } else {
             // Invalid UTF-8 in a string reads as U+FFFD, whose encoding may be longer than the bytes it replaced.
-            boolean replaced = m.toString().indexOf('\uFFFD') >= 0;
+            // toString withholds a HELLO's token, which may hold replaced bytes too.
+            boolean replaced = m.toString().indexOf('\uFFFD') >= 0
+                    || m instanceof Message.Hello hello && hello.token() != null && hello.token().indexOf('\uFFFD') >= 0;
             if (!replaced) {
                 check(encLength <= length, () -> m + " re-encodes to a body of " + encLength + ", it came in " + length);
                 int at = start + Protocol.HEADER;
