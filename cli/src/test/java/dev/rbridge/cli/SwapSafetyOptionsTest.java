@@ -24,16 +24,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 @Timeout(120)
 class SwapSafetyOptionsTest {
-    private static final int CAP_SYS_RESOURCE = 24;
 
-    private static boolean hasCapability(int cap) throws Exception {
-        for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
-            if (line.startsWith("CapEff:")) {
-                return (Long.parseUnsignedLong(line.substring(7).trim(), 16) & (1L << cap)) != 0;
-            }
-        }
-        throw new AssertionError("no CapEff in /proc/self/status");
-    }
 
     private static long statusKb(long pid, String field) throws Exception {
         for (String line : Files.readAllLines(Path.of("/proc/" + pid + "/status"))) {
@@ -83,7 +74,7 @@ class SwapSafetyOptionsTest {
 
     @Test
     void ioFlusherOnFlagsTheServingThreadsOrRefusesNamingTheCapability() throws Exception {
-        if (!hasCapability(CAP_SYS_RESOURCE)) {
+        if (!SwapSafety.hasEffectiveCapability(SwapSafety.CAP_SYS_RESOURCE)) {
             Path err = Files.createTempFile("swap-safety", ".err");
             Process p = CliProcess.start(err, "demo", "--listen", "127.0.0.1:0", "--size", "16M", "--metrics", "none",
                     "--io-flusher", "on");

@@ -123,6 +123,21 @@ public final class SwapSafety {
         return Math.max(1, (int) ERRNO.get(state, 0L));
     }
 
+    /** CAP_IPC_LOCK: mlock beyond the memlock limit. */
+    public static final int CAP_IPC_LOCK = 14;
+    /** CAP_SYS_RESOURCE: what PR_SET_IO_FLUSHER needs. */
+    public static final int CAP_SYS_RESOURCE = 24;
+
+    /** Whether this process holds capability {@code cap} in its effective set (/proc/self/status, CapEff). */
+    public static boolean hasEffectiveCapability(int cap) throws IOException {
+        for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+            if (line.startsWith("CapEff:")) {
+                return (Long.parseUnsignedLong(line.substring("CapEff:".length()).trim(), 16) & (1L << cap)) != 0;
+            }
+        }
+        throw new IOException("no CapEff line in /proc/self/status");
+    }
+
     /** The soft "Max locked memory" limit from /proc/self/limits, as the kernel words it. */
     static String memlockLimit() {
         try {

@@ -19,16 +19,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * later test's memory too.)
  */
 class SwapSafetyTest {
-    private static final int CAP_SYS_RESOURCE = 24;
 
-    private static boolean hasCapability(int cap) throws Exception {
-        for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
-            if (line.startsWith("CapEff:")) {
-                return (Long.parseUnsignedLong(line.substring(7).trim(), 16) & (1L << cap)) != 0;
-            }
-        }
-        throw new AssertionError("no CapEff in /proc/self/status");
-    }
 
     @Test
     void theFlusherStateIsSetWherePermittedAndInheritedByLaterThreads() throws Exception {
@@ -52,7 +43,7 @@ class SwapSafetyTest {
         });
         t.start();
         t.join();
-        if (hasCapability(CAP_SYS_RESOURCE)) {
+        if (SwapSafety.hasEffectiveCapability(SwapSafety.CAP_SYS_RESOURCE)) {
             assertEquals(null, failure.get());
             assertTrue(self.get(), "PR_GET_IO_FLUSHER after setting it");
             assertTrue(flagsInProc.get(), "PF_MEMALLOC_NOIO in the thread's /proc flags");

@@ -64,13 +64,8 @@ class MemoryOptionsTest {
 
     /** Whether this process may lock {@code bytes} more: CAP_IPC_LOCK, or room under RLIMIT_MEMLOCK's soft limit. */
     private static boolean mayLock(long bytes) throws Exception {
-        for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
-            if (line.startsWith("CapEff:")) {
-                long caps = Long.parseUnsignedLong(line.substring("CapEff:".length()).trim(), 16);
-                if ((caps & (1L << 14)) != 0) { // CAP_IPC_LOCK: the limit does not apply
-                    return true;
-                }
-            }
+        if (dev.rbridge.memory.SwapSafety.hasEffectiveCapability(dev.rbridge.memory.SwapSafety.CAP_IPC_LOCK)) {
+            return true; // the limit does not apply
         }
         for (String line : Files.readAllLines(Path.of("/proc/self/limits"))) {
             if (line.startsWith("Max locked memory")) {
