@@ -422,6 +422,11 @@ public final class NbdServer implements AutoCloseable {
         public int payloadWaiting() {
             return payloadBudget.waiting();
         }
+
+        @Override
+        public long payloadPooledBytes() {
+            return bufferPool.idleBytes();
+        }
     }
 
     NbdServerConfig config() {

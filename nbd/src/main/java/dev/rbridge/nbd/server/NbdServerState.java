@@ -13,4 +13,10 @@ public interface NbdServerState {
 
     /** Connections waiting for payload memory now. */
     int payloadWaiting();
+
+    /**
+     * Direct memory of released payload buffers kept for reuse now, in bytes: outside the budget's "used", at most
+     * a quarter of the budget (unless configured otherwise).
+     */
+    long payloadPooledBytes();
 }

@@ -173,6 +173,9 @@ class ServerLimitsTest {
             assertTrue(most.get() <= 4 * MiB, "one connection held " + most.get() + " bytes, its share is " + 4 * MiB);
             assertTrue(most.get() >= 2 * MiB, "the test never filled the share (" + most.get() + ")");
             await("buffers back", () -> ts.server.state().payloadUsedBytes() == 0);
+            // Released buffers are kept for reuse up to a quarter of the budget, and the gauge says how much.
+            long pooled = ts.server.state().payloadPooledBytes();
+            assertTrue(pooled >= MiB && pooled <= 8 * MiB, "pooled " + pooled);
         }
     }
 

@@ -37,6 +37,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * rbridge_nbd_payload_budget_bytes                  payload memory the server may use at once (--nbd-memory)
  * rbridge_nbd_payload_used_bytes                    payload memory in use now
  * rbridge_nbd_payload_waiting_connections           connections waiting for payload memory now
+ * rbridge_nbd_payload_pooled_bytes                  released payload buffers kept for reuse
  * </pre>
  */
 public final class NbdMeters implements NbdServerMetrics {
@@ -109,6 +110,9 @@ public final class NbdMeters implements NbdServerMetrics {
         Gauge.builder("rbridge.nbd.payload.waiting", state, NbdServerState::payloadWaiting).baseUnit("connections")
                 .description("NBD connections waiting for payload memory now").strongReference(true)
                 .register(registry);
+        Gauge.builder("rbridge.nbd.payload.pooled", state, NbdServerState::payloadPooledBytes).baseUnit("bytes")
+                .description("Direct memory of released payload buffers kept for reuse (at most a quarter of the"
+                        + " budget)").strongReference(true).register(registry);
     }
 
     /** Makes an export's meters now, so its series exist (at zero) before the first client connects. */
