@@ -135,8 +135,8 @@ class HedgedReadTest {
         Volume v = two.volume();
         v.write(0, block(7), false).get(10, TimeUnit.SECONDS);
         toB.hold();
-        // Reads take turns among equally busy replicas, so one of these goes to B, unless B looks busier (an
-        // operation of the write above still counted in flight for a moment): read on until one waits.
+        // Reads take turns among equally busy replicas, so one of the first two goes to B; which one the test does
+        // not know, so it reads on until one waits.
         ByteBuffer waiting = null;
         CompletableFuture<Void> waits = null;
         for (int i = 0; i < 64 && waits == null; i++) {

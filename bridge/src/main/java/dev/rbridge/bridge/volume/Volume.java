@@ -309,7 +309,12 @@ public final class Volume implements BlockDevice {
         return true;
     }
 
-    /** Counts a remote operation as in flight on its memserver until it completes. */
+    /**
+     * Counts a remote operation as in flight on its memserver until it completes. The future returned is the counting
+     * stage, not the operation's: a CompletableFuture runs its dependents last-registered-first, so a caller's stage
+     * hung on the operation itself would run (and answer the volume's caller) before the count dropped. A failure
+     * arrives wrapped in a CompletionException ({@code Failures.cause} unwraps it).
+     */
     static CompletableFuture<Void> counted(Replica r, RemoteOpMetrics.Op kind, long bytes, ReplicaOp op) {
         MemserverLink link = r.link();
         AtomicLong n = link.inFlight;
@@ -331,13 +336,13 @@ public final class Volume implements BlockDevice {
                 metrics.completed(kind, bytes, System.nanoTime() - start, f.isCompletedExceptionally());
             }
         } else if (timed) {
-            f.whenComplete((v, e) -> {
+            return f.whenComplete((v, e) -> {
                 n.decrementAndGet();
                 done.increment();
                 metrics.completed(kind, bytes, System.nanoTime() - start, e != null);
             });
         } else {
-            f.whenComplete((v, e) -> {
+            return f.whenComplete((v, e) -> {
                 n.decrementAndGet();
                 done.increment();
             });
