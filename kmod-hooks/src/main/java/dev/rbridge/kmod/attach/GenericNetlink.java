@@ -127,37 +127,56 @@ final class GenericNetlink implements AutoCloseable {
             }
         }
         List<Message> replies = new ArrayList<>();
-        while (true) {
-            ByteBuffer in = receiveRaw(what);
-            while (in.remaining() >= NLMSG_HDRLEN) {
-                int start = in.position();
-                int mlen = in.getInt();
-                int type = Short.toUnsignedInt(in.getShort());
-                in.getShort(); // flags
-                int mseq = in.getInt();
-                in.getInt(); // port id
-                if (mlen < NLMSG_HDRLEN || start + mlen > in.limit()) {
-                    throw new IOException(what + ": truncated netlink reply");
-                }
-                int next = start + ((mlen + 3) & ~3);
-                if (mseq != mySeq) {
-                    in.position(Math.min(in.limit(), next)); // a reply to an earlier request or an event: not ours
-                    continue;
-                }
-                if (type == NLMSG_ERROR) {
-                    int error = in.getInt();
-                    if (error < 0) {
-                        throw new NetlinkException(what, -error);
-                    }
-                    return replies; // the acknowledgement
-                }
-                if (type == NLMSG_DONE) {
-                    return replies;
-                }
-                replies.add(message(in, start, mlen));
-                in.position(Math.min(in.limit(), next));
-            }
+        while (!collect(receiveRaw(what), mySeq, replies, what)) {
+            // more datagrams until the kernel's acknowledgement
         }
+        return replies;
+    }
+
+    /**
+     * Reads one datagram the kernel sent after request {@code seq}: its messages for that request go into
+     * {@code into}, others (replies to earlier requests, events) are skipped. Returns whether the datagram ended the
+     * reply (the acknowledgement, or DONE after a dump). A message whose length does not fit the datagram, or is too
+     * short for its own headers, is an IOException, as is an error the kernel answered ({@link NetlinkException}).
+     * Pure: no socket, for tests and fuzzing.
+     */
+    static boolean collect(ByteBuffer in, int seq, List<Message> into, String what) throws IOException {
+        while (in.remaining() >= NLMSG_HDRLEN) {
+            int start = in.position();
+            int mlen = in.getInt();
+            int type = Short.toUnsignedInt(in.getShort());
+            in.getShort(); // flags
+            int mseq = in.getInt();
+            in.getInt(); // port id
+            if (mlen < NLMSG_HDRLEN || mlen > in.limit() - start) {
+                throw new IOException(what + ": truncated netlink reply (a message of " + mlen + " bytes at " + start
+                        + " in a datagram of " + in.limit() + ")");
+            }
+            int next = start + ((mlen + 3) & ~3);
+            if (mseq != seq) {
+                in.position(Math.min(in.limit(), next)); // a reply to an earlier request or an event: not ours
+                continue;
+            }
+            if (type == NLMSG_ERROR || type == NLMSG_DONE) {
+                if (type == NLMSG_DONE) {
+                    return true;
+                }
+                if (mlen < NLMSG_HDRLEN + 4) {
+                    throw new IOException(what + ": a netlink error message of " + mlen + " bytes, without its code");
+                }
+                int error = in.getInt();
+                if (error < 0) {
+                    throw new NetlinkException(what, -error);
+                }
+                return true; // the acknowledgement
+            }
+            if (mlen < NLMSG_HDRLEN + GENL_HDRLEN) {
+                throw new IOException(what + ": a generic netlink message of " + mlen + " bytes, without its header");
+            }
+            into.add(message(in, start, mlen));
+            in.position(Math.min(in.limit(), next));
+        }
+        return false;
     }
 
     /** Subscribes this socket to a multicast group of a family. */
@@ -182,15 +201,24 @@ final class GenericNetlink implements AutoCloseable {
             }
             throw e;
         }
+        return event(in, family);
+    }
+
+    /**
+     * The first message of {@code family} in one datagram of events, or null if it holds none. Messages too short
+     * for their headers or longer than the datagram end the search: events are advisory, the caller waits for the
+     * next. Pure: no socket, for tests and fuzzing.
+     */
+    static Message event(ByteBuffer in, int family) {
         while (in.remaining() >= NLMSG_HDRLEN) {
             int start = in.position();
             int mlen = in.getInt();
             int type = Short.toUnsignedInt(in.getShort());
             in.position(start + NLMSG_HDRLEN);
-            if (mlen < NLMSG_HDRLEN || start + mlen > in.limit()) {
+            if (mlen < NLMSG_HDRLEN || mlen > in.limit() - start) {
                 return null;
             }
-            if (type == family) {
+            if (type == family && mlen >= NLMSG_HDRLEN + GENL_HDRLEN) {
                 return message(in, start, mlen);
             }
             in.position(Math.min(in.limit(), start + ((mlen + 3) & ~3)));
