@@ -40,6 +40,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
 
 /**
@@ -60,6 +61,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private static final long RECONNECT_MILLIS = 1000;
 
     private final BridgeConfig config;
+    private final AtomicLong drainChecks = new AtomicLong();
     private final RemoteMemoryProvider provider;
     /** Every memserver this bridge uses; grows and shrinks while it serves (admin, DNS), so copy-on-write. */
     private final List<MemserverLink> links = new java.util.concurrent.CopyOnWriteArrayList<>();
@@ -348,6 +350,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
      * or could not start, is retried), and one that is up and holds nothing live, and no last copy of a lost slab, is
      * let go. A draining memserver that is down is kept: it may hold the only copy of something.
      */
+    /** How many times the health duty has looked for drains to finish: tests wait for a look, not for a time. */
+    long drainChecks() {
+        return drainChecks.get();
+    }
+
     private void finishDrains() {
         for (MemserverLink l : links) {
             if (!l.draining()) {
@@ -864,6 +871,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                         memserverDraining(l);
                     }
                     finishDrains();
+                    drainChecks.incrementAndGet();
                     refreshCapacity();
                     for (Volume v : volumes.values()) {
                         v.failClosedReplicas();

@@ -137,15 +137,12 @@ class MemserverDrainTest {
             Thread.sleep(20);
         }
         toA.partition();
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-        while (link(bridge, toA.address()) != null && System.nanoTime() < deadline) {
-            Thread.sleep(50);
-        }
+        awaitLostAndTwoDrainChecks(bridge, v);
         System.out.println("lost: A still used by the bridge: " + (link(bridge, toA.address()) != null)
                 + "; slab 0: " + v.slabStatus(0));
         toA.heal();
         // A kept link reconnects once the partitioned connection's lease lapses (ttl 3 s) and adopts the lost slab.
-        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         while (v.slabStatus(0).state() == SlabState.LOST && System.nanoTime() < deadline) {
             Thread.sleep(50);
         }
@@ -166,18 +163,33 @@ class MemserverDrainTest {
         Volume v = bridge.volume("disk");
         write(v);
         toA.partition();
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-        while (v.slabStatus(0).state() != SlabState.LOST && System.nanoTime() < deadline) {
-            Thread.sleep(50);
-        }
-        Thread.sleep(1500);
+        awaitLostAndTwoDrainChecks(bridge, v);
         toA.heal();
-        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         while (v.slabStatus(0).state() == SlabState.LOST && System.nanoTime() < deadline) {
             Thread.sleep(50);
         }
         System.out.println("control: slab 0 after heal: " + v.slabStatus(0));
         assertTrue(v.slabStatus(0).state() != SlabState.LOST);
+    }
+
+    /**
+     * Until slab 0 is lost (its only replica's memserver partitioned away), and then until the health duty has twice
+     * looked for drains to finish: where the old code let a draining memserver go (and with it the lost slab's only
+     * copy), it had done so by then.
+     */
+    private static void awaitLostAndTwoDrainChecks(Bridge bridge, Volume v) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (v.slabStatus(0).state() != SlabState.LOST) {
+            assertTrue(System.nanoTime() < deadline, "slab 0 never lost with its memserver partitioned away: "
+                    + v.slabStatus(0));
+            Thread.sleep(20);
+        }
+        long seen = bridge.drainChecks();
+        while (bridge.drainChecks() < seen + 2) {
+            assertTrue(System.nanoTime() < deadline + TimeUnit.SECONDS.toNanos(10), "the health duty stopped");
+            Thread.sleep(20);
+        }
     }
 
     /**

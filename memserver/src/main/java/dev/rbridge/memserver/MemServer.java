@@ -140,6 +140,11 @@ public final class MemServer implements RegionService, AutoCloseable {
         return listener.address();
     }
 
+    /** Transport connections open now, those still in their handshake included. */
+    public int connectionCount() {
+        return listener.connectionCount();
+    }
+
     public String serverId() {
         return serverId;
     }

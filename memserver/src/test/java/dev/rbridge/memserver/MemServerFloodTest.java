@@ -22,6 +22,7 @@ import java.net.Socket;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -103,6 +104,24 @@ class MemServerFloodTest {
         }
     }
 
+    interface Count {
+        long get() throws Exception;
+    }
+
+    /**
+     * Waits until the memserver has taken in all {@code n} connections: each is open (its thread started) or was
+     * turned away (refused or evicted, counted once each); an eviction moves a connection from the first count to the
+     * second, so the sum counts every connection accepted once.
+     */
+    static void awaitSettled(String what, int n, Count settled) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(8); // before the 10 s hello timeout
+        long seen;
+        while ((seen = settled.get()) < n && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertTrue(seen >= n, what + ": the memserver took in " + seen + " of " + n + " connections in 8 s");
+    }
+
     static long directMemory() {
         return ManagementFactory.getPlatformMXBeans(BufferPoolMXBean.class).stream()
                 .filter(b -> b.getName().equals("direct")).mapToLong(BufferPoolMXBean::getMemoryUsed).sum();
@@ -117,7 +136,8 @@ class MemServerFloodTest {
             long before = directMemory();
             List<Socket> flood = silent(m.address(), 200);
             try {
-                Thread.sleep(1000); // every connection accepted and its thread started (or turned away)
+                awaitSettled("the flood", flood.size(), () -> m.connectionCount()
+                        + m.stats().refused().values().stream().mapToLong(Long::longValue).sum());
                 long grown = directMemory() - before;
                 assertTrue(grown < 4L << 20, "200 connections that never said hello took " + (grown >> 10)
                         + " KiB of direct memory");
@@ -179,7 +199,11 @@ class MemServerFloodTest {
                 List.of("-XX:MaxDirectMemorySize=16m"))) {
             List<Socket> flood = silent(p.address, 300);
             try {
-                Thread.sleep(1000);
+                awaitSettled("the flood", flood.size(), () -> {
+                    Map<String, Long> c = p.counters();
+                    return c.getOrDefault("connections", 0L) + p.refused().values().stream()
+                            .mapToLong(Long::longValue).sum();
+                });
                 served(p.address);
             } finally {
                 closeAll(flood);
