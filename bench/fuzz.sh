@@ -24,6 +24,7 @@ targets=(
   "control-memserver  dev.rbridge.rdma.wire.MessageDecoderFuzzTest#memserverSide"
   "control-client     dev.rbridge.rdma.wire.MessageDecoderFuzzTest#clientSide"
   "netlink            dev.rbridge.kmod.attach.NetlinkAttributesFuzzTest#parse"
+  "netlink-datagram   dev.rbridge.kmod.attach.GenericNetlinkFuzzTest#datagram"
   "http-request       dev.rbridge.ops.http.HttpRequestDecoderFuzzTest#decode"
   "json               dev.rbridge.ops.json.JsonFuzzTest#parse"
   "volume-spec        dev.rbridge.cli.CliParsersFuzzTest#volumeSpec"

@@ -110,6 +110,16 @@ def main():
     for name, data in (("connect", connect), ("family", family), ("device-list", devices), ("index", nla(1, u32(3))),
                        ("nested-flag", struct.pack("<HH", 12, 0x8007) + nla(1, u32(5)))):
         write("kmod/attach/NetlinkAttributesFuzzTestInputs/parse", name, data)
+    # Whole datagrams as the socket receives them (GenericNetlinkFuzzTest): a reply to request 77 carrying the
+    # attributes above, then the acknowledgement; an error (ENOENT, the family unknown); an event of the nbd family.
+    def nlmsg(kind, seq, body):
+        return struct.pack("<IHHII", 16 + len(body), kind, 0, seq, 0) + body + b"\0" * ((-len(body)) % 4)
+    ack = lambda code: nlmsg(2, 77, struct.pack("<i", code) + nlmsg(0x10, 77, b"")[:16])
+    for name, data in (("family", family), ("device-list", devices), ("index", nla(1, u32(3)))):
+        write("kmod/attach/GenericNetlinkFuzzTestInputs/datagram", name + "-and-ack",
+              nlmsg(0x1b, 77, b"\3\1\0\0" + data) + ack(0))
+    write("kmod/attach/GenericNetlinkFuzzTestInputs/datagram", "error-enoent", ack(-2))
+    write("kmod/attach/GenericNetlinkFuzzTestInputs/datagram", "event", nlmsg(0x1b, 0, b"\5\1\0\0" + nla(1, u32(0))))
     # The command line: examples from the documentation and deploy/.
     cli = "cli/CliParsersFuzzTestInputs/"
     for i, s in enumerate(["4096", "64K", "512M", "1G", "2GiB", "16T", "1P", "0", "8 MB", "3g"]):

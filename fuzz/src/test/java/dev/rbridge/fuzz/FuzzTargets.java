@@ -13,6 +13,7 @@ public final class FuzzTargets {
             new Target("control-memserver", "dev.rbridge.rdma.wire.MessageDecoderFuzzTest", "memserverSide"),
             new Target("control-client", "dev.rbridge.rdma.wire.MessageDecoderFuzzTest", "clientSide"),
             new Target("netlink", "dev.rbridge.kmod.attach.NetlinkAttributesFuzzTest", "parse"),
+            new Target("netlink-datagram", "dev.rbridge.kmod.attach.GenericNetlinkFuzzTest", "datagram"),
             new Target("http-request", "dev.rbridge.ops.http.HttpRequestDecoderFuzzTest", "decode"),
             new Target("json", "dev.rbridge.ops.json.JsonFuzzTest", "parse"),
             new Target("volume-spec", "dev.rbridge.cli.CliParsersFuzzTest", "volumeSpec"),
