@@ -101,6 +101,6 @@ say "swap off"
 rb detach /dev/nbd0
 await 60 sh -c '! kill -0 '"$attach_pid"' 2>/dev/null'
 kill "$serve_pid"
-wait "$serve_pid" || true
+await 60 sh -c '! kill -0 '"$serve_pid"' 2>/dev/null'   # the JVM, not a child of this shell: no wait
 dmesg | grep -Ei "nbd0|hung_task|blocked for more|oom" | sed 's/^/dmesg: /' || true
 say "all verified"
