@@ -13,6 +13,8 @@ SAMPLE=10
 GC_EVERY=30
 OUT=
 EVALUATE=
+SOAK_JAVA_OPTS=${SOAK_JAVA_OPTS-"-Xms128m -Xmx128m -XX:+AlwaysPreTouch -XX:NativeMemoryTracking=summary"}
+NMT_AFTER=120
 
 usage() {
     cat <<EOF
@@ -104,6 +106,10 @@ Options:
                     default: a temporary folder, removed on success and kept (path printed) on failure
 Environment: RBRIDGE_CMD, the command that runs rbridge (word-split; default: the launcher
 "\$ROOT/rbridge" with RBRIDGE_NO_BUILD=1 after one build up front); SoakTest sets it to the test classpath.
+SOAK_JAVA_OPTS, the JVM options of every process the launcher starts, by default
+"$SOAK_JAVA_OPTS": a fixed heap touched at start, so RSS is not the collector first touching more of its young generation, and native memory
+tracking: ${NMT_AFTER} s into each process's life the soak takes a baseline, and at the end writes each live
+process's growth since then by category (jcmd VM.native_memory summary.diff) to nmt-NAME.txt.
 The command must exec the JVM (its pid is sampled and signalled). Nothing is pinned to CPUs: the soak looks
 for drift over time, not for speed.
 Needs fio (with the nbd engine), nbdinfo, curl, python3, setsid, flock and jcmd (from the JDK dev/find-jdk
@@ -166,11 +172,22 @@ def num(r, key):
 # replicas between memservers, so one memserver's RSS follows its share of the data, while the tier's holds
 # R x the data written plus three JVMs.
 series = {}
+# The bridge's direct memory is judged net of its payload buffer pool (rbridge_nbd_payload_pooled_bytes): released
+# buffers kept for reuse, bounded by a quarter of --nbd-memory, fill in size classes as the load's peaks need them;
+# that fill is printed on its own line, and what is left is the direct memory that a leak would grow.
+pooled_max = {}
 for r in rows:
     if r["proc"] == "bridge" and r.get("quiet") == "1":
+        pooled = num(r, "pooled_bytes")
+        if pooled is not None:
+            pooled_max[r["pid"]] = max(pooled_max.get(r["pid"], 0), pooled)
         for k in RES:
             if k != "overhead_kb" and num(r, k) is not None:
-                series.setdefault(("bridge", k), {}).setdefault(r["pid"], []).append((r["t"], num(r, k), r["stable"] == "1"))
+                v = num(r, k)
+                name = k
+                if k == "direct_bytes" and pooled is not None:
+                    v, name = v - pooled, "direct_bytes - pooled"
+                series.setdefault(("bridge", name), {}).setdefault(r["pid"], []).append((r["t"], v, r["stable"] == "1"))
 by_t = {}
 for r in rows:
     if r["proc"].startswith("memserver"):
@@ -276,6 +293,9 @@ print()
 print(f"verify errors / fio failures: {sum(1 for f in fails if f.startswith('fio'))}; memserver kills: {kills}; "
       f"bridge restarts: {sum(1 for l in open(os.path.join(work, 'events.log')) if 'bridge restart: SIGTERM' in l)}; "
       f"lost slabs (max over samples): {lost}")
+if pooled_max:
+    print("bridge payload buffer pool, highest quiet sample per lifetime: "
+          + " / ".join(f"{v:.0f}" for v in pooled_max.values()) + " bytes (bounded by a quarter of --nbd-memory)")
 if p_first is not None and p_last is not None:
     print(f"p99 4K clat: first {window}s {p_first:.0f} us ({n_first} I/Os), last {window}s {p_last:.0f} us "
           f"({n_last} I/Os), ratio {p_last / p_first:.2f} (limit 1.5)")
@@ -368,7 +388,11 @@ if [[ -n ${RBRIDGE_CMD:-} ]]; then
     read -r -a RB <<<"$RBRIDGE_CMD"
 else
     echo "# rbridge: $("$ROOT/rbridge" --version 2>&1 | tail -n 1)" # builds once when the sources are newer
-    RB=(env RBRIDGE_NO_BUILD=1 "$ROOT/rbridge")
+    # A fixed heap, touched at start: with the default (a heap that may grow to a quarter of the machine's RAM),
+    # RSS climbs whenever heavier traffic (a rebuild) lets the collector touch more of its young generation for
+    # the first time, a growth bounded only by -Xmx and, in 30 minutes, not told apart from a leak. A heap leak
+    # shows in heap after GC. Native memory tracking names what grew (nmt-*.txt at the end).
+    RB=(env RBRIDGE_NO_BUILD=1 "RBRIDGE_JAVA_OPTS=$SOAK_JAVA_OPTS" "$ROOT/rbridge")
 fi
 
 declare -a MS_ADDR MS_METRICS MS_ARGS
@@ -500,8 +524,8 @@ pid_of() { cat "$WORK/pids/$1" 2>/dev/null || true; }
 sampler() {
     set +e
     local next=0 lastgc=-999999 t name pid url page rss threads fds direct heap resident lost degraded stable
-    declare -A HEAP
-    echo "t,proc,pid,rss_kb,threads,fds,direct_bytes,heap_after_gc_bytes,resident_bytes,overhead_kb,lost,degraded,stable,quiet" \
+    declare -A HEAP BORN
+    echo "t,proc,pid,rss_kb,threads,fds,direct_bytes,heap_after_gc_bytes,resident_bytes,overhead_kb,lost,degraded,stable,quiet,pooled_bytes" \
         >"$WORK/samples.csv"
     while :; do
         t=$(now)
@@ -521,6 +545,13 @@ sampler() {
             if (( gc )); then
                 timeout 30 "$JCMD" "$pid" GC.run >/dev/null 2>&1
             fi
+            [[ -n ${BORN[$pid]:-} ]] || BORN[$pid]=$t
+            if [[ ${BORN[$pid]} != done ]] && (( t - BORN[$pid] >= NMT_AFTER )); then
+                # Fails harmlessly when the JVM runs without native memory tracking.
+                timeout 30 "$JCMD" "$pid" VM.native_memory baseline >/dev/null 2>&1
+                echo "$t $name pid $pid" >>"$WORK/nmt-baselines"
+                BORN[$pid]=done
+            fi
             page=$(curl -fsS --max-time 5 "$url" 2>/dev/null) || continue
             rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status")
             threads=$(awk '/^Threads:/ { print $2 }' "/proc/$pid/status")
@@ -533,7 +564,7 @@ sampler() {
             local over=
             [[ -n $resident ]] && over=$((rss - resident / 1024))
             [[ -n $rss ]] || continue
-            echo "$t,$name,$pid,$rss,$threads,$fds,${direct},${HEAP[$pid]:-},${resident},${over},${lost},${degraded},$stable,0" \
+            echo "$t,$name,$pid,$rss,$threads,$fds,${direct},${HEAP[$pid]:-},${resident},${over},${lost},${degraded},$stable,0," \
                 >>"$WORK/samples.csv"
         done
     done
@@ -558,7 +589,7 @@ quiet_sample() {
     timeout 30 "$JCMD" "$pid" GC.run >/dev/null 2>&1 || return 0
     page=$(curl -fsS --max-time 5 "$BR_METRICS" 2>/dev/null) || return 0
     LAST_QUIET=$t
-    local rss threads fds direct heap lost degraded stable=1
+    local rss threads fds direct heap lost degraded pooled stable=1
     [[ -e $WORK/unstable ]] && stable=0
     rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status")
     threads=$(awk '/^Threads:/ { print $2 }' "/proc/$pid/status")
@@ -566,9 +597,10 @@ quiet_sample() {
     direct=$(awk '/^jvm_buffer_memory_used_bytes\{/ && /id="direct"/ { printf "%.0f", $NF }' <<<"$page")
     heap=$(awk '/^jvm_gc_live_data_size_bytes/ { printf "%.0f", $NF }' <<<"$page")
     [[ $heap == 0 ]] && heap=
+    pooled=$(awk '/^rbridge_nbd_payload_pooled_bytes / { printf "%.0f", $NF }' <<<"$page")
     lost=$(awk '/^rbridge_volume_slabs\{/ && /state="lost"/ { s += $NF } END { printf "%.0f", s }' <<<"$page")
     degraded=$(awk '/^rbridge_volume_slabs\{/ && /state="degraded"/ { s += $NF } END { printf "%.0f", s }' <<<"$page")
-    echo "$t,bridge,$pid,$rss,$threads,$fds,$direct,$heap,,,$lost,$degraded,$stable,1" >>"$WORK/samples.csv"
+    echo "$t,bridge,$pid,$rss,$threads,$fds,$direct,$heap,,,$lost,$degraded,$stable,1,$pooled" >>"$WORK/samples.csv"
 }
 
 # --- killer: a memserver SIGKILLed every KILL_EVERY seconds, restarted after DOWN seconds -------------------------
@@ -682,6 +714,12 @@ sleep "$SAMPLE" # one more sample after the load
 kill "${HELPERS[0]}" 2>/dev/null || true
 wait "${HELPERS[0]}" 2>/dev/null || true
 HELPERS=()
+for name in bridge memserver1 memserver2 memserver3; do
+    pid=$(pid_of "$name")
+    [[ -n $pid ]] || continue
+    { echo "# $name pid $pid, native memory since its baseline ($(grep " $name pid $pid\$" "$WORK/nmt-baselines" 2>/dev/null || echo none): t, name, pid)"
+      timeout 30 "$JCMD" "$pid" VM.native_memory summary.diff 2>&1; } >"$WORK/nmt-$name.txt" || true
+done
 
 # --- verdict ----------------------------------------------------------------------------------------------------
 printf 'DURATION=%s\nEND_T=%s\n' "$DURATION" "$END_T" >"$WORK/run.env"
