@@ -157,10 +157,10 @@ final class GenericNetlink implements AutoCloseable {
                 in.position(Math.min(in.limit(), next)); // a reply to an earlier request or an event: not ours
                 continue;
             }
-            if (type == NLMSG_ERROR || type == NLMSG_DONE) {
-                if (type == NLMSG_DONE) {
-                    return true;
-                }
+            if (type == NLMSG_DONE) {
+                return true;
+            }
+            if (type == NLMSG_ERROR) {
                 if (mlen < NLMSG_HDRLEN + 4) {
                     throw new IOException(what + ": a netlink error message of " + mlen + " bytes, without its code");
                 }
