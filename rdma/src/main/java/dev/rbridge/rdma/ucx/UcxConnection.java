@@ -209,7 +209,10 @@ final class UcxConnection extends ControlPlaneConnection {
             ch.socket().connect(params.address(), (int) params.connectTimeout().toMillis());
             Link link = ControlClient.link(ch, params.tls(), params.address(), peer);
             ServerInfo info = ControlClient.greet(link, peer, params.token(), params.clientName());
-            loop = new UcxLoop(context, "rdma-ucx-progress-" + peer);
+            long spinForTests = spinBudgetNanosForTests;
+            loop = new UcxLoop(context, "rdma-ucx-progress-" + peer, spinForTests >= 0 ? new ProgressSpin(spinForTests)
+                    : ProgressSpin.fromEnvironment(System.getenv(),
+                            Ucx.registrationPinsPages(System.getenv(), Ucx.rdmaDevices())));
             UcxLoop worker = loop;
             ByteBuffer serverAddress = ucxConnect(link, peer, loop.call(() -> worker.worker.getAddress(),
                     params.connectTimeout().toMillis()));
@@ -411,6 +414,9 @@ final class UcxConnection extends ControlPlaneConnection {
      * with its reply, to hold that caller inside the window a fast reply races with.
      */
     static volatile Consumer<Message> afterSendForTests;
+
+    /** Tests: the progress spin budget of connections made from now on (negative: the environment's). */
+    static volatile long spinBudgetNanosForTests = -1;
 
     private void send(Message m) throws IOException {
         ByteBuffer b = MessageEncoder.encode(m);
@@ -675,7 +681,10 @@ final class UcxConnection extends ControlPlaneConnection {
             }
             try {
                 switch (op.kind) {
-                    case GET -> endpoint.getNonBlocking(op.remote, op.rkey, op.local, op.size, callback(op, null));
+                    case GET -> {
+                        endpoint.getNonBlocking(op.remote, op.rkey, op.local, op.size, callback(op, null));
+                        loop.posted();
+                    }
                     case PUT -> {
                         // Implicit: no request object or upcall per PUT; the batch's flush completes it, or fails
                         // the endpoint (and with it every operation) when any PUT of the batch failed.
@@ -688,6 +697,7 @@ final class UcxConnection extends ControlPlaneConnection {
                             puts = new ArrayList<>();
                         }
                         endpoint.flushNonBlocking(callback(op, null));
+                        loop.posted();
                     }
                 }
             } catch (RuntimeException e) {
@@ -703,6 +713,7 @@ final class UcxConnection extends ControlPlaneConnection {
     private void flushPuts(List<Op> puts) {
         try {
             endpoint.flushNonBlocking(callback(null, r -> puts.forEach(this::complete)));
+            loop.posted();
         } catch (RuntimeException e) {
             closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "UCX refused a flush to memserver " + peer
                     + ": " + e.getMessage(), e));
@@ -717,6 +728,7 @@ final class UcxConnection extends ControlPlaneConnection {
         return new UcxCallback() {
             @Override
             public void onSuccess(UcpRequest request) {
+                loop.settled();
                 if (op != null && op.settled != null) {
                     op.settled.run();
                 }
@@ -729,6 +741,7 @@ final class UcxConnection extends ControlPlaneConnection {
 
             @Override
             public void onError(int ucsStatus, String errorMsg) {
+                loop.settled();
                 if (op != null && op.settled != null) {
                     op.settled.run();
                 }

@@ -24,6 +24,10 @@ import java.util.concurrent.TimeoutException;
  * {@linkplain #kick kicks} a sleeping loop every watchdog period: a missed event then costs one period, not the
  * connection. Kicks that find completions waiting are logged (sparsely): some are a completion that raced the kick, many
  * mean UCX or the NIC's driver did not signal them.
+ *
+ * <p>While operations it was told of ({@link #posted}, {@link #settled}) are outstanding, it polls for a short budget
+ * before sleeping ({@link ProgressSpin}): a completion found by polling costs no wake-up, and a task queued meanwhile
+ * needs no signal.
  */
 final class UcxLoop implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(UcxLoop.class);
@@ -35,9 +39,17 @@ final class UcxLoop implements AutoCloseable {
     private volatile boolean stopping;
     private volatile boolean kicked;
     private long missedEvents;
+    private final ProgressSpin spin;
+    /** Operations posted on this worker that will complete through it and have not yet: loop thread only. */
+    private int outstanding;
     private final CompletableFuture<Void> stopped = new CompletableFuture<>();
 
     UcxLoop(UcpContext context, String name) {
+        this(context, name, new ProgressSpin(0));
+    }
+
+    UcxLoop(UcpContext context, String name, ProgressSpin spin) {
+        this.spin = spin;
         this.worker = context.newWorker(new UcpWorkerParams());
         this.thread = new Thread(this::run, name);
         thread.setDaemon(true);
@@ -50,6 +62,21 @@ final class UcxLoop implements AutoCloseable {
 
     boolean inLoop() {
         return Thread.currentThread() == thread;
+    }
+
+    /** Its polling policy (tests read what it did). */
+    ProgressSpin spin() {
+        return spin;
+    }
+
+    /** On the loop thread: an operation was posted whose completion will come through this worker. */
+    void posted() {
+        outstanding++;
+    }
+
+    /** On the loop thread: a {@linkplain #posted posted} operation completed or failed. */
+    void settled() {
+        outstanding--;
     }
 
     /** Runs {@code task} on the loop thread (later, even when called from it). */
@@ -107,7 +134,9 @@ final class UcxLoop implements AutoCloseable {
         try {
             while (true) {
                 Runnable t;
+                boolean ran = false;
                 while ((t = tasks.poll()) != null) {
+                    ran = true;
                     try {
                         t.run();
                     } catch (Throwable e) {
@@ -132,7 +161,17 @@ final class UcxLoop implements AutoCloseable {
                                 missedEvents);
                     }
                 }
+                if (events > 0 || ran) {
+                    spin.worked();
+                }
                 if (events == 0 && tasks.isEmpty()) {
+                    // The clock is read only when polling may follow: where it is not the vDSO's (some VMs) each
+                    // read is a system call.
+                    if (!stopping && outstanding > 0 && spin.enabled()
+                            && spin.pollAgain(outstanding, System.nanoTime())) {
+                        Thread.onSpinWait();
+                        continue;
+                    }
                     sleeping = true;
                     if (tasks.isEmpty() && !stopping) {
                         worker.waitForEvents();
