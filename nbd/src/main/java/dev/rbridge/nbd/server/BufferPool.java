@@ -1,50 +1,104 @@
 package dev.rbridge.nbd.server;
 
+import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
-import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.ConcurrentSkipListMap;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * Direct buffers for request payloads and read data, in power-of-two size classes from 4 KiB to the largest payload.
- * Allocating a direct buffer zeroes it and takes a global lock, so reuse matters at 100k requests per second.
- * At most {@code retainBytes} are kept idle; beyond that, released buffers are left to the GC.
+ * Direct buffers for request payloads and read data, in power-of-two size classes from 4 KiB to the largest payload,
+ * carved from a few large blocks of {@link PayloadMemory}: buffers under {@link #BLOCK_BYTES} from blocks of that
+ * size, larger ones from a block each. Few long-lived blocks are what a NIC wants (each is registered once, when it
+ * is made, never per request), and allocating a buffer per request would zero it and take a global lock.
+ *
+ * <p>Each class keeps its idle buffers as a stack, so the most recently released (cache-warm) buffer is reused first
+ * and blocks nobody needed lately end up wholly idle. Memory held is bounded by what was in use at once (a class gets
+ * a new block only when it has no idle buffer) plus one block per class. {@link #trim} gives whole idle blocks back
+ * while more than {@code retainBytes} are idle; the NBD server's housekeeper calls it, never a request's thread.
  */
 public final class BufferPool {
     private static final int MIN_SHIFT = 12;
+    /** The block size for buffers smaller than it (2 MiB: one huge page where the memory has them). */
+    public static final int BLOCK_BYTES = 2 << 20;
 
-    private final ConcurrentLinkedQueue<ByteBuffer>[] classes;
+    private final PayloadMemory memory;
+    private final ConcurrentLinkedDeque<ByteBuffer>[] idle;
+    /** Per class: held while a block is carved or the class is trimmed, so neither races the other. */
+    private final Object[] carving;
     private final long retainBytes;
     private final AtomicLong idleBytes = new AtomicLong();
+    private final AtomicLong heldBytes = new AtomicLong();
+    private final ConcurrentSkipListMap<Long, Block> blocks = new ConcurrentSkipListMap<>();
+
+    private record Block(ByteBuffer memory, long address, int bytes, int buffers) {
+        boolean holds(long at) {
+            return at >= address && at < address + bytes;
+        }
+    }
+
+    public BufferPool(int maxBufferSize, long retainBytes) {
+        this(maxBufferSize, retainBytes, PayloadMemory.DIRECT);
+    }
 
     @SuppressWarnings("unchecked")
-    public BufferPool(int maxBufferSize, long retainBytes) {
+    public BufferPool(int maxBufferSize, long retainBytes, PayloadMemory memory) {
         int maxShift = 32 - Integer.numberOfLeadingZeros(Math.max(maxBufferSize, 1 << MIN_SHIFT) - 1);
-        this.classes = new ConcurrentLinkedQueue[maxShift - MIN_SHIFT + 1];
-        for (int i = 0; i < classes.length; i++) {
-            classes[i] = new ConcurrentLinkedQueue<>();
+        this.idle = new ConcurrentLinkedDeque[maxShift - MIN_SHIFT + 1];
+        this.carving = new Object[idle.length];
+        for (int i = 0; i < idle.length; i++) {
+            idle[i] = new ConcurrentLinkedDeque<>();
+            carving[i] = new Object();
         }
         this.retainBytes = retainBytes;
+        this.memory = memory;
     }
 
     /** A direct buffer with position 0 and limit {@code length}. */
     public ByteBuffer acquire(int length) {
         int index = classIndex(length);
-        if (index >= classes.length) {
-            return ByteBuffer.allocateDirect(length); // larger than any pooled class: not kept after release
+        if (index >= idle.length) {
+            return ByteBuffer.allocateDirect(length); // larger than any class: not kept after release
         }
-        ByteBuffer b = classes[index].poll();
+        ByteBuffer b = idle[index].pollFirst();
         if (b == null) {
-            b = ByteBuffer.allocateDirect(1 << (index + MIN_SHIFT));
+            b = carve(index);
         } else {
             idleBytes.addAndGet(-b.capacity());
         }
         return b.clear().limit(length);
     }
 
+    /** A buffer of class {@code index} from a new block; the block's other buffers become idle. */
+    private ByteBuffer carve(int index) {
+        synchronized (carving[index]) {
+            ByteBuffer b = idle[index].pollFirst(); // carved or trimmed back meanwhile
+            if (b != null) {
+                idleBytes.addAndGet(-b.capacity());
+                return b;
+            }
+            int size = 1 << (index + MIN_SHIFT);
+            int bytes = Math.max(size, BLOCK_BYTES);
+            ByteBuffer block = memory.allocate(bytes);
+            long address = address(block);
+            blocks.put(address, new Block(block, address, bytes, bytes / size));
+            heldBytes.addAndGet(bytes);
+            for (int at = size; at < bytes; at += size) {
+                idle[index].offerLast(block.slice(at, size));
+            }
+            idleBytes.addAndGet(bytes - size);
+            return block.slice(0, size);
+        }
+    }
+
     /** The capacity of the buffer {@link #acquire} returns for {@code length}: what it holds in memory. */
     public int capacityFor(int length) {
         int index = classIndex(length);
-        return index >= classes.length ? length : 1 << (index + MIN_SHIFT);
+        return index >= idle.length ? length : 1 << (index + MIN_SHIFT);
     }
 
     public void release(ByteBuffer b) {
@@ -52,18 +106,75 @@ public final class BufferPool {
             return;
         }
         int index = classIndex(b.capacity());
-        if (index >= classes.length || b.capacity() != 1 << (index + MIN_SHIFT)) {
+        if (index >= idle.length || b.capacity() != 1 << (index + MIN_SHIFT)) {
             return;
         }
-        if (idleBytes.addAndGet(b.capacity()) > retainBytes) {
-            idleBytes.addAndGet(-b.capacity());
-            return;
-        }
-        classes[index].offer(b);
+        idle[index].offerFirst(b);
+        idleBytes.addAndGet(b.capacity());
     }
 
+    /**
+     * Frees whole idle blocks, largest classes first, while more than {@code retainBytes} are idle; drops idle
+     * buffers that are not from a block of this pool. Blocks with a buffer in use stay.
+     */
+    public void trim() {
+        for (int index = idle.length - 1; index >= 0 && idleBytes.get() > retainBytes; index--) {
+            trim(index);
+        }
+    }
+
+    private void trim(int index) {
+        synchronized (carving[index]) {
+            List<ByteBuffer> taken = new ArrayList<>();
+            ByteBuffer b;
+            while ((b = idle[index].pollFirst()) != null) {
+                taken.add(b);
+            }
+            Map<Block, List<ByteBuffer>> byBlock = new IdentityHashMap<>();
+            for (ByteBuffer x : taken) {
+                Block block = blockOf(x);
+                if (block == null) {
+                    idleBytes.addAndGet(-x.capacity());
+                } else {
+                    byBlock.computeIfAbsent(block, k -> new ArrayList<>()).add(x);
+                }
+            }
+            for (Map.Entry<Block, List<ByteBuffer>> e : byBlock.entrySet()) {
+                Block block = e.getKey();
+                if (e.getValue().size() == block.buffers() && idleBytes.get() > retainBytes) {
+                    blocks.remove(block.address());
+                    idleBytes.addAndGet(-block.bytes());
+                    heldBytes.addAndGet(-block.bytes());
+                    memory.free(block.memory());
+                }
+            }
+            for (ByteBuffer x : taken) { // back in their order, behind any released meanwhile
+                Block block = blockOf(x);
+                if (block != null && blocks.get(block.address()) == block) {
+                    idle[index].offerLast(x);
+                }
+            }
+        }
+    }
+
+    private Block blockOf(ByteBuffer b) {
+        long at = address(b);
+        Map.Entry<Long, Block> e = blocks.floorEntry(at);
+        return e != null && e.getValue().holds(at) ? e.getValue() : null;
+    }
+
+    private static long address(ByteBuffer b) {
+        return MemorySegment.ofBuffer(b).address();
+    }
+
+    /** Bytes of idle buffers. */
     public long idleBytes() {
         return idleBytes.get();
+    }
+
+    /** Bytes of every block held, buffers in use and idle. */
+    public long heldBytes() {
+        return heldBytes.get();
     }
 
     private static int classIndex(int length) {

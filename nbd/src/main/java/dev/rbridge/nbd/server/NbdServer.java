@@ -45,6 +45,7 @@ public final class NbdServer implements AutoCloseable {
     private static final int SEND_BUFFER = 4 << 20;
     /** How often the housekeeper looks at every connection's clocks. */
     private static final long HOUSEKEEPING_MILLIS = 100;
+    private static final long TRIM_NANOS = 1_000_000_000L;
 
     private final NbdServerConfig config;
     private final BufferPool bufferPool;
@@ -66,7 +67,7 @@ public final class NbdServer implements AutoCloseable {
     private NbdServer(NbdServerConfig config) {
         this.config = config;
         int largest = config.exports().stream().mapToInt(Export::maximumPayload).max().orElse(Export.DEFAULT_MAXIMUM_PAYLOAD);
-        this.bufferPool = new BufferPool(largest, config.bufferPoolRetainBytes());
+        this.bufferPool = new BufferPool(largest, config.bufferPoolRetainBytes(), config.payloadMemory());
         this.payloadBudget = new PayloadBudget(config.payloadBudget(), config.payloadBudgetPerPeer(),
                 config.payloadBudgetPerConnection());
         this.housekeeper = new Thread(this::housekeeping, "nbd-housekeeper");
@@ -333,9 +334,15 @@ public final class NbdServer implements AutoCloseable {
     /** Closes connections that overstay a time limit, and stalled ones whose memory others wait for. */
     private void housekeeping() {
         try {
+            long trimmed = System.nanoTime();
             while (!closing) {
                 try {
-                    sweep(System.nanoTime());
+                    long now = System.nanoTime();
+                    sweep(now);
+                    if (now - trimmed >= TRIM_NANOS) { // trimming walks the idle buffers: not every tick
+                        trimmed = now;
+                        bufferPool.trim();
+                    }
                 } catch (RuntimeException | Error e) {
                     limitedLog.warn("housekeeping", "housekeeping failed; trying again", e);
                 }

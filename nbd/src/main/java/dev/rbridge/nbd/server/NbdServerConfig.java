@@ -62,6 +62,7 @@ public final class NbdServerConfig {
     private final long bufferPoolRetainBytes;
     private final NbdServerMetrics metrics;
     private final Consumer<SocketChannel> tcpSocketSetup;
+    private final PayloadMemory payloadMemory;
     private final dev.rbridge.nbd.tls.NbdTls tls;
 
     private NbdServerConfig(Builder b) {
@@ -101,6 +102,7 @@ public final class NbdServerConfig {
         this.bufferPoolRetainBytes = b.bufferPoolRetainBytes >= 0 ? b.bufferPoolRetainBytes : b.payloadBudget / 4;
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
         this.tcpSocketSetup = Objects.requireNonNull(b.tcpSocketSetup, "tcpSocketSetup");
+        this.payloadMemory = Objects.requireNonNull(b.payloadMemory, "payloadMemory");
         this.tls = Objects.requireNonNull(b.tls, "tls");
         this.exportList = List.copyOf(b.exports.values()); // LinkedHashMap: configured order
     }
@@ -195,6 +197,11 @@ public final class NbdServerConfig {
         return tcpSocketSetup;
     }
 
+    /** See {@link Builder#payloadMemory}. */
+    public PayloadMemory payloadMemory() {
+        return payloadMemory;
+    }
+
     public static final class Builder {
         private final List<ListenAddress> listen = new ArrayList<>();
         private final Map<String, Export> exports = new LinkedHashMap<>();
@@ -214,6 +221,7 @@ public final class NbdServerConfig {
         private NbdServerMetrics metrics = NbdServerMetrics.NONE;
         private Consumer<SocketChannel> tcpSocketSetup = ch -> {
         };
+        private PayloadMemory payloadMemory = PayloadMemory.DIRECT;
         private dev.rbridge.nbd.tls.NbdTls tls = dev.rbridge.nbd.tls.NbdTls.OFF;
 
         /** TLS: off (the default), offered (on), or required; see {@link dev.rbridge.nbd.tls.TlsMode}. */
@@ -305,7 +313,10 @@ public final class NbdServerConfig {
             return this;
         }
 
-        /** Idle buffers kept for reuse, beyond the budget in use; default a quarter of the budget. */
+        /**
+         * Idle buffers kept for reuse, beyond the budget in use; default a quarter of the budget. Whole idle blocks
+         * beyond it are given back about once a second (see {@link BufferPool}).
+         */
         public Builder bufferPoolRetainBytes(long bytes) {
             this.bufferPoolRetainBytes = bytes;
             return this;
@@ -323,6 +334,15 @@ public final class NbdServerConfig {
          */
         public Builder tcpSocketSetup(Consumer<SocketChannel> setup) {
             this.tcpSocketSetup = setup;
+            return this;
+        }
+
+        /**
+         * Where payload buffers' memory comes from (default {@link PayloadMemory#DIRECT}): the embedding application
+         * registers it there when its transport moves data straight from and into those buffers.
+         */
+        public Builder payloadMemory(PayloadMemory memory) {
+            this.payloadMemory = memory;
             return this;
         }
 

@@ -5,10 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
-import java.util.Collections;
-import java.util.IdentityHashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Random;
 import java.util.Set;
@@ -17,6 +17,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.junit.jupiter.api.Test;
 
@@ -41,15 +42,16 @@ class BufferPoolTest {
     void releasedBufferIsReusedForTheSameSizeClass() {
         BufferPool pool = new BufferPool(MAX, 64L << 20);
         ByteBuffer b = pool.acquire(5000);
-        assertEquals(0, pool.idleBytes());
+        long carved = BufferPool.BLOCK_BYTES - 8192; // the rest of the 8 KiB class's first block
+        assertEquals(carved, pool.idleBytes());
         b.position(100).limit(200); // left in any state by its user
         pool.release(b);
-        assertEquals(b.capacity(), pool.idleBytes());
-        ByteBuffer c = pool.acquire(6000); // same 8 KiB class
+        assertEquals(carved + b.capacity(), pool.idleBytes());
+        ByteBuffer c = pool.acquire(6000); // same 8 KiB class: the buffer released last comes first
         assertSame(b, c);
         assertEquals(0, c.position());
         assertEquals(6000, c.limit());
-        assertEquals(0, pool.idleBytes());
+        assertEquals(carved, pool.idleBytes());
 
         pool.release(c);
         ByteBuffer small = pool.acquire(100); // the 4 KiB class is empty
@@ -60,39 +62,78 @@ class BufferPoolTest {
     }
 
     @Test
-    void retainBytesIsHonoured() {
-        BufferPool pool = new BufferPool(MAX, 3 * 4096);
-        List<ByteBuffer> first = new ArrayList<>();
-        for (int i = 0; i < 5; i++) {
-            first.add(pool.acquire(4096));
+    void buffersAreCarvedFromPageAlignedBlocksWithoutOverlap() {
+        RecordingMemory memory = new RecordingMemory();
+        BufferPool pool = new BufferPool(MAX, 64L << 20, memory);
+        int count = BufferPool.BLOCK_BYTES / 4096;
+        Set<Long> seen = new HashSet<>();
+        for (int i = 0; i < count; i++) {
+            long at = address(pool.acquire(4096));
+            assertEquals(0, at % 4096, "page aligned");
+            assertTrue(seen.add(at), "handed out twice");
         }
-        first.forEach(pool::release);
-        assertEquals(3 * 4096, pool.idleBytes(), "only retainBytes are kept idle");
-
-        Set<ByteBuffer> reused = Collections.newSetFromMap(new IdentityHashMap<>());
-        Set<ByteBuffer> released = Collections.newSetFromMap(new IdentityHashMap<>());
-        released.addAll(first);
-        for (int i = 0; i < 5; i++) {
-            ByteBuffer b = pool.acquire(4096);
-            if (released.contains(b)) {
-                reused.add(b);
-            }
-        }
-        assertEquals(3, reused.size(), "the kept buffers come back, the others were dropped");
+        assertEquals(List.of(BufferPool.BLOCK_BYTES), memory.allocated, "one block for the whole class");
+        long block = address(memory.blocks.get(0));
+        assertTrue(seen.stream().allMatch(at -> at >= block && at < block + BufferPool.BLOCK_BYTES), "inside it");
         assertEquals(0, pool.idleBytes());
+        pool.acquire(4096);
+        assertEquals(2, memory.allocated.size(), "a class without idle buffers gets a new block");
+        assertEquals(2L * BufferPool.BLOCK_BYTES, pool.heldBytes());
 
-        BufferPool none = new BufferPool(MAX, 0);
-        ByteBuffer b = none.acquire(10);
-        none.release(b);
-        assertEquals(0, none.idleBytes());
-        assertNotSame(b, none.acquire(10));
+        BufferPool large = new BufferPool(8 << 20, 64L << 20, memory);
+        large.acquire(3 << 20);
+        assertEquals(4 << 20, memory.allocated.get(2), "a buffer above the block size is a block of its own");
+        assertEquals(0, large.idleBytes());
+    }
 
-        // a single buffer larger than what may be retained is not kept either
-        BufferPool small = new BufferPool(MAX, 8192);
-        ByteBuffer large = small.acquire(65536);
-        small.release(large);
-        assertEquals(0, small.idleBytes());
-        assertNotSame(large, small.acquire(65536));
+    @Test
+    void trimGivesWholeIdleBlocksBackBeyondRetainBytesAndKeepsBlocksInUse() {
+        RecordingMemory memory = new RecordingMemory();
+        BufferPool pool = new BufferPool(MAX, 0, memory);
+        ByteBuffer a = pool.acquire(4096);
+        ByteBuffer b = pool.acquire(4096);
+        pool.release(a);
+        pool.trim();
+        assertEquals(0, memory.freed.size(), "b is still in use: its block stays");
+        assertEquals(BufferPool.BLOCK_BYTES - 4096, pool.idleBytes());
+        assertSame(a, pool.acquire(4096), "the block's idle buffers are still handed out");
+        pool.release(a);
+        pool.release(b);
+        pool.trim();
+        assertEquals(List.of(memory.blocks.get(0)), memory.freed, "the whole block was idle: freed");
+        assertEquals(0, pool.idleBytes());
+        assertEquals(0, pool.heldBytes());
+        ByteBuffer c = pool.acquire(4096);
+        assertEquals(2, memory.allocated.size(), "a freed block's buffers are never handed out again");
+        assertEquals(address(memory.blocks.get(1)), address(c));
+    }
+
+    @Test
+    void trimKeepsUpToRetainBytesIdleFreeingTheLargestClassesFirst() {
+        RecordingMemory memory = new RecordingMemory();
+        BufferPool pool = new BufferPool(MAX, BufferPool.BLOCK_BYTES, memory);
+        ByteBuffer small = pool.acquire(4096);
+        ByteBuffer large = pool.acquire(65536);
+        pool.release(small);
+        pool.release(large);
+        assertEquals(2L * BufferPool.BLOCK_BYTES, pool.idleBytes());
+        pool.trim();
+        assertEquals(BufferPool.BLOCK_BYTES, pool.idleBytes(), "retainBytes stay idle");
+        assertEquals(List.of(memory.blocks.get(1)), memory.freed, "the 64 KiB class's block went first");
+        assertSame(small, pool.acquire(4096));
+        pool.trim();
+        assertEquals(1, memory.freed.size(), "nothing idle beyond retainBytes");
+    }
+
+    @Test
+    void trimDropsIdleBuffersThatAreNotFromItsBlocks() {
+        BufferPool pool = new BufferPool(MAX, 0);
+        ByteBuffer foreign = ByteBuffer.allocateDirect(4096);
+        pool.release(foreign);
+        assertEquals(4096, pool.idleBytes());
+        pool.trim();
+        assertEquals(0, pool.idleBytes());
+        assertNotSame(foreign, pool.acquire(4096));
     }
 
     @Test
@@ -107,8 +148,9 @@ class BufferPoolTest {
         assertNotSame(b, pool.acquire(65537));
 
         ByteBuffer atMax = pool.acquire(65536);
+        long idle = pool.idleBytes();
         pool.release(atMax);
-        assertEquals(65536, pool.idleBytes());
+        assertEquals(idle + 65536, pool.idleBytes());
         assertSame(atMax, pool.acquire(40000));
     }
 
@@ -128,8 +170,15 @@ class BufferPoolTest {
     void concurrentUseNeverHandsOutABufferTwice() throws Exception {
         BufferPool pool = new BufferPool(MAX, 1 << 20);
         Set<IdentityKey> held = ConcurrentHashMap.newKeySet(); // ByteBuffer.equals compares content, not identity
-        ExecutorService executor = Executors.newFixedThreadPool(4);
+        ExecutorService executor = Executors.newFixedThreadPool(5);
+        AtomicBoolean done = new AtomicBoolean();
         try {
+            Future<?> trimmer = executor.submit(() -> { // the housekeeper's part, as often as it can
+                while (!done.get()) {
+                    pool.trim();
+                }
+                return null;
+            });
             List<Future<?>> futures = new ArrayList<>();
             for (int t = 0; t < 4; t++) {
                 int seed = t;
@@ -144,11 +193,9 @@ class BufferPoolTest {
                         if (b.limit() != length || b.position() != 0) {
                             throw new AssertionError("bad buffer for " + length + ": " + b);
                         }
+                        b.put(0, (byte) seed); // writable
                         held.remove(new IdentityKey(b));
                         pool.release(b);
-                        if (pool.idleBytes() > (1 << 20) + 65536 * 4) {
-                            throw new AssertionError("idle bytes " + pool.idleBytes());
-                        }
                     }
                     return null;
                 }));
@@ -156,11 +203,39 @@ class BufferPoolTest {
             for (Future<?> f : futures) {
                 f.get(60, TimeUnit.SECONDS);
             }
+            done.set(true);
+            trimmer.get(60, TimeUnit.SECONDS);
         } finally {
             executor.shutdownNow();
         }
         assertTrue(held.isEmpty());
-        assertTrue(pool.idleBytes() > 0 && pool.idleBytes() <= 1 << 20, "idle " + pool.idleBytes());
+        assertEquals(pool.heldBytes(), pool.idleBytes(), "everything released is idle");
+        pool.trim();
+        assertTrue(pool.heldBytes() <= 1 << 20, "held after trimming " + pool.heldBytes());
+    }
+
+    /** Plain direct blocks, recording what the pool asks for. */
+    private static final class RecordingMemory implements PayloadMemory {
+        final List<Integer> allocated = new ArrayList<>();
+        final List<ByteBuffer> blocks = new ArrayList<>();
+        final List<ByteBuffer> freed = new ArrayList<>();
+
+        @Override
+        public ByteBuffer allocate(int bytes) {
+            ByteBuffer b = PayloadMemory.DIRECT.allocate(bytes);
+            allocated.add(bytes);
+            blocks.add(b);
+            return b;
+        }
+
+        @Override
+        public void free(ByteBuffer block) {
+            freed.add(block);
+        }
+    }
+
+    private static long address(ByteBuffer b) {
+        return MemorySegment.ofBuffer(b).address();
     }
 
     private record IdentityKey(ByteBuffer buffer) {
