@@ -171,6 +171,14 @@ public final class Bridge implements SlabHost, AutoCloseable {
         }
     }
 
+    /**
+     * Memory for the NBD server's payload buffers, registered with this bridge's transport (see {@link
+     * RegisteredPayloadMemory}): the buffers reads land in and writes go out from.
+     */
+    public RegisteredPayloadMemory payloadMemory() {
+        return new RegisteredPayloadMemory(provider);
+    }
+
     public BridgeConfig config() {
         return config;
     }

@@ -92,6 +92,7 @@ final class BridgeProcess {
     private NbdServerConfig.Builder nbdLimits() {
         String congestion = bridge.config().tcpCongestion();
         return options.limits.apply(NbdServerConfig.builder())
+                .payloadMemory(bridge.payloadMemory())
                 .tls(options.tls.settings())
                 .tcpSocketSetup(ch -> TcpCongestion.apply(ch, congestion));
     }

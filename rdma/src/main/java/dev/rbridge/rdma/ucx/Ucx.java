@@ -1,9 +1,12 @@
 package dev.rbridge.rdma.ucx;
 
+import dev.rbridge.rdma.LocalRegistration;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import org.openucx.jucx.NativeLibs;
 import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpMemMapParams;
+import org.openucx.jucx.ucp.UcpMemory;
 import org.openucx.jucx.ucp.UcpParams;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -62,6 +65,9 @@ final class Ucx {
     private static boolean loaded;
     private static RemoteMemoryException failure;
     private static Path laneLog;
+    private static volatile boolean registrationFailed;
+    /** Where the clients' GETs and PUTs go zero-copy on an RDMA NIC (UCX_ZCOPY_THRESH overrides it). */
+    static final String CLIENT_ZCOPY_THRESH = "4096";
 
     private Ucx() {
     }
@@ -72,6 +78,27 @@ final class Ucx {
             context = newContext(false);
         }
         return context;
+    }
+
+    /**
+     * Registers client memory (the NBD payload blocks) in the clients' context, so a GET or PUT on it finds the
+     * registration in UCX's cache instead of registering on the operation's path. When UCX cannot load there is no
+     * connection to move data either: the memory stays unregistered, said once in the log.
+     */
+    static LocalRegistration registerLocal(MemorySegment memory) {
+        UcpMemory registered;
+        try {
+            registered = context().memoryMap(new UcpMemMapParams().setAddress(memory.address())
+                    .setLength(memory.byteSize()));
+        } catch (RemoteMemoryException | RuntimeException e) {
+            if (!registrationFailed) {
+                registrationFailed = true;
+                log.warn("payload memory could not be registered with UCX ({}); data operations register it as "
+                        + "they go", e.getMessage());
+            }
+            return LocalRegistration.NONE;
+        }
+        return registered::deregister; // holds the UcpMemory, which JUCX does not keep alive on its own
     }
 
     /**
@@ -91,17 +118,22 @@ final class Ucx {
         }
         try {
             load();
-            UcpParams params = new UcpParams().requestRmaFeature().requestWakeupFeature();
-            if (server) {
-                // The memserver registers, packs keys and deregisters on a thread of its own while its progress
-                // thread serves: with this UCX locks the context's functions (ucp_mem_map, ucp_rkey_pack, ...).
-                params.setMtWorkersShared(true);
-            }
+            // The memserver registers, packs keys and deregisters on a thread of its own while its progress thread
+            // serves, and a client registers payload memory (registerLocal) from NBD threads while each connection's
+            // worker runs on its own thread: with this UCX locks the context's functions (ucp_mem_map, ...).
+            UcpParams params = new UcpParams().requestRmaFeature().requestWakeupFeature().setMtWorkersShared(true);
             if (System.getenv("UCX_KEEPALIVE_INTERVAL") == null) {
                 // A peer whose endpoint went (a memserver closing a client it disconnected or fenced, a process
                 // killed) is noticed by the other side's keepalive; where UCX emulates GET and PUT nothing else
                 // stops a cut-off client's traffic, and UCX's 20 s default is longer than anyone should wait.
                 params.setConfig("KEEPALIVE_INTERVAL", KEEPALIVE_INTERVAL);
+            }
+            if (!server && System.getenv("UCX_ZCOPY_THRESH") == null
+                    && registrationPinsPages(System.getenv(), rdmaDevices())) {
+                // The NIC reads and writes the NBD payload buffers in place from 4 KiB up: they are registered
+                // once (registerLocal), so a 4 KiB operation costs no copy into UCX's bounce buffer and no
+                // registration. UCX's own threshold is higher because it assumes memory registered on demand.
+                params.setConfig("ZCOPY_THRESH", CLIENT_ZCOPY_THRESH);
             }
             // UCX 1.13 does not apply UcpParams.setConfig to the IB memory domain's settings (the key is kept, then
             // reported unused), so the setting goes through the environment, which UCX reads as the context opens its

@@ -2,6 +2,7 @@ package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ListenParams;
+import dev.rbridge.rdma.LocalRegistration;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteListener;
@@ -9,6 +10,7 @@ import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryProvider;
 
 import java.io.IOException;
+import java.lang.foreign.MemorySegment;
 import java.util.List;
 
 /**
@@ -31,6 +33,11 @@ public final class UcxProvider implements RemoteMemoryProvider {
     @Override
     public RemoteListener listen(ListenParams params, RegionService service) throws IOException {
         return UcxListener.start(params, service);
+    }
+
+    @Override
+    public LocalRegistration registerLocal(MemorySegment memory) {
+        return Ucx.registerLocal(memory);
     }
 
     /**
