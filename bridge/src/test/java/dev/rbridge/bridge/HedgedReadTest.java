@@ -4,9 +4,8 @@ import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;
 
 import java.net.InetSocketAddress;
@@ -34,23 +33,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(120)
 class HedgedReadTest {
     private static final long MIB = 1 << 20;
-    private final List<AutoCloseable> open = new ArrayList<>();
-
-    @AfterEach
-    void tearDown() throws Exception {
-        for (AutoCloseable c : open.reversed()) {
-            c.close();
-        }
-    }
-
-    private <T extends AutoCloseable> T open(T c) {
-        open.add(c);
-        return c;
-    }
+    @RegisterExtension
+    final InJvmCluster cluster = new InJvmCluster();
 
     private MemServer memserver() throws Exception {
-        return open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, null,
-                "tcp")));
+        return cluster.memserver(64 * MIB);
     }
 
     private Bridge bridge(boolean hedge, InetSocketAddress... memservers) {
@@ -60,7 +47,7 @@ class HedgedReadTest {
             b.memserver(m);
         }
         b.volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, 2, false, 1, ""));
-        return open(Bridge.start(b.build()));
+        return cluster.bridge(b.build());
     }
 
     /** Memservers A and B, B behind a relay the test can hold, and a bridge over both (volume "disk", R=2). */
@@ -70,7 +57,7 @@ class HedgedReadTest {
     private TwoReplicas twoReplicas(boolean hedge) throws Exception {
         MemServer a = memserver();
         MemServer b = memserver();
-        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         Bridge bridge = bridge(hedge, a.address(), toB.address());
         return new TwoReplicas(toB, bridge, bridge.volume("disk"));
     }

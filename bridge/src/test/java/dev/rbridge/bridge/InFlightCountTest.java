@@ -2,17 +2,12 @@ package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;
 
-import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -27,29 +22,17 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 @Timeout(60)
 class InFlightCountTest {
     private static final long MIB = 1 << 20;
-    private final List<AutoCloseable> open = new ArrayList<>();
-
-    @AfterEach
-    void tearDown() throws Exception {
-        for (AutoCloseable c : open.reversed()) {
-            c.close();
-        }
-    }
-
-    private <T extends AutoCloseable> T open(T c) {
-        open.add(c);
-        return c;
-    }
+    @RegisterExtension
+    final InJvmCluster cluster = new InJvmCluster();
 
     private Bridge bridge(int replicas) throws Exception {
         BridgeConfig.Builder b = BridgeConfig.builder().transport("tcp").startWait(Duration.ofSeconds(5))
                 .operationTimeout(Duration.ofSeconds(30)).lanes(1);
         for (int i = 0; i < 2; i++) {
-            b.memserver(open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 16 * MIB,
-                    null, "tcp"))).address());
+            b.memserver(cluster.memserver(16 * MIB).address());
         }
         b.volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, replicas, false, 1, ""));
-        return open(Bridge.start(b.build()));
+        return cluster.bridge(b.build());
     }
 
     private static long inFlight(Bridge bridge) {

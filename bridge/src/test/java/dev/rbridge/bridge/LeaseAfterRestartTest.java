@@ -1,23 +1,19 @@
 package dev.rbridge.bridge;
 
-import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeState;
 import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.tcp.TcpProvider;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;
 
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
@@ -37,23 +33,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class LeaseAfterRestartTest {
     private static final long MIB = 1 << 20;
     private static final Duration TTL = Duration.ofSeconds(10);
-    private final List<AutoCloseable> open = new ArrayList<>();
-
-    @AfterEach
-    void tearDown() throws Exception {
-        for (AutoCloseable c : open.reversed()) {
-            c.close();
-        }
-    }
-
-    private <T extends AutoCloseable> T open(T c) {
-        open.add(c);
-        return c;
-    }
+    @RegisterExtension
+    final InJvmCluster cluster = new InJvmCluster();
 
     private MemServer memserver() throws Exception {
-        return open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 256 * MIB, null,
-                "tcp")));
+        return cluster.memserver(256 * MIB);
     }
 
     private Bridge bridge(Duration ttl, InetSocketAddress... memservers) {
@@ -63,12 +47,9 @@ class LeaseAfterRestartTest {
             b.memserver(m);
         }
         b.volume(new VolumeSpec("disk", 8 * MIB, MIB, 2, false, 1, ""));
-        return open(Bridge.start(b.build()));
+        return cluster.bridge(b.build());
     }
 
-    private static MemserverLink link(Bridge b, InetSocketAddress address) {
-        return b.memservers().stream().filter(l -> l.address().equals(address)).findFirst().orElseThrow();
-    }
 
     /** True if the volume {@code disk} is leased, live, on {@code m}. */
     private static boolean leased(MemServer m) {
@@ -79,7 +60,7 @@ class LeaseAfterRestartTest {
     void thePreviousProcesssLeaseOnAMemserverThatWasCutOffIsWaitedOutNotFenced() throws Exception {
         MemServer a = memserver();
         MemServer b = memserver();
-        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         Bridge before = bridge(TTL, a.address(), toB.address());
         byte[] data = new byte[256 << 10];
         new Random(7).nextBytes(data);
@@ -90,20 +71,20 @@ class LeaseAfterRestartTest {
         toB.partition();
         before.close();
         Bridge after = bridge(TTL, a.address(), toB.address());
-        assertNull(link(after, toB.address()).connection(), "b should have been unreachable at start");
+        assertNull(InJvmCluster.link(after, toB.address()).connection(), "b should have been unreachable at start");
         assertTrue(leased(b), "b should still hold the previous process's lease: " + b.leases());
 
         // The network comes back within the ttl: b refuses the new process's lease until the old one lapses.
         toB.heal();
         long deadline = System.nanoTime() + TTL.toNanos() + TimeUnit.SECONDS.toNanos(8);
         Volume v2 = after.volume("disk");
-        while (link(after, toB.address()).connection() == null && v2.fenced() == null
+        while (InJvmCluster.link(after, toB.address()).connection() == null && v2.fenced() == null
                 && System.nanoTime() < deadline) {
             Thread.sleep(50);
         }
         assertNull(v2.fenced(), "a lease of this bridge's previous process fenced the volume");
-        assertNotNull(link(after, toB.address()).connection(), "the bridge did not take b back within the ttl: "
-                + link(after, toB.address()).lastError());
+        assertNotNull(InJvmCluster.link(after, toB.address()).connection(), "the bridge did not take b back within the ttl: "
+                + InJvmCluster.link(after, toB.address()).lastError());
         ByteBuffer back = ByteBuffer.allocateDirect(data.length);
         v2.read(0, back).get(10, TimeUnit.SECONDS);
         byte[] got = new byte[data.length];
@@ -123,10 +104,10 @@ class LeaseAfterRestartTest {
         Duration ttl = Duration.ofSeconds(3);
         MemServer a = memserver();
         MemServer b = memserver();
-        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         toB.partition();
         // Another bridge holds the volume on b, and renews its lease for as long as it runs.
-        RemoteConnection rival = open(new TcpProvider().connect(new ConnectParams().address(b.address())
+        RemoteConnection rival = cluster.open(new TcpProvider().connect(new ConnectParams().address(b.address())
                 .clientName("rival").connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5))));
         rival.lease("disk", "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
         Thread renewer = Thread.ofPlatform().daemon().start(() -> {
@@ -139,7 +120,7 @@ class LeaseAfterRestartTest {
                 }
             }
         });
-        open(renewer::interrupt);
+        cluster.open(renewer::interrupt);
         Bridge bridge = bridge(ttl, a.address(), toB.address());
         Volume v = bridge.volume("disk");
         toB.heal();

@@ -1,23 +1,18 @@
 package dev.rbridge.bridge;
 
-import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.protocol.Errno;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;
 
-import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.List;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
@@ -40,22 +35,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class LostSlabGenerationTest {
     private static final long MIB = 1 << 20;
     private static final Duration WAIT = Duration.ofSeconds(30);
-    private final List<AutoCloseable> open = new ArrayList<>();
-
-    @AfterEach
-    void tearDown() throws Exception {
-        for (AutoCloseable c : open.reversed()) {
-            c.close();
-        }
-    }
-
-    private <T extends AutoCloseable> T open(T c) {
-        open.add(c);
-        return c;
-    }
+    @RegisterExtension
+    final InJvmCluster cluster = new InJvmCluster();
 
     private MemServer memserver() throws Exception {
-        return open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, null, "tcp")));
+        return cluster.memserver(64 * MIB);
     }
 
     private static byte[] filled(char c) {
@@ -85,26 +69,19 @@ class LostSlabGenerationTest {
         }
     }
 
-    private static long regionsOfSlab0(MemServer m) {
-        return m.regions().stream().filter(r -> r.descriptor().tag().volume().equals("disk")
-                && r.descriptor().tag().slab() == 0).count();
-    }
 
-    private static MemserverLink link(Bridge b, InetSocketAddress address) {
-        return b.memservers().stream().filter(l -> l.address().equals(address)).findFirst().orElseThrow();
-    }
 
     @Test
     void anOlderGenerationReplicaOfALostSlabIsRefusedAndTheNewestIsTakenBack() throws Exception {
         MemServer a = memserver();
         MemServer b = memserver();
-        PartitionRelay toA = open(new PartitionRelay(a.address()));
-        PartitionRelay toB = open(new PartitionRelay(b.address()));
+        PartitionRelay toA = cluster.open(new PartitionRelay(a.address()));
+        PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         // Two memservers for two replicas: nowhere to rebuild, so the failures below leave the slab as they make it.
-        Bridge bridge = open(Bridge.start(BridgeConfig.builder().transport("tcp").startWait(Duration.ofSeconds(1))
+        Bridge bridge = cluster.bridge(BridgeConfig.builder().transport("tcp").startWait(Duration.ofSeconds(1))
                 .operationTimeout(Duration.ofSeconds(1)).leaseTtl(Duration.ofSeconds(3)).rebuildChunk(256 << 10)
                 .memserver(toA.address()).memserver(toB.address())
-                .volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, 2, false, 1, "")).build()));
+                .volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, 2, false, 1, "")).build());
         Volume v = bridge.volume("disk");
         byte[] old = filled('o');
         byte[] newest = filled('n');
@@ -118,7 +95,7 @@ class LostSlabGenerationTest {
         await(() -> v.slabStatus(0).state() == SlabState.DEGRADED && v.slabStatus(0).replicas().size() == 1,
                 WAIT, () -> v.slabStatus(0).toString());
         assertTrue(v.slabStatus(0).generation() > first, "the survivor serves a newer generation: " + v.slabStatus(0));
-        assertEquals(1, regionsOfSlab0(a), "A still holds its (now stale) copy");
+        assertEquals(1, InJvmCluster.regionsOfSlab0(a), "A still holds its (now stale) copy");
 
         // B goes away too: the slab is lost.
         toB.partition();
@@ -132,9 +109,9 @@ class LostSlabGenerationTest {
         await(() -> {
             assertEquals(SlabState.LOST, v.slabStatus(0).state(), "an older generation was taken back: "
                     + v.slabStatus(0));
-            return regionsOfSlab0(a) == 0;
+            return InJvmCluster.regionsOfSlab0(a) == 0;
         }, WAIT, () -> "A's stale copy of slab 0 was neither released nor taken back; slab 0: " + v.slabStatus(0)
-                + "; A: " + link(bridge, toA.address()).state());
+                + "; A: " + InJvmCluster.link(bridge, toA.address()).state());
         ExecutionException stillLost = assertThrows(ExecutionException.class, () -> read(v, 4096),
                 "a read served data older than an acknowledged write");
         assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, stillLost.getCause()).errno());

@@ -4,13 +4,12 @@ import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.tcp.TcpProvider;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
@@ -22,7 +21,6 @@ import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
@@ -41,22 +39,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(120)
 class MemserverDrainTest {
     private static final long MIB = 1 << 20;
-    private final List<AutoCloseable> open = new ArrayList<>();
-
-    @AfterEach
-    void tearDown() throws Exception {
-        for (AutoCloseable c : open.reversed()) {
-            c.close();
-        }
-    }
-
-    private <T extends AutoCloseable> T open(T c) {
-        open.add(c);
-        return c;
-    }
+    @RegisterExtension
+    final InJvmCluster cluster = new InJvmCluster();
 
     private MemServer memserver(long capacity) throws Exception {
-        return open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "tcp")));
+        return cluster.memserver(capacity);
     }
 
     private Bridge bridge(int replicas, InetSocketAddress... memservers) {
@@ -66,7 +53,7 @@ class MemserverDrainTest {
             b.memserver(m);
         }
         b.volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, replicas, false, 1, ""));
-        return open(Bridge.start(b.build()));
+        return cluster.bridge(b.build());
     }
 
     private static MemserverLink link(Bridge b, InetSocketAddress address) {
@@ -89,7 +76,7 @@ class MemserverDrainTest {
         MemServer a = memserver(64 * MIB);
         MemServer b = memserver(64 * MIB);
         MemServer c = memserver(5 * MIB);
-        RemoteConnection hoard = open(new TcpProvider().connect(new ConnectParams().address(c.address())
+        RemoteConnection hoard = cluster.open(new TcpProvider().connect(new ConnectParams().address(c.address())
                 .connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5))));
         hoard.allocate(RegionTag.scratch("hoard"), 4 * MIB).get(5, TimeUnit.SECONDS);
         Bridge bridge = bridge(2, a.address(), b.address(), c.address());
@@ -125,7 +112,7 @@ class MemserverDrainTest {
     void aDrainingMemserverHoldingALostSlabsOnlyCopyIsNotLetGo() throws Exception {
         MemServer a = memserver(64 * MIB);
         MemServer c = memserver(2 * MIB); // no room for a 4 MiB slab
-        PartitionRelay toA = open(new PartitionRelay(a.address()));
+        PartitionRelay toA = cluster.open(new PartitionRelay(a.address()));
         Bridge bridge = bridge(1, toA.address(), c.address());
         Volume v = bridge.volume("disk");
         write(v);
@@ -158,7 +145,7 @@ class MemserverDrainTest {
     void controlWithoutDrainTheLostSlabIsAdoptedBack() throws Exception {
         MemServer a = memserver(64 * MIB);
         MemServer c = memserver(2 * MIB);
-        PartitionRelay toA = open(new PartitionRelay(a.address()));
+        PartitionRelay toA = cluster.open(new PartitionRelay(a.address()));
         Bridge bridge = bridge(1, toA.address(), c.address());
         Volume v = bridge.volume("disk");
         write(v);
@@ -201,7 +188,7 @@ class MemserverDrainTest {
     void aRemovedMemserverIsNotBroughtBackUpByAConnectInFlight() throws Exception {
         MemServer a = memserver(64 * MIB);
         MemServer b = memserver(64 * MIB);
-        DelayRelay toA = open(new DelayRelay(a.address(), 60));
+        DelayRelay toA = cluster.open(new DelayRelay(a.address(), 60));
         Bridge bridge = bridge(1, b.address(), toA.address());
         MemserverLink l = link(bridge, toA.address());
         assertTrue(l.connection() != null);

@@ -4,23 +4,20 @@ import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.protocol.Errno;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.tcp.TcpProvider;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;
 
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Random;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -46,22 +43,11 @@ class RebuildInterruptedTest {
     private static final long MIB = 1 << 20;
     private static final long SLAB = 8 * MIB;
     private static final Duration WAIT = Duration.ofSeconds(30);
-    private final List<AutoCloseable> open = new ArrayList<>();
-
-    @AfterEach
-    void tearDown() throws Exception {
-        for (AutoCloseable c : open.reversed()) {
-            c.close();
-        }
-    }
-
-    private <T extends AutoCloseable> T open(T c) {
-        open.add(c);
-        return c;
-    }
+    @RegisterExtension
+    final InJvmCluster cluster = new InJvmCluster();
 
     private MemServer memserver(long capacity) throws Exception {
-        return open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "tcp")));
+        return cluster.memserver(capacity);
     }
 
     /** A memserver with room for one slab, all of it taken by a scratch region until the hoard is closed. */
@@ -70,7 +56,7 @@ class RebuildInterruptedTest {
 
     private Full full() throws Exception {
         MemServer m = memserver(SLAB + MIB);
-        RemoteConnection hoard = open(new TcpProvider().connect(new ConnectParams().address(m.address())
+        RemoteConnection hoard = cluster.open(new TcpProvider().connect(new ConnectParams().address(m.address())
                 .connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5))));
         hoard.allocate(RegionTag.scratch("hoard"), SLAB).get(5, TimeUnit.SECONDS);
         return new Full(m, hoard);
@@ -83,7 +69,7 @@ class RebuildInterruptedTest {
             b.memserver(m);
         }
         b.volume(new VolumeSpec("disk", SLAB, SLAB, 2, false, 1, ""));
-        return open(Bridge.start(b.build()));
+        return cluster.bridge(b.build());
     }
 
     private static byte[] model() {
@@ -117,10 +103,6 @@ class RebuildInterruptedTest {
         return v.slabStatus(0).replicas().stream().anyMatch(r -> r.startsWith(label + "#"));
     }
 
-    private static long regionsOfSlab0(MemServer m) {
-        return m.regions().stream().filter(r -> r.descriptor().tag().volume().equals("disk")
-                && r.descriptor().tag().slab() == 0).count();
-    }
 
     /** Until some chunks are copied to {@code target}, and not all: the copy is under way. */
     private static void awaitMidCopy(Volume v, String target) throws InterruptedException {
@@ -138,7 +120,7 @@ class RebuildInterruptedTest {
         MemServer b = memserver(64 * MIB);
         Full c = full();
         Full d = full();
-        MemserverDrainTest.DelayRelay slowC = open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
+        MemserverDrainTest.DelayRelay slowC = cluster.open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
         Bridge bridge = bridge(a.address(), b.address(), slowC.address(), d.memserver().address());
         Volume v = bridge.volume("disk");
         byte[] model = model();
@@ -174,8 +156,8 @@ class RebuildInterruptedTest {
         MemServer a = memserver(64 * MIB);
         MemServer b = memserver(64 * MIB);
         Full c = full();
-        PartitionRelay toB = open(new PartitionRelay(b.address()));
-        MemserverDrainTest.DelayRelay slowC = open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
+        PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
+        MemserverDrainTest.DelayRelay slowC = cluster.open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
         Bridge bridge = bridge(a.address(), toB.address(), slowC.address());
         Volume v = bridge.volume("disk");
         byte[] model = model();
@@ -198,7 +180,7 @@ class RebuildInterruptedTest {
         await(() -> {
             assertEquals(SlabState.LOST, v.slabStatus(0).state(), "the half-built copy was taken for a replica: "
                     + v.slabStatus(0));
-            return regionsOfSlab0(c.memserver()) == 0;
+            return InJvmCluster.regionsOfSlab0(c.memserver()) == 0;
         }, () -> "the half-built copy on C is released: " + v.slabStatus(0));
         ExecutionException again = assertThrows(ExecutionException.class, () -> read(v));
         assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, again.getCause()).errno());
