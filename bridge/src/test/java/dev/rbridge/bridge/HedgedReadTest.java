@@ -89,6 +89,13 @@ class HedgedReadTest {
         for (int i = 0; i < 64; i++) {
             v.write(i * 4096L, block(1000 + i), false).get(10, TimeUnit.SECONDS);
         }
+        // Nothing in flight on either memserver before B stalls (the volume's own bookkeeping writes may still be on
+        // their way): a B already busy when it stalls would never be offered a read, and no hedge would be needed.
+        long quiet = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (bridge.memservers().stream().anyMatch(l -> l.inFlight.get() != 0)) {
+            assertTrue(System.nanoTime() < quiet, "operations still in flight 10 s after the writes");
+            Thread.sleep(5);
+        }
         toB.hold();
         // B answers nothing until the end: every read below completes only if it was served by A.
         for (int round = 0; round < 5; round++) {
