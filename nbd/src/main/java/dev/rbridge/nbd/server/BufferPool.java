@@ -124,34 +124,53 @@ public final class BufferPool {
     }
 
     private void trim(int index) {
+        // A look first, taking nothing: while a class is drained below, acquire() waits in carve(), and most of the
+        // time no block is wholly idle.
+        Map<Block, Integer> idlePerBlock = new IdentityHashMap<>();
+        boolean foreign = false;
+        for (ByteBuffer x : idle[index]) {
+            Block block = blockOf(x);
+            if (block == null) {
+                foreign = true;
+            } else {
+                idlePerBlock.merge(block, 1, Integer::sum);
+            }
+        }
+        if (!foreign && idlePerBlock.entrySet().stream().noneMatch(e -> e.getValue() == e.getKey().buffers())) {
+            return;
+        }
         synchronized (carving[index]) {
             List<ByteBuffer> taken = new ArrayList<>();
+            List<Block> from = new ArrayList<>(); // each taken buffer's block, looked up once, before any is freed
+            Map<Block, Integer> count = new IdentityHashMap<>();
             ByteBuffer b;
             while ((b = idle[index].pollFirst()) != null) {
-                taken.add(b);
-            }
-            Map<Block, List<ByteBuffer>> byBlock = new IdentityHashMap<>();
-            for (ByteBuffer x : taken) {
-                Block block = blockOf(x);
+                Block block = blockOf(b);
                 if (block == null) {
-                    idleBytes.addAndGet(-x.capacity());
-                } else {
-                    byBlock.computeIfAbsent(block, k -> new ArrayList<>()).add(x);
+                    idleBytes.addAndGet(-b.capacity());
+                    continue;
                 }
+                taken.add(b);
+                from.add(block);
+                count.merge(block, 1, Integer::sum);
             }
-            for (Map.Entry<Block, List<ByteBuffer>> e : byBlock.entrySet()) {
-                Block block = e.getKey();
-                if (e.getValue().size() == block.buffers() && idleBytes.get() > retainBytes) {
-                    blocks.remove(block.address());
-                    idleBytes.addAndGet(-block.bytes());
-                    heldBytes.addAndGet(-block.bytes());
-                    memory.free(block.memory());
+            Map<Block, Boolean> freed = new IdentityHashMap<>();
+            try {
+                for (Map.Entry<Block, Integer> e : count.entrySet()) {
+                    Block block = e.getKey();
+                    if (e.getValue() == block.buffers() && idleBytes.get() > retainBytes) {
+                        blocks.remove(block.address());
+                        idleBytes.addAndGet(-block.bytes());
+                        heldBytes.addAndGet(-block.bytes());
+                        freed.put(block, true);
+                        memory.free(block.memory());
+                    }
                 }
-            }
-            for (ByteBuffer x : taken) { // back in their order, behind any released meanwhile
-                Block block = blockOf(x);
-                if (block != null && blocks.get(block.address()) == block) {
-                    idle[index].offerLast(x);
+            } finally { // even when a free failed: the other buffers go back, in their order
+                for (int i = 0; i < taken.size(); i++) {
+                    if (!freed.containsKey(from.get(i))) {
+                        idle[index].offerLast(taken.get(i));
+                    }
                 }
             }
         }

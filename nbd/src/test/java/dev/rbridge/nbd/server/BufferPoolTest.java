@@ -3,6 +3,7 @@ package dev.rbridge.nbd.server;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.lang.foreign.MemorySegment;
@@ -126,6 +127,33 @@ class BufferPoolTest {
     }
 
     @Test
+    void aBlockThatCannotBeFreedLosesNoOtherBuffer() {
+        RecordingMemory failing = new RecordingMemory() {
+            @Override
+            public void free(ByteBuffer block) {
+                super.free(block);
+                throw new IllegalStateException("deregistration failed");
+            }
+        };
+        BufferPool pool = new BufferPool(MAX, 0, failing);
+        int perBlock = BufferPool.BLOCK_BYTES / 4096;
+        List<ByteBuffer> first = new ArrayList<>();
+        for (int i = 0; i < perBlock; i++) {
+            first.add(pool.acquire(4096));
+        }
+        ByteBuffer inUse = pool.acquire(4096); // the class's second block, kept partly in use
+        first.forEach(pool::release);
+        assertThrows(IllegalStateException.class, pool::trim);
+        assertEquals(1, failing.freed.size(), "the wholly idle first block was given back");
+        assertEquals(BufferPool.BLOCK_BYTES - 4096, pool.idleBytes(), "the second block's idle buffers still count");
+        for (int i = 1; i < perBlock; i++) {
+            pool.acquire(4096);
+        }
+        assertEquals(2, failing.allocated.size(), "and are still handed out: no new block was needed");
+        pool.release(inUse);
+    }
+
+    @Test
     void trimDropsIdleBuffersThatAreNotFromItsBlocks() {
         BufferPool pool = new BufferPool(MAX, 0);
         ByteBuffer foreign = ByteBuffer.allocateDirect(4096);
@@ -169,7 +197,7 @@ class BufferPoolTest {
     @Test
     void concurrentUseNeverHandsOutABufferTwice() throws Exception {
         BufferPool pool = new BufferPool(MAX, 1 << 20);
-        Set<IdentityKey> held = ConcurrentHashMap.newKeySet(); // ByteBuffer.equals compares content, not identity
+        Set<Long> held = ConcurrentHashMap.newKeySet(); // by address: two slices over the same bytes count as one
         ExecutorService executor = Executors.newFixedThreadPool(5);
         AtomicBoolean done = new AtomicBoolean();
         try {
@@ -187,14 +215,19 @@ class BufferPoolTest {
                     for (int i = 0; i < 20_000; i++) {
                         int length = 1 + r.nextInt(r.nextBoolean() ? 4096 : 65536);
                         ByteBuffer b = pool.acquire(length);
-                        if (!held.add(new IdentityKey(b))) {
+                        if (!held.add(address(b))) {
                             throw new AssertionError("buffer handed out twice");
                         }
                         if (b.limit() != length || b.position() != 0) {
                             throw new AssertionError("bad buffer for " + length + ": " + b);
                         }
-                        b.put(0, (byte) seed); // writable
-                        held.remove(new IdentityKey(b));
+                        byte mark = (byte) (seed * 31 + i);
+                        b.put(0, mark);
+                        Thread.yield();
+                        if (b.get(0) != mark) {
+                            throw new AssertionError("another thread wrote into a buffer held here");
+                        }
+                        held.remove(address(b));
                         pool.release(b);
                     }
                     return null;
@@ -215,7 +248,7 @@ class BufferPoolTest {
     }
 
     /** Plain direct blocks, recording what the pool asks for. */
-    private static final class RecordingMemory implements PayloadMemory {
+    private static class RecordingMemory implements PayloadMemory {
         final List<Integer> allocated = new ArrayList<>();
         final List<ByteBuffer> blocks = new ArrayList<>();
         final List<ByteBuffer> freed = new ArrayList<>();
@@ -236,17 +269,5 @@ class BufferPoolTest {
 
     private static long address(ByteBuffer b) {
         return MemorySegment.ofBuffer(b).address();
-    }
-
-    private record IdentityKey(ByteBuffer buffer) {
-        @Override
-        public boolean equals(Object o) {
-            return o instanceof IdentityKey k && k.buffer == buffer;
-        }
-
-        @Override
-        public int hashCode() {
-            return System.identityHashCode(buffer);
-        }
     }
 }

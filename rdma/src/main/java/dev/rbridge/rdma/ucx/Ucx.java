@@ -27,6 +27,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 
 /**
@@ -65,7 +66,7 @@ final class Ucx {
     private static boolean loaded;
     private static RemoteMemoryException failure;
     private static Path laneLog;
-    private static volatile boolean registrationFailed;
+    private static final AtomicLong registrationFailures = new AtomicLong();
     /** Where the clients' GETs and PUTs go zero-copy on an RDMA NIC (UCX_ZCOPY_THRESH overrides it). */
     static final String CLIENT_ZCOPY_THRESH = "4096";
 
@@ -83,7 +84,7 @@ final class Ucx {
     /**
      * Registers client memory (the NBD payload blocks) in the clients' context, so a GET or PUT on it finds the
      * registration in UCX's cache instead of registering on the operation's path. When UCX cannot load there is no
-     * connection to move data either: the memory stays unregistered, said once in the log.
+     * connection to move data either: the memory stays unregistered, said in the log (the 1st, 2nd, 4th ... time).
      */
     static LocalRegistration registerLocal(MemorySegment memory) {
         UcpMemory registered;
@@ -91,10 +92,11 @@ final class Ucx {
             registered = context().memoryMap(new UcpMemMapParams().setAddress(memory.address())
                     .setLength(memory.byteSize()));
         } catch (RemoteMemoryException | RuntimeException e) {
-            if (!registrationFailed) {
-                registrationFailed = true;
-                log.warn("payload memory could not be registered with UCX ({}); data operations register it as "
-                        + "they go", e.getMessage());
+            long failures = registrationFailures.incrementAndGet();
+            if (Long.bitCount(failures) == 1) { // the 1st, 2nd, 4th, 8th...
+                log.warn("payload memory could not be registered with UCX ({}; {} time(s) so far); data operations "
+                        + "register it as they go (a memlock limit too low? see docs/transports.md)", e.getMessage(),
+                        failures);
             }
             return LocalRegistration.NONE;
         }

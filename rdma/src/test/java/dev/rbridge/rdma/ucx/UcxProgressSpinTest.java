@@ -1,8 +1,5 @@
 package dev.rbridge.rdma.ucx;
 
-import dev.rbridge.rdma.ArenaRegionServiceForTests;
-import dev.rbridge.rdma.ConnectParams;
-import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
 import org.junit.jupiter.api.AfterEach;
@@ -12,8 +9,6 @@ import org.junit.jupiter.api.Timeout;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.net.InetSocketAddress;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -30,24 +25,21 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 @Timeout(120)
 class UcxProgressSpinTest {
-    private static final String TOKEN = "spin";
-    private UcxListener listener;
+    private UcxLoopback loopback;
 
     @AfterEach
     void tearDown() {
         UcxConnection.spinBudgetNanosForTests = -1;
-        if (listener != null) {
-            listener.close();
+        if (loopback != null) {
+            loopback.close();
         }
     }
 
     @Test
     void operationsCompleteWhileThePollingThreadSpinsAndItStopsWhenNothingIsOutstanding() throws Exception {
-        listener = UcxListener.start(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
-                new ArenaRegionServiceForTests(TOKEN));
+        loopback = new UcxLoopback("spin");
         UcxConnection.spinBudgetNanosForTests = ProgressSpin.MAX_BUDGET_NANOS;
-        try (UcxConnection c = (UcxConnection) new UcxProvider().connect(new ConnectParams()
-                .address(listener.address()).token(TOKEN).clientName("spin").operationTimeout(Duration.ofSeconds(60)));
+        try (UcxConnection c = loopback.connect("spin");
              Arena arena = Arena.ofShared()) {
             assertEquals(ProgressSpin.MAX_BUDGET_NANOS, c.loop().spin().budgetNanos());
             RegionDescriptor r = c.allocate(RegionTag.scratch("spin"), 1 << 20).get(30, TimeUnit.SECONDS);

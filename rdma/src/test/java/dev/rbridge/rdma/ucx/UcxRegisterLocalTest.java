@@ -1,8 +1,5 @@
 package dev.rbridge.rdma.ucx;
 
-import dev.rbridge.rdma.ArenaRegionServiceForTests;
-import dev.rbridge.rdma.ConnectParams;
-import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.LocalRegistration;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
@@ -14,8 +11,6 @@ import org.junit.jupiter.api.Timeout;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.net.InetSocketAddress;
-import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -28,23 +23,20 @@ import static org.junit.jupiter.api.Assertions.assertNotSame;
  */
 @Timeout(120)
 class UcxRegisterLocalTest {
-    private static final String TOKEN = "register";
-    private UcxListener listener;
+    private UcxLoopback loopback;
 
     @AfterEach
     void tearDown() {
-        if (listener != null) {
-            listener.close();
+        if (loopback != null) {
+            loopback.close();
         }
     }
 
     @Test
     void registeredPayloadMemoryCarriesReadsAndWritesAndDeregisters() throws Exception {
-        listener = UcxListener.start(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
-                new ArenaRegionServiceForTests(TOKEN));
+        loopback = new UcxLoopback("register");
         UcxProvider provider = new UcxProvider();
-        try (RemoteConnection c = provider.connect(new ConnectParams().address(listener.address()).token(TOKEN)
-                .clientName("register").operationTimeout(Duration.ofSeconds(60)));
+        try (RemoteConnection c = loopback.connect("register");
              Arena arena = Arena.ofShared()) {
             MemorySegment block = arena.allocate(2 << 20, 4096);
             LocalRegistration registration = provider.registerLocal(block);

@@ -47,25 +47,23 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class UcxRevocationTest {
     static final String TOKEN = "revocation";
 
-    private UcxListener listener;
+    private UcxLoopback loopback;
 
     @AfterEach
     void tearDown() {
         UcxConnection.afterSendForTests = null;
-        if (listener != null) {
-            listener.close();
+        if (loopback != null) {
+            loopback.close();
         }
     }
 
     private UcxListener listen() throws Exception {
-        listener = UcxListener.start(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)),
-                new ArenaRegionServiceForTests(TOKEN));
-        return listener;
+        loopback = new UcxLoopback(TOKEN);
+        return loopback.listener;
     }
 
-    private static UcxConnection connect(UcxListener l) throws RemoteMemoryException {
-        return (UcxConnection) new UcxProvider().connect(new ConnectParams().address(l.address()).token(TOKEN)
-                .clientName("revocation").operationTimeout(Duration.ofSeconds(60)));
+    private UcxConnection connect(UcxListener l) throws RemoteMemoryException {
+        return loopback.connect("revocation");
     }
 
     private static RemoteMemoryException failure(CompletableFuture<?> op) {
@@ -191,8 +189,9 @@ class UcxRevocationTest {
      */
     @Test
     void aClientCutOffOnItsControlConnectionLosesTheDataPathWhenDisconnected() throws Exception {
-        listener = UcxListener.start(new ListenParams().address(new InetSocketAddress("127.0.0.1", 0))
-                .helloTimeout(Duration.ofSeconds(1)), new ArenaRegionServiceForTests(TOKEN));
+        loopback = new UcxLoopback(TOKEN, new ListenParams().address(new InetSocketAddress("127.0.0.1", 0))
+                .helloTimeout(Duration.ofSeconds(1)));
+        UcxListener listener = loopback.listener;
         try (FreezingRelay control = new FreezingRelay(listener.address());
              UcxConnection a = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
                      .token(TOKEN).clientName("cut-off").operationTimeout(Duration.ofSeconds(60)));
