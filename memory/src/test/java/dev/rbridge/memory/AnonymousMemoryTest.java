@@ -2,12 +2,14 @@ package dev.rbridge.memory;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.List;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
@@ -64,5 +66,39 @@ class AnonymousMemoryTest {
             assertFalse(m.writtenPages().isWritten(2 * 4096));
             assertTrue(m.writtenPages().isWritten(3 * 4096));
         }
+    }
+
+    /** The policy the kernel holds for the mapping starting at {@code address}, from /proc/self/numa_maps. */
+    static String numaPolicy(long address) throws IOException {
+        String start = Long.toHexString(address) + " ";
+        List<String> lines = Files.readAllLines(Path.of("/proc/self/numa_maps"));
+        return lines.stream().filter(l -> l.startsWith(start)).findFirst()
+                .map(l -> l.split(" ")[1]).orElseThrow(() -> new AssertionError("no numa_maps line for " + start));
+    }
+
+    @Test
+    void pagesArePlacedOnThePreferredNode() throws IOException {
+        Assumptions.assumeTrue(Files.exists(Path.of("/proc/self/numa_maps")), "a kernel without NUMA");
+        try (AnonymousMemory m = AnonymousMemory.map(4 << 20, false, false, 0)) {
+            m.segment().set(ValueLayout.JAVA_BYTE, 0, (byte) 1);
+            String line = Files.readAllLines(Path.of("/proc/self/numa_maps")).stream()
+                    .filter(l -> l.startsWith(Long.toHexString(m.segment().address()) + " ")).findFirst().orElseThrow();
+            assertEquals("prefer:0", numaPolicy(m.segment().address()), line);
+            assertTrue(line.contains(" N0=1"), "the touched page is on node 0: " + line);
+        }
+        try (AnonymousMemory m = AnonymousMemory.map(4 << 20)) {
+            assertEquals("default", numaPolicy(m.segment().address()), "without a node the kernel's policy stays");
+        }
+    }
+
+    @Test
+    void aNodeThatIsNotThereIsRefusedWithTheReason() throws IOException {
+        Assumptions.assumeTrue(Files.exists(Path.of("/proc/self/numa_maps")), "a kernel without NUMA");
+        int absent = 63;
+        Assumptions.assumeFalse(Files.exists(Path.of("/sys/devices/system/node/node" + absent)));
+        IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> AnonymousMemory.map(1 << 20, false, false, absent));
+        assertTrue(e.getMessage().contains("NUMA node 63") && e.getMessage().contains("EINVAL"), e.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> AnonymousMemory.map(1 << 20, false, false, -2));
     }
 }
