@@ -1,6 +1,7 @@
 package dev.rbridge.cli;
 
 import dev.rbridge.memserver.HugePages;
+import dev.rbridge.memserver.NumaPlacement;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.ops.admin.MemServerAdminHttpServer;
@@ -82,6 +83,13 @@ final class MemServerCommand implements Callable<Integer> {
                     + "has room for --capacity, else off; the log says which and why. Default ${DEFAULT-VALUE}.")
     String hugePages;
 
+    @Option(names = "--numa-node", paramLabel = "auto|off|N", defaultValue = "auto",
+            description = "The NUMA node region memory comes from (preferred: once it is full, pages come from the "
+                    + "others). auto: on a host with more than one node, the node of the NIC that holds the --listen "
+                    + "address, so transfers do not cross between sockets; none where the memserver listens on every "
+                    + "address or the NIC reports no node. The log says which and why. Default ${DEFAULT-VALUE}.")
+    String numaNode;
+
     @Option(names = "--mlock",
             description = "Lock region memory so it is never swapped (as pages are first touched); needs a memlock "
                     + "limit that covers the capacity (ulimit -l, LimitMEMLOCK=infinity).")
@@ -134,6 +142,7 @@ final class MemServerCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         MemServerConfig config;
         HugePages.Choice huge;
+        NumaPlacement.Choice numa;
         try {
             if (configFile != null) {
                 ConfigFile.apply(configFile, spec);
@@ -145,6 +154,7 @@ final class MemServerCommand implements Callable<Integer> {
             long capacityBytes = Sizes.parse(capacity);
             huge = HugePages.choose(HugePages.Mode.parse(hugePages), transport, capacityBytes);
             java.net.InetSocketAddress address = Endpoints.parse(listen, Defaults.MEMSERVER_PORT);
+            numa = NumaPlacement.choose(NumaPlacement.Mode.parse(numaNode), address.getAddress());
             String secret = Endpoints.token(token, tokenFile);
             Endpoints.warnIfOnCommandLine(token);
             if (tlsVerifyPeer && tlsCertificates == null) {
@@ -158,11 +168,12 @@ final class MemServerCommand implements Callable<Integer> {
             config = new MemServerConfig(address, capacityBytes,
                     secret, transport, huge.use(), mlock, tcpCongestion,
                     ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions)
-                    .withTls(tlsCertificates, tlsVerifyPeer);
+                    .withTls(tlsCertificates, tlsVerifyPeer).withNumaNode(numa.node());
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         log.info("{}", huge.why());
+        log.info("{}", numa.why());
         MemServer server;
         try {
             server = MemServer.start(config);

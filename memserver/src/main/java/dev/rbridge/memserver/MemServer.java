@@ -271,7 +271,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
         AnonymousMemory memory;
         try {
-            memory = AnonymousMemory.map(length, config.hugePages(), config.mlock());
+            memory = AnonymousMemory.map(length, config.hugePages(), config.mlock(), config.numaNode());
         } catch (RuntimeException e) {
             regionSlots.decrementAndGet();
             granted.addAndGet(-rounded);

@@ -1,5 +1,6 @@
 package dev.rbridge.memserver;
 
+import dev.rbridge.memory.AnonymousMemory;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionLimits;
 
@@ -13,10 +14,13 @@ import java.util.Objects;
  * the listener holds ({@link ConnectionLimits}). {@code maxRegions}: how many regions it grants at once.
  * {@code tlsCertificates}: a directory with server-cert.pem and server-key.pem (and ca-cert.pem with {@code
  * tlsVerifyPeer}, which makes every client present a certificate from that CA), or null for a wire in clear.
+ * {@code numaNode}: the NUMA node region memory prefers ({@link NumaPlacement}), or
+ * {@link AnonymousMemory#ANY_NODE}.
  */
 public record MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
                               boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
-                              int maxRegions, Path tlsCertificates, boolean tlsVerifyPeer) {
+                              int maxRegions, Path tlsCertificates, boolean tlsVerifyPeer,
+                              int numaNode) {
     public static final int DEFAULT_PORT = 7471;
     /**
      * Each region is one memory mapping, and the kernel allows a process 65530 by default (vm.max_map_count), the
@@ -54,13 +58,19 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
                            boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
                            int maxRegions) {
         this(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion, connections, maxRegions, null,
-                false);
+                false, AnonymousMemory.ANY_NODE);
     }
 
     /** This config with TLS from {@code certificates} (null: in clear). */
     public MemServerConfig withTls(Path certificates, boolean verifyPeer) {
         return new MemServerConfig(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion,
-                connections, maxRegions, certificates, verifyPeer);
+                connections, maxRegions, certificates, verifyPeer, numaNode);
+    }
+
+    /** This config with region memory preferring NUMA node {@code node} ({@link AnonymousMemory#ANY_NODE}: none). */
+    public MemServerConfig withNumaNode(int node) {
+        return new MemServerConfig(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion,
+                connections, maxRegions, tlsCertificates, tlsVerifyPeer, node);
     }
 
     public MemServerConfig {
@@ -77,6 +87,9 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
         if (tlsVerifyPeer && tlsCertificates == null) {
             throw new IllegalArgumentException("--tls-verify-peer needs --tls-certificates");
         }
+        if (numaNode < AnonymousMemory.ANY_NODE || numaNode >= NumaPlacement.MAX_NODES) {
+            throw new IllegalArgumentException("no NUMA node " + numaNode);
+        }
         if (maxRegions < 1 || maxRegions > MAX_REGIONS_LIMIT) {
             throw new IllegalArgumentException("--max-regions must be from 1 to " + MAX_REGIONS_LIMIT
                     + " (a list of every region must fit in one message): " + maxRegions);
@@ -90,6 +103,7 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
                 + (token == null ? "none" : "(withheld)") + ", transport=" + transport + ", hugePages=" + hugePages
                 + ", mlock=" + mlock + ", tcpCongestion=" + tcpCongestion + ", connections=" + connections
                 + ", maxRegions=" + maxRegions + ", tls=" + (tlsCertificates == null ? "off" : tlsCertificates
-                + (tlsVerifyPeer ? " (client certificates verified)" : "")) + "]";
+                + (tlsVerifyPeer ? " (client certificates verified)" : "")) + ", numaNode="
+                + (numaNode == AnonymousMemory.ANY_NODE ? "any" : numaNode) + "]";
     }
 }
