@@ -3,7 +3,8 @@
 # two memservers and a bridge run here on --transport ucx over it (UCX_TLS=rc_verbs,ud_verbs: no tcp, no shared
 # memory), then: ping with validation, bench with UCX's lanes, the memserver's progress thread idle during one-sided
 # traffic, and the kernel nbd-client on /dev/nbd0 against that bridge with write_data verifying. $RB_CP is the
-# classpath (in ./cp) of the code under test; ./write_data is built on the host.
+# classpath (in ./cp) of the code under test; ./write_data is built on the host. The guest has two NUMA nodes with
+# eth0 on node 1 (run-guest --numa), so the memservers place region memory there.
 set -euo pipefail
 trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 t0=$SECONDS
@@ -16,12 +17,13 @@ await() { # await SECONDS COMMAND...
   echo "guest: gave up waiting for: $*" >&2; return 1
 }
 thread_ticks() { # thread_ticks PID COMM-PREFIX: utime+stime of that process's threads whose name starts so
-  local sum=0 t
+  local sum=0 n=0 t
   for t in /proc/"$1"/task/*; do
     if grep -q "^$2" "$t/comm" 2>/dev/null; then
-      sum=$((sum + $(awk '{print $14 + $15}' "$t/stat")))
+      sum=$((sum + $(awk '{print $14 + $15}' "$t/stat"))) n=$((n + 1))
     fi
   done
+  [ "$n" -gt 0 ] || { echo "guest: process $1 has no thread named $2*" >&2; return 1; }
   echo "$sum"
 }
 
@@ -42,6 +44,7 @@ ms1=$!
 rb memserver --transport ucx --listen $ip:7481 --token-file token --capacity 512M --admin none --metrics none >ms2.out 2>ms2.log &
 await 120 grep -q lending ms1.out
 await 120 grep -q lending ms2.out
+ms1=$(pgrep -P "$ms1" java) # the JVM, not the subshell that runs rb in the background
 cat ms1.out ms2.out
 
 say "ping with validation"
@@ -80,6 +83,15 @@ fio --name=rxe-verify --filename=/dev/nbd0 --ioengine=libaio --direct=1 --rw=ran
   >fio.out
 echo "fio: errors $(cut -d';' -f5 fio.out), written KiB $(cut -d';' -f47 fio.out)"
 nbd-client -d /dev/nbd0
+say "region memory on the NIC's NUMA node"
+grep "NUMA placement" ms1.log
+on1=0 elsewhere=0
+while read -r line; do # pages of memserver 1's mappings with policy prefer:1, by node (numa_maps: N<node>=<pages>)
+  for f in $line; do
+    case "$f" in N1=*) on1=$((on1 + ${f#N1=})) ;; N[0-9]*=*) elsewhere=$((elsewhere + ${f#*=})) ;; esac
+  done
+done < <(grep ' prefer:1 ' /proc/$ms1/numa_maps)
+echo "numa: ms1 regions prefer node 1, pages on node 1: $on1, elsewhere: $elsewhere"
 rb admin --bridge 127.0.0.1:7473 --token-file token volumes | tee volumes.out
 grep -q healthy volumes.out
 say "all verified"

@@ -36,6 +36,7 @@ final class GuestLab {
     final Path share;
     private final Path job;
     private final Path out;
+    private boolean numa;
 
     private GuestLab(Path run, Path share, Path job) {
         this.run = run;
@@ -92,6 +93,12 @@ final class GuestLab {
         return KmodHooks.copyClasspath(share);
     }
 
+    /** Boots the guest with two NUMA nodes and its NIC on node 1 ({@code run-guest --numa}). */
+    GuestLab numa() {
+        numa = true;
+        return this;
+    }
+
     /**
      * Boots the guest with the job script: {@code run-guest --timeout SECONDS --mem MIB} and each of {@code env}
      * ({@code NAME=VALUE}) in the job's environment. run-guest's output goes to {@code run-guest.out}.
@@ -100,6 +107,9 @@ final class GuestLab {
         List<String> cmd = new ArrayList<>(List.of(KmodHooks.dir().resolve("lab/run-guest").toString(),
                 "--timeout", String.valueOf(timeoutSeconds), "--mem", String.valueOf(memoryMiB),
                 "--share", share.toString(), "--run-dir", run.resolve("guest").toString()));
+        if (numa) {
+            cmd.add("--numa");
+        }
         for (String e : env) {
             cmd.addAll(List.of("--env", e));
         }

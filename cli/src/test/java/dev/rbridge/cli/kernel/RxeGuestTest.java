@@ -28,6 +28,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class RxeGuestTest {
     private static final Pattern PASSIVE = Pattern.compile("passive: memserver progress thread (-?\\d+) ticks, whole"
             + " memserver (\\d+) ticks");
+    private static final Pattern NUMA_PAGES = Pattern.compile("numa: ms1 regions prefer node 1, pages on node 1: "
+            + "(\\d+), elsewhere: (\\d+)");
 
     @BeforeAll
     static void lab() {
@@ -36,7 +38,7 @@ class RxeGuestTest {
 
     @Test
     void ucxOverSoftRoceUsesVerbsLanesLeavesTheMemserverPassiveAndCarriesKernelNbd() throws Exception {
-        GuestLab lab = GuestLab.prepare("rxe", "rxe-guest.sh");
+        GuestLab lab = GuestLab.prepare("rxe", "rxe-guest.sh").numa();
         String classpath = lab.copyClasspath();
         try (GuestLab.Guest guest = lab.start(600, 3072, "RB_CP=" + classpath)) {
             String output = guest.finish(720);
@@ -58,6 +60,16 @@ class RxeGuestTest {
                     "write_data verified through kernel nbd over the ucx bridge\n" + lab.tail(80));
             assertTrue(output.contains("fio: errors 0, written KiB 32768"), "fio verify through the bridge\n"
                     + lab.tail(60));
+            String numa = output.lines().filter(l -> l.startsWith("numa: ")).findFirst().orElse("");
+            assertTrue(lab.shared("ms1.log").contains("NUMA placement: region memory from node 1 (auto: the node of "
+                    + "eth0"), "memserver 1 placed regions next to the NIC\n" + lab.shared("ms1.log"));
+            Matcher pages = NUMA_PAGES.matcher(numa);
+            assertTrue(pages.matches(), "memserver 1's regions prefer node 1: " + numa + "\n" + lab.tail(60));
+            long onNic = Long.parseLong(pages.group(1));
+            long elsewhere = Long.parseLong(pages.group(2));
+            // Preferred, not bound: a node short of free pages lends from the other. Unplaced, the pages would
+            // follow the CPU that touched them, about half on each node.
+            assertTrue(onNic > 0 && elsewhere * 10 <= onNic, "region pages on the NIC's node: " + numa);
             System.out.println("rxe guest run: " + lanes.strip() + "; " + p.group());
         }
     }
