@@ -16,6 +16,8 @@ import java.util.stream.Stream;
 
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.parallel.Execution;
+import org.junit.jupiter.api.parallel.ExecutionMode;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
@@ -27,6 +29,7 @@ import org.junit.jupiter.params.provider.MethodSource;
  * "Done N runs"), so a target that silently stopped fuzzing fails too.
  */
 @Tag("fuzz")
+@Execution(ExecutionMode.CONCURRENT) // two fuzzing JVMs at a time (fuzz/pom.xml): each keeps a core busy
 class FuzzBrieflyTest {
     static final int SECONDS = 10;
     private static final Pattern DONE = Pattern.compile("Done (\\d+) runs in");
