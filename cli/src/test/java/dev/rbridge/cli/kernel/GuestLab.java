@@ -37,6 +37,8 @@ final class GuestLab {
     private final Path job;
     private final Path out;
     private boolean numa;
+    private String wire;
+    private int smp;
 
     private GuestLab(Path run, Path share, Path job) {
         this.run = run;
@@ -100,6 +102,22 @@ final class GuestLab {
     }
 
     /**
+     * Gives the guest a second NIC, eth1, cabled to another guest's ({@code run-guest --wire}): this guest's frames
+     * leave from the host's UDP port {@code local} to {@code peer}, where the other guest (wired with the two ports
+     * swapped and another {@code mac}) listens.
+     */
+    GuestLab wire(int local, int peer, int mac) {
+        wire = local + ":" + peer + ":" + mac;
+        return this;
+    }
+
+    /** The guest's CPUs (run-guest's default otherwise: the host's, at most 4). */
+    GuestLab smp(int cpus) {
+        smp = cpus;
+        return this;
+    }
+
+    /**
      * Boots the guest with the job script: {@code run-guest --timeout SECONDS --mem MIB} and each of {@code env}
      * ({@code NAME=VALUE}) in the job's environment. run-guest's output goes to {@code run-guest.out}.
      */
@@ -109,6 +127,12 @@ final class GuestLab {
                 "--share", share.toString(), "--run-dir", run.resolve("guest").toString()));
         if (numa) {
             cmd.add("--numa");
+        }
+        if (wire != null) {
+            cmd.addAll(List.of("--wire", wire));
+        }
+        if (smp > 0) {
+            cmd.addAll(List.of("--smp", String.valueOf(smp)));
         }
         for (String e : env) {
             cmd.addAll(List.of("--env", e));
