@@ -89,25 +89,32 @@ class HedgedReadTest {
         for (int i = 0; i < 64; i++) {
             v.write(i * 4096L, block(1000 + i), false).get(10, TimeUnit.SECONDS);
         }
-        // Nothing in flight on either memserver before B stalls (the volume's own bookkeeping writes may still be on
-        // their way): a B already busy when it stalls would never be offered a read, and no hedge would be needed.
-        long quiet = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (bridge.memservers().stream().anyMatch(l -> l.inFlight.get() != 0)) {
-            assertTrue(System.nanoTime() < quiet, "operations still in flight 10 s after the writes");
-            Thread.sleep(5);
-        }
-        toB.hold();
-        // B answers nothing until the end: every read below completes only if it was served by A.
-        for (int round = 0; round < 5; round++) {
-            for (int i = 0; i < 64; i++) {
-                assertEquals(1000 + i, readValue(v, i * 4096L, 5000), "block " + i);
+        // Which operation reaches B first once it stalls depends on timing: a read sent to B (which its hedge to A
+        // then answers: what this test is after), or a hedge of a slow read to A, sent to B. The latter ties B up
+        // with an operation that never answers, so every later read goes to A first and no hedge can win; that is
+        // late binding working, but shows nothing here. So B stalls again, up to ten times, until a read meets it.
+        long hedges = 0;
+        long won = 0;
+        for (int attempt = 1; won == 0; attempt++) {
+            assertTrue(attempt <= 10, "in ten stalls of B no read was sent to it before a hedge was");
+            awaitNothingInFlight(bridge);
+            toB.hold();
+            long hedges0 = v.readHedges();
+            long won0 = v.readHedgesWon();
+            // B answers nothing until it is released: every read below completes only if it was served by A.
+            for (int round = 0; round < 5; round++) {
+                for (int i = 0; i < 64; i++) {
+                    assertEquals(1000 + i, readValue(v, i * 4096L, 5000), "block " + i);
+                }
+            }
+            hedges = v.readHedges() - hedges0;
+            won = v.readHedgesWon() - won0;
+            System.out.println("stalled replica, attempt " + attempt + ": 320 reads, " + hedges + " hedged, " + won
+                    + " won by the hedge; hedge delay now " + v.hedgeDelayNanos() / 1000 + " us");
+            if (won == 0) {
+                toB.release();
             }
         }
-        long hedges = v.readHedges();
-        long won = v.readHedgesWon();
-        System.out.println("stalled replica: 320 reads, " + hedges + " hedged, " + won + " won by the hedge; hedge"
-                + " delay now " + v.hedgeDelayNanos() / 1000 + " us");
-        assertTrue(won >= 1, "some read went to the stalled replica first and was answered by the hedge");
         // Without late binding half the reads would go to B first and wait for their hedge (won ~160).
         assertTrue(won <= 32, "the least busy replica takes the reads once one stalls: " + won + " of " + hedges
                 + " hedges won");
@@ -119,6 +126,18 @@ class HedgedReadTest {
                 .orElseThrow();
         assertEquals(MemserverLink.State.UP, lb.state(), "answering late is not a fault");
         assertEquals(SlabState.HEALTHY, v.slabStatus(0).state());
+    }
+
+    /**
+     * Waits until neither memserver has an operation in flight (the volume's own bookkeeping writes may still be on
+     * their way after the test's): a B already busy when it stalls would never be offered a read.
+     */
+    private static void awaitNothingInFlight(Bridge bridge) throws InterruptedException {
+        long quiet = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (bridge.memservers().stream().anyMatch(l -> l.inFlight.get() != 0)) {
+            assertTrue(System.nanoTime() < quiet, "operations still in flight after 10 s");
+            Thread.sleep(5);
+        }
     }
 
     /** The control: without hedging a read sent to the stalled replica waits for it. */
