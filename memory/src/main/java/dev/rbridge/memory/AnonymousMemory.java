@@ -63,6 +63,8 @@ public final class AnonymousMemory implements AutoCloseable {
             Linker.Option.firstVariadicArg(1), Linker.Option.captureCallState("errno"));
     /** {@link #map(long, boolean, boolean, int)}'s node for "wherever the kernel's default policy puts pages". */
     public static final int ANY_NODE = -1;
+    /** The kernel's own ceiling on NUMA nodes (CONFIG_NODES_SHIFT is at most 10). */
+    public static final int MAX_NUMA_NODES = 1024;
 
     private final MemorySegment segment;
     private final long pageSize;
@@ -104,11 +106,13 @@ public final class AnonymousMemory implements AutoCloseable {
      * the sockets' interconnect. Preferred rather than bound so that a full node slows the memory, not kill the
      * process. {@link #ANY_NODE} leaves the kernel's default policy.
      *
+     * @throws IllegalArgumentException for a node below {@link #ANY_NODE} or from {@link #MAX_NUMA_NODES}
      * @throws IllegalStateException with a sentence saying what the system refused and what to change
      */
     public static AnonymousMemory map(long length, boolean hugePages, boolean lock, int preferredNode) {
-        if (preferredNode < ANY_NODE) {
-            throw new IllegalArgumentException("no NUMA node " + preferredNode);
+        if (preferredNode < ANY_NODE || preferredNode >= MAX_NUMA_NODES) {
+            throw new IllegalArgumentException("no NUMA node " + preferredNode + " (nodes are 0 to "
+                    + (MAX_NUMA_NODES - 1) + ")");
         }
         long page = hugePages ? HUGE_PAGE_SIZE : PAGE_SIZE;
         long rounded = (length + page - 1) & -page;
@@ -129,7 +133,7 @@ public final class AnonymousMemory implements AutoCloseable {
             if (preferredNode != ANY_NODE) {
                 try {
                     prefer(memory.segment, preferredNode, arena, state);
-                } catch (RuntimeException e) {
+                } catch (Throwable e) {
                     memory.close();
                     throw e;
                 }
@@ -166,8 +170,11 @@ public final class AnonymousMemory implements AutoCloseable {
         if (rc != 0) {
             int errno = (int) ERRNO.get(state, 0L);
             throw new IllegalStateException("mbind to NUMA node " + node + " failed: errno " + errno
-                    + (errno == 22 ? " (EINVAL: the node is not online or has no memory; see "
-                    + "/sys/devices/system/node/has_memory)" : errno == 38 ? " (ENOSYS: a kernel without NUMA)" : ""));
+                    + (errno == 22 ? " (EINVAL: the node has no memory, or this process may not use it: see "
+                    + "/sys/devices/system/node/has_memory and Mems_allowed_list in /proc/self/status)"
+                    : errno == 1 ? " (EPERM: a seccomp filter refuses mbind; container runtimes' default profiles "
+                    + "allow it only with CAP_SYS_NICE)"
+                    : errno == 38 ? " (ENOSYS: a kernel without NUMA)" : ""));
         }
     }
 

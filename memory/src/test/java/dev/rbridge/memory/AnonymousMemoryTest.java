@@ -76,15 +76,24 @@ class AnonymousMemoryTest {
                 .map(l -> l.split(" ")[1]).orElseThrow(() -> new AssertionError("no numa_maps line for " + start));
     }
 
+
+    /** The first NUMA node this process may use (its cpuset's Mems_allowed_list), where its pages can be placed. */
+    static int firstAllowedNode() throws IOException {
+        String list = Files.readAllLines(Path.of("/proc/self/status")).stream()
+                .filter(l -> l.startsWith("Mems_allowed_list:")).findFirst().orElse("Mems_allowed_list: 0");
+        return Integer.parseInt(list.substring("Mems_allowed_list:".length()).trim().split("[-,]")[0]);
+    }
+
     @Test
     void pagesArePlacedOnThePreferredNode() throws IOException {
         Assumptions.assumeTrue(Files.exists(Path.of("/proc/self/numa_maps")), "a kernel without NUMA");
-        try (AnonymousMemory m = AnonymousMemory.map(4 << 20, false, false, 0)) {
+        int node = firstAllowedNode();
+        try (AnonymousMemory m = AnonymousMemory.map(4 << 20, false, false, node)) {
             m.segment().set(ValueLayout.JAVA_BYTE, 0, (byte) 1);
             String line = Files.readAllLines(Path.of("/proc/self/numa_maps")).stream()
                     .filter(l -> l.startsWith(Long.toHexString(m.segment().address()) + " ")).findFirst().orElseThrow();
-            assertEquals("prefer:0", numaPolicy(m.segment().address()), line);
-            assertTrue(line.contains(" N0=1"), "the touched page is on node 0: " + line);
+            assertEquals("prefer:" + node, numaPolicy(m.segment().address()), line);
+            assertTrue(line.contains(" N" + node + "=1"), "the touched page is on node " + node + ": " + line);
         }
         try (AnonymousMemory m = AnonymousMemory.map(4 << 20)) {
             assertEquals("default", numaPolicy(m.segment().address()), "without a node the kernel's policy stays");
@@ -100,5 +109,7 @@ class AnonymousMemoryTest {
                 () -> AnonymousMemory.map(1 << 20, false, false, absent));
         assertTrue(e.getMessage().contains("NUMA node 63") && e.getMessage().contains("EINVAL"), e.getMessage());
         assertThrows(IllegalArgumentException.class, () -> AnonymousMemory.map(1 << 20, false, false, -2));
+        assertThrows(IllegalArgumentException.class, () -> AnonymousMemory.map(1 << 20, false, false,
+                AnonymousMemory.MAX_NUMA_NODES));
     }
 }

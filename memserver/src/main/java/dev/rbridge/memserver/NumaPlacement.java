@@ -12,6 +12,7 @@ import java.util.BitSet;
 import java.util.Locale;
 import java.util.Optional;
 import java.util.function.Function;
+import java.util.function.IntFunction;
 import java.util.function.IntPredicate;
 
 /**
@@ -53,24 +54,48 @@ public final class NumaPlacement {
     public record Choice(int node, String why) {
     }
 
-    /** The kernel's own ceiling (CONFIG_NODES_SHIFT is at most 10). */
-    static final int MAX_NODES = 1024;
+    static final int MAX_NODES = AnonymousMemory.MAX_NUMA_NODES;
 
     private NumaPlacement() {
     }
 
-    /** The choice for this host, from its sysfs and the interface that holds {@code listen} (null: unresolved). */
+    /**
+     * The choice for this host, from its sysfs, the interface that holds {@code listen} (null: unresolved) and the
+     * nodes this process may use; a node chosen is tried once on a page, so a refusal shows at start, not at the
+     * first grant.
+     */
     public static Choice choose(Mode mode, InetAddress listen) {
-        return choose(mode, listen, Path.of("/sys"), NumaPlacement::interfaceOf);
+        return choose(mode, listen, Path.of("/sys"), NumaPlacement::interfaceOf, allowedNodes(), NumaPlacement::probe);
     }
 
     /**
-     * The choice given a sysfs root ({@code devices/system/node/has_memory}, {@code class/net/IF/device/numa_node})
-     * and how to find the interface that holds an address.
+     * The choice given a sysfs root ({@code devices/system/node/has_memory}, {@code class/net/IF/device/numa_node}),
+     * how to find the interface that holds an address, the nodes this process may use (a kernel node list, empty
+     * when unknown) and a trial placement of a page on a node (empty when it worked, else why not).
      *
-     * @throws IllegalArgumentException when the node asked for has no memory on this host
+     * @throws IllegalArgumentException when the node asked for has no memory on this host, or cannot be used
      */
-    static Choice choose(Mode mode, InetAddress listen, Path sys, Function<InetAddress, Optional<String>> interfaceOf) {
+    static Choice choose(Mode mode, InetAddress listen, Path sys, Function<InetAddress, Optional<String>> interfaceOf,
+                         Optional<String> allowed, IntFunction<Optional<String>> probe) {
+        Choice c = decide(mode, listen, sys, interfaceOf);
+        if (c.node() == AnonymousMemory.ANY_NODE) {
+            return c;
+        }
+        String refusal = allowed.isPresent() && !contains(allowed.get(), c.node())
+                ? "this process may use nodes " + allowed.get() + " only (its cpuset: Mems_allowed_list)"
+                : probe.apply(c.node()).orElse(null);
+        if (refusal == null) {
+            return c;
+        }
+        if (!mode.auto()) {
+            throw new IllegalArgumentException("--numa-node " + mode.node() + ": " + refusal);
+        }
+        return new Choice(AnonymousMemory.ANY_NODE, "NUMA placement: none (auto chose node " + c.node()
+                + ", but " + refusal + "; --numa-node off keeps this quiet)");
+    }
+
+    private static Choice decide(Mode mode, InetAddress listen, Path sys,
+                                 Function<InetAddress, Optional<String>> interfaceOf) {
         if (mode.equals(Mode.OFF)) {
             return new Choice(AnonymousMemory.ANY_NODE, "NUMA placement: off (--numa-node off)");
         }
@@ -109,6 +134,26 @@ public final class NumaPlacement {
         }
         return new Choice(node, "NUMA placement: region memory from node " + node + " (auto: the node of "
                 + nic.get() + ", which holds " + listen.getHostAddress() + "; memory on nodes " + nodesText.get() + ")");
+    }
+
+    /** Maps a page preferring {@code node}: empty when that worked, else the system's refusal. */
+    private static Optional<String> probe(int node) {
+        try (AnonymousMemory page = AnonymousMemory.map(AnonymousMemory.PAGE_SIZE, false, false, node)) {
+            return Optional.empty();
+        } catch (IllegalStateException e) {
+            return Optional.of(e.getMessage());
+        }
+    }
+
+    /** Mems_allowed_list of /proc/self/status; empty when it cannot be read. */
+    private static Optional<String> allowedNodes() {
+        try {
+            return Files.readAllLines(Path.of("/proc/self/status")).stream()
+                    .filter(l -> l.startsWith("Mems_allowed_list:"))
+                    .map(l -> l.substring("Mems_allowed_list:".length()).trim()).findFirst();
+        } catch (IOException e) {
+            return Optional.empty();
+        }
     }
 
     /**

@@ -33,9 +33,12 @@ class NumaPlacementTest {
         }
     }
 
+    private String allowed = "0-1";
+    private String refusal;
+
     private Choice choose(Mode mode, InetAddress listen) {
         return NumaPlacement.choose(mode, listen, sys, a -> a.equals(NIC_ADDRESS) ? Optional.of("ens1f0")
-                : Optional.empty());
+                : Optional.empty(), Optional.ofNullable(allowed), node -> Optional.ofNullable(refusal));
     }
 
     @Test
@@ -98,6 +101,26 @@ class NumaPlacementTest {
                 () -> choose(Mode.parse("3"), NIC_ADDRESS));
         assertTrue(e.getMessage().contains("nodes 0-1 only"), e.getMessage());
         assertEquals(AnonymousMemory.ANY_NODE, choose(Mode.OFF, NIC_ADDRESS).node());
+    }
+
+    @Test
+    void aNodeThisProcessMayNotUseOrCannotPlaceOnIsDroppedByAutoAndRefusedWhenAsked() throws IOException {
+        host("0-1", "1");
+        allowed = "0"; // a cpuset without the NIC's node
+        Choice c = choose(Mode.AUTO, NIC_ADDRESS);
+        assertEquals(AnonymousMemory.ANY_NODE, c.node());
+        assertTrue(c.why().contains("auto chose node 1") && c.why().contains("Mems_allowed_list"), c.why());
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> choose(Mode.parse("1"), NIC_ADDRESS));
+        assertTrue(e.getMessage().startsWith("--numa-node 1: this process may use nodes 0 only"), e.getMessage());
+
+        allowed = null; // unknown: the trial placement decides
+        refusal = "mbind to NUMA node 1 failed: errno 1 (EPERM: ...)";
+        Choice refused = choose(Mode.AUTO, NIC_ADDRESS);
+        assertEquals(AnonymousMemory.ANY_NODE, refused.node());
+        assertTrue(refused.why().contains("EPERM"), refused.why());
+        e = assertThrows(IllegalArgumentException.class, () -> choose(Mode.parse("1"), NIC_ADDRESS));
+        assertTrue(e.getMessage().contains("EPERM"), e.getMessage());
     }
 
     @Test

@@ -42,13 +42,21 @@ class NumaRegionTest {
         }
     }
 
+    /** The first NUMA node this process may use (its cpuset's Mems_allowed_list), where its pages can be placed. */
+    static int firstAllowedNode() throws IOException {
+        String list = Files.readAllLines(Path.of("/proc/self/status")).stream()
+                .filter(l -> l.startsWith("Mems_allowed_list:")).findFirst().orElse("Mems_allowed_list: 0");
+        return Integer.parseInt(list.substring("Mems_allowed_list:".length()).trim().split("[-,]")[0]);
+    }
+
     @Test
     void regionsPreferTheConfiguredNode() throws Exception {
         Assumptions.assumeTrue(Files.exists(Path.of("/proc/self/numa_maps")), "a kernel without NUMA");
         MemServerConfig config = new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, "numa", "local");
-        String placed = policyOfANewRegion(config.withNumaNode(0));
-        assertEquals("prefer:0", placed.split(" ")[1], placed);
-        assertTrue(placed.contains(" N0=1024 "), "all 1024 written pages on node 0: " + placed);
+        int node = firstAllowedNode();
+        String placed = policyOfANewRegion(config.withNumaNode(node));
+        assertEquals("prefer:" + node, placed.split(" ")[1], placed);
+        assertTrue(placed.contains(" N" + node + "=1024 "), "all 1024 written pages on node " + node + ": " + placed);
         String unplaced = policyOfANewRegion(config);
         assertEquals("default", unplaced.split(" ")[1], unplaced);
     }
