@@ -27,5 +27,4 @@ rb memserver --transport ucx --listen 192.168.77.1:7471 --token-file token --cap
   --metrics none >ms.out 2>ms.log &
 await 120 grep -q lending ms.out
 say "memserver lending"
-touch far-ready
 wait

@@ -18,7 +18,7 @@ await() { # await SECONDS COMMAND...
   echo "guest: gave up waiting for: $*" >&2; return 1
 }
 
-counters() { # counters: rxe0's non-zero hardware counters, one "name value" a line
+counters() { # counters: rxe0's hardware counters, one "name value" a line
   for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "$(basename "$f") $(cat "$f")"; done
 }
 counter() { awk -v n="$1" '$1 == n { print $2 }' "$2"; }
@@ -33,7 +33,7 @@ export UCX_ERROR_SIGNALS= UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_U
        UCX_KEEPALIVE_INTERVAL=inf
 ip=192.168.77.1
 printf '%s\n' "$TOKEN" > token
-await 240 bash -c "exec 3<>/dev/tcp/$ip/7471" 2>/dev/null # the far guest's memserver is up
+await 240 bash -c "exec 3<>/dev/tcp/$ip/7471 2>/dev/null" # the far guest's memserver is up
 say "the far memserver answers"
 rb serve --transport ucx --token-file token --memserver $ip:7471 --volume disk,size=64M,replicas=1,slab=16M --timeout 10 \
   --listen 127.0.0.1:10809 --admin 127.0.0.1:7473 --metrics none >a.out 2>a.log &

@@ -29,7 +29,6 @@ import org.junit.jupiter.params.provider.MethodSource;
  * "Done N runs"), so a target that silently stopped fuzzing fails too.
  */
 @Tag("fuzz")
-@Execution(ExecutionMode.CONCURRENT) // two fuzzing JVMs at a time (fuzz/pom.xml): each keeps a core busy
 class FuzzBrieflyTest {
     static final int SECONDS = 10;
     private static final Pattern DONE = Pattern.compile("Done (\\d+) runs in");
@@ -43,6 +42,9 @@ class FuzzBrieflyTest {
 
     @ParameterizedTest(name = "{0}")
     @MethodSource("targets")
+    // Two fuzzing JVMs at a time (fuzz/pom.xml), each keeping a core busy. On the method, not the class: the class
+    // then ends only when every target has, so no other test class runs beside them.
+    @Execution(ExecutionMode.CONCURRENT)
     @Timeout(SECONDS + 110) // JVM start and instrumentation on a loaded machine, well above what they take
     void fuzzBriefly(FuzzTargets.Target target) throws IOException, InterruptedException {
         List<String> command = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),

@@ -38,7 +38,7 @@ class RxeGuestTest {
 
     @Test
     void ucxOverSoftRoceUsesVerbsLanesLeavesTheMemserverPassiveAndCarriesKernelNbd() throws Exception {
-        GuestLab lab = GuestLab.prepare("rxe", "rxe-guest.sh").numa();
+        GuestLab lab = GuestLab.prepare("rxe", "rxe-guest.sh").numa().smp(2);
         String classpath = lab.copyClasspath();
         try (GuestLab.Guest guest = lab.start(600, 3072, "RB_CP=" + classpath)) {
             String output = guest.finish(720);
