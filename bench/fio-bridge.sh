@@ -5,6 +5,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
 TIME=10
 RAMP=2
 REPEAT=1
@@ -117,33 +119,12 @@ done
 [[ $REPEAT =~ ^[0-9]+$ && $REPEAT -ge 1 ]] || { echo "--repeat must be >= 1" >&2; exit 2; }
 [[ $LAT == clat || $LAT == lat ]] || { echo "--latency must be clat or lat" >&2; exit 2; }
 [[ $PIN == split || $PIN == none ]] || { echo "--pin must be split or none" >&2; exit 2; }
-NCPU=$(nproc)
-if [[ $PIN == split && $NCPU -lt 2 ]]; then PIN=none; fi
-if [[ $PIN == split ]]; then
-    command -v taskset >/dev/null || { echo "taskset not found (use --pin none)" >&2; exit 2; }
-    half=$((NCPU / 2))
-    SERVER_CPUS=${SERVER_CPUS:-0-$((half - 1))}
-    FIO_CPUS=${FIO_CPUS:-$half-$((NCPU - 1))}
-fi
-for t in fio nbdkit nbdinfo python3 setsid timeout pgrep; do
-    command -v "$t" >/dev/null || { echo "$t not found" >&2; exit 2; }
-done
-fio --enghelp=nbd 2>/dev/null | grep -q '^uri' || { echo "fio has no nbd engine" >&2; exit 2; }
+bench_split_cpus
+bench_require fio nbdkit nbdinfo python3 setsid timeout pgrep
 
-declare -A ROWARGS=(
-    [rr1]="--rw=randread --bs=4k --iodepth=1 --norandommap --randrepeat=0"
-    [rw1]="--rw=randwrite --bs=4k --iodepth=1 --norandommap --randrepeat=0"
-    [rr32]="--rw=randread --bs=4k --iodepth=32 --norandommap --randrepeat=0"
-    [rw32]="--rw=randwrite --bs=4k --iodepth=32 --norandommap --randrepeat=0"
-    [sr]="--rw=read --bs=1M --iodepth=8"
-    [sw]="--rw=write --bs=1M --iodepth=8"
-    [cin]="copy"
-    [cout]="copy"
-)
-IFS=, read -r -a ROWLIST <<<"$ROWS"
-for r in "${ROWLIST[@]}"; do
-    [[ -n ${ROWARGS[$r]:-} ]] || { echo "unknown row '$r' (see --help)" >&2; exit 2; }
-done
+ROWARGS[cin]=copy
+ROWARGS[cout]=copy
+bench_rows "$ROWS"
 IFS=, read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
     case $t in
@@ -158,16 +139,8 @@ for t in "${TLIST[@]}"; do
 done
 [[ -n $SLAB ]] && SLABSPEC=",slab=$SLAB" || SLABSPEC=
 
-if [[ -n $OUT ]]; then
-    mkdir -p "$OUT"
-    WORK=$(cd "$OUT" && pwd)
-    KEEP=1
-else
-    WORK=$(mktemp -d "${TMPDIR:-/tmp}/fio-bridge.XXXXXX")
-    KEEP=0
-fi
 
-GROUPS_STARTED=()   # process group ids (setsid), every process we started
+bench_workdir "$OUT" fio-bridge
 declare -A URI FRONTG BACKG
 CLK_TCK=$(getconf CLK_TCK)
 cpu_ticks() { # cpu_ticks PGID... -> user+system clock ticks of every process in those groups
@@ -185,57 +158,11 @@ cpu_mark() { # cpu_mark TARGET -> "front back" ticks now
     # shellcheck disable=SC2086
     echo "$(cpu_ticks "${FRONTG[$1]}") $(cpu_ticks ${BACKG[$1]})"
 }
-stop_group() { # SIGTERM a process group, SIGKILL what is left after 5 s
-    local p=$1
-    kill -TERM -- "-$p" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-}
-cleanup() {
-    local rc=$?
-    set +e
-    local i
-    # front ends first (bridges give their leases back, the nbd plugin lets go of nbdkit memory), then the rest
-    for ((i = ${#GROUPS_STARTED[@]} - 1; i >= 0; i--)); do stop_group "${GROUPS_STARTED[$i]}"; done
-    [[ $KEEP -eq 1 ]] || rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-spawn() { # spawn LOGNAME COMMAND... -> starts it in its own process group; sets SPAWNED
-    local log=$1; shift
-    setsid "$@" >"$WORK/$log.log" 2>&1 </dev/null &
-    SPAWNED=$!
-    GROUPS_STARTED+=("$SPAWNED")
-}
-
 pin_group() { # bind every thread of every process in group $1 to the server CPUs
     [[ $PIN == split ]] || return 0
     local p
     for p in $(pgrep -g "$1"); do
         taskset -a -p -c "$SERVER_CPUS" "$p" >/dev/null 2>&1 || true
-    done
-}
-
-await_nbd() { # await_nbd NAME URI PID TIMEOUT
-    local name=$1 uri=$2 pid=$3 tmo=$4 t0=$SECONDS
-    until timeout 10 nbdinfo --size "$uri" >"$WORK/$name.size" 2>/dev/null; do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "$name exited before accepting connections; last log lines:" >&2
-            tail -n 20 "$WORK/$name.log" >&2
-            exit 1
-        fi
-        if (( SECONDS - t0 > tmo )); then
-            echo "$name did not accept connections at $uri within ${tmo}s" >&2
-            exit 1
-        fi
-        sleep 0.3
     done
 }
 
@@ -382,9 +309,10 @@ for r in "${ROWLIST[@]}"; do
     done
 done
 
-python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" "$TARGETS" "$(numfmt --from=iec "$SIZE")" "$CLK_TCK" \
+PYTHONPATH="$ROOT/bench" PYTHONDONTWRITEBYTECODE=1 python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" "$TARGETS" "$(numfmt --from=iec "$SIZE")" "$CLK_TCK" \
     "$RAMP" <<'EOF'
-import json, statistics, sys
+import statistics, sys
+import fio_results
 work, repeat, rows, secs, lat, targets = (sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","),
                                           sys.argv[4], sys.argv[5], sys.argv[6].split(","))
 size = int(sys.argv[7])
@@ -394,38 +322,20 @@ def copied(tag, target):
     return size / float(open("%s/%s.%s.copy" % (work, tag, target)).read()) / 1e6
 
 def load(tag, target):
-    txt = open("%s/%s.%s.json" % (work, tag, target)).read()
-    job = json.loads(txt[txt.index("{"):])["jobs"][0]
-    if job.get("error"):
-        sys.exit("fio job %s on %s reported error %d" % (tag, target, job["error"]))
-    return job
+    return fio_results.load(work, tag, target)
 
 def metric(job, side, what):
-    d = job[side]
-    if what == "iops":
-        return d["iops"]
-    if what == "mbs":
-        return d["bw_bytes"] / 1e6
-    pct = d[lat + "_ns"].get("percentile", {})
-    key = {"p50": "50.000000", "p99": "99.000000"}[what]
-    return pct[key] / 1000.0
+    return fio_results.metric(job, side, what, lat)
 
-DEF = {
-    "rr1":  ("4K randread QD1",   "read",  ["iops", "p50", "p99"]),
-    "rw1":  ("4K randwrite QD1",  "write", ["iops", "p50", "p99"]),
-    "rr32": ("4K randread QD32",  "read",  ["iops"]),
-    "rw32": ("4K randwrite QD32", "write", ["iops"]),
-    "sr":   ("1M seq read QD8",   "read",  ["mbs"]),
-    "sw":   ("1M seq write QD8",  "write", ["mbs"]),
-    "cin":  ("nbdcopy file->export", "copy", ["mbs"]),
-    "cout": ("nbdcopy export->null", "copy", ["mbs"]),
-}
+DEF = dict(fio_results.ROWS)
+DEF["cin"] = ("nbdcopy file->export", "copy", ["mbs"])
+DEF["cout"] = ("nbdcopy export->null", "copy", ["mbs"])
 
 def value(r, i, t, side, m):
     if side == "copy":
         return copied("%s.%d" % (r, i), t)
     return metric(load("%s.%d" % (r, i), t), side, m)
-UNIT = {"iops": "IOPS", "mbs": "MB/s", "p50": "p50 %s us" % lat, "p99": "p99 %s us" % lat}
+UNIT = fio_results.units(lat)
 HEAD = {"rb1": "serve R=1", "rb1nm": "R=1 nometr", "rb1l1": "R=1 1 lane", "rb2": "serve R=2", "demo": "demo",
         "nbdkit": "nbdkit 2hop", "nkmem": "nbdkit mem", "nkmem1": "nbdkit t=1",
         "base-rb1": "base R=1", "base-rb2": "base R=2", "base-demo": "base demo"}

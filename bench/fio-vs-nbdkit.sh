@@ -4,6 +4,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
 TIME=10
 RAMP=2
 REPEAT=1
@@ -108,71 +110,20 @@ done
 [[ $REPEAT =~ ^[0-9]+$ && $REPEAT -ge 1 ]] || { echo "--repeat must be >= 1" >&2; exit 2; }
 [[ $LAT == clat || $LAT == lat ]] || { echo "--latency must be clat or lat" >&2; exit 2; }
 [[ $PIN == split || $PIN == none ]] || { echo "--pin must be split or none" >&2; exit 2; }
-NCPU=$(nproc)
-if [[ $PIN == split && $NCPU -lt 2 ]]; then PIN=none; fi
-if [[ $PIN == split ]]; then
-    command -v taskset >/dev/null || { echo "taskset not found (use --pin none)" >&2; exit 2; }
-    half=$((NCPU / 2))
-    SERVER_CPUS=${SERVER_CPUS:-0-$((half - 1))}
-    FIO_CPUS=${FIO_CPUS:-$half-$((NCPU - 1))}
-fi
-for t in fio nbdkit nbdinfo python3 setsid timeout; do
-    command -v "$t" >/dev/null || { echo "$t not found" >&2; exit 2; }
-done
-fio --enghelp=nbd 2>/dev/null | grep -q '^uri' || { echo "fio has no nbd engine" >&2; exit 2; }
+bench_split_cpus
+bench_require fio nbdkit nbdinfo python3 setsid timeout
 
-declare -A ROWARGS=(
-    [rr1]="--rw=randread --bs=4k --iodepth=1 --norandommap --randrepeat=0"
-    [rw1]="--rw=randwrite --bs=4k --iodepth=1 --norandommap --randrepeat=0"
-    [rr32]="--rw=randread --bs=4k --iodepth=32 --norandommap --randrepeat=0"
-    [rw32]="--rw=randwrite --bs=4k --iodepth=32 --norandommap --randrepeat=0"
-    [sr]="--rw=read --bs=1M --iodepth=8"
-    [sw]="--rw=write --bs=1M --iodepth=8"
-)
-IFS=, read -r -a ROWLIST <<<"$ROWS"
-for r in "${ROWLIST[@]}"; do
-    [[ -n ${ROWARGS[$r]:-} ]] || { echo "unknown row '$r' (see --help)" >&2; exit 2; }
-done
+bench_rows "$ROWS"
 
-if [[ -n $OUT ]]; then
-    mkdir -p "$OUT"
-    WORK=$(cd "$OUT" && pwd)
-    KEEP=1
-else
-    WORK=$(mktemp -d "${TMPDIR:-/tmp}/fio-vs-nbdkit.XXXXXX")
-    KEEP=0
-fi
 
 declare -A PID URI
-stop_server() { # kill the whole process group started by setsid
-    local p=${PID[$1]:-}
-    [[ -n $p ]] || return 0
-    kill -TERM -- "-$p" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-    PID[$1]=
-}
-cleanup() {
-    local rc=$?
-    set +e
-    stop_server rbridge
-    stop_server nbdkit
-    [[ $KEEP -eq 1 ]] || rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
+bench_workdir "$OUT" fio-vs-nbdkit
 
 start_server() { # start_server NAME COMMAND TIMEOUT
     local name=$1 cmd=$2 tmo=$3 port
     port=$(free_port)
-    PORT=$port setsid bash -c "exec $cmd" >"$WORK/$name.log" 2>&1 </dev/null &
-    PID[$name]=$!
+    PORT=$port spawn "$name" bash -c "exec $cmd"
+    PID[$name]=$SPAWNED
     URI[$name]="nbd://127.0.0.1:$port/disk"
     local probe=${URI[$name]}
     if [[ -n $TLS ]]; then
@@ -180,18 +131,7 @@ start_server() { # start_server NAME COMMAND TIMEOUT
         probe="nbds://127.0.0.1:$port/disk?tls-certificates=$TLS"
     fi
     local t0=$SECONDS
-    until timeout 10 nbdinfo --size "$probe" >"$WORK/$name.size" 2>/dev/null; do
-        if ! kill -0 "${PID[$name]}" 2>/dev/null; then
-            echo "$name exited before accepting connections; last log lines:" >&2
-            tail -n 20 "$WORK/$name.log" >&2
-            exit 1
-        fi
-        if (( SECONDS - t0 > tmo )); then
-            echo "$name did not accept connections on port $port within ${tmo}s" >&2
-            exit 1
-        fi
-        sleep 0.5
-    done
+    await_nbd "$name" "$probe" "${PID[$name]}" "$tmo"
     echo "# $name ready at ${URI[$name]} after $((SECONDS - t0))s, export size $(cat "$WORK/$name.size")"
     if [[ $PIN == split ]]; then
         local p
@@ -247,37 +187,20 @@ for r in "${ROWLIST[@]}"; do
     done
 done
 
-python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" <<'EOF'
-import json, statistics, sys
+PYTHONPATH="$ROOT/bench" PYTHONDONTWRITEBYTECODE=1 python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" <<'EOF'
+import statistics, sys
+import fio_results
 work, repeat, rows, secs, lat = (sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","),
                                  sys.argv[4], sys.argv[5])
 
 def load(tag, server):
-    txt = open("%s/%s.%s.json" % (work, tag, server)).read()
-    job = json.loads(txt[txt.index("{"):])["jobs"][0]
-    if job.get("error"):
-        sys.exit("fio job %s on %s reported error %d" % (tag, server, job["error"]))
-    return job
+    return fio_results.load(work, tag, server)
 
 def metric(job, side, what):
-    d = job[side]
-    if what == "iops":
-        return d["iops"]
-    if what == "mbs":
-        return d["bw_bytes"] / 1e6
-    pct = d[lat + "_ns"].get("percentile", {})
-    key = {"p50": "50.000000", "p99": "99.000000"}[what]
-    return pct[key] / 1000.0
+    return fio_results.metric(job, side, what, lat)
 
-DEF = {
-    "rr1":  ("4K randread QD1",   "read",  ["iops", "p50", "p99"]),
-    "rw1":  ("4K randwrite QD1",  "write", ["iops", "p50", "p99"]),
-    "rr32": ("4K randread QD32",  "read",  ["iops"]),
-    "rw32": ("4K randwrite QD32", "write", ["iops"]),
-    "sr":   ("1M seq read QD8",   "read",  ["mbs"]),
-    "sw":   ("1M seq write QD8",  "write", ["mbs"]),
-}
-UNIT = {"iops": "IOPS", "mbs": "MB/s", "p50": "p50 %s us" % lat, "p99": "p99 %s us" % lat}
+DEF = fio_results.ROWS
+UNIT = fio_results.units(lat)
 out = []
 for r in rows:
     label, side, metrics = DEF[r]

@@ -4,6 +4,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
 TIME=10
 REPEAT=3
 SIZE=256M
@@ -49,52 +51,14 @@ for tool in fio nbdinfo curl python3 setsid; do
     command -v "$tool" >/dev/null || { echo "hedged-reads: $tool is not installed" >&2; exit 2; }
 done
 
-if [[ -n $OUT ]]; then
-    mkdir -p "$OUT"
-    WORK=$(cd "$OUT" && pwd)
-    KEEP=1
-else
-    WORK=$(mktemp -d "${TMPDIR:-/tmp}/hedged-reads.XXXXXX")
-    KEEP=0
-fi
 
-GROUPS_STARTED=()
 STALLER=
-cleanup() {
-    local rc=$? p
-    set +e
+bench_before_stop() { # a stalled memserver would not stop on SIGTERM
+    local p
     [[ -n $STALLER ]] && kill "$STALLER" 2>/dev/null
-    for p in "${GROUPS_STARTED[@]}"; do kill -CONT -- "-$p" 2>/dev/null; done
-    for ((i = ${#GROUPS_STARTED[@]} - 1; i >= 0; i--)); do
-        p=${GROUPS_STARTED[$i]}
-        kill -TERM -- "-$p" 2>/dev/null
-        for _ in $(seq 50); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL -- "-$p" 2>/dev/null
-    done
-    [[ $KEEP -eq 1 ]] || rm -rf "$WORK"
-    exit $rc
+    for p in "${BENCH_GROUPS[@]}"; do kill -CONT -- "-$p" 2>/dev/null; done
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-spawn() { # spawn LOGNAME COMMAND... -> its own process group; sets SPAWNED
-    local log=$1; shift
-    setsid "$@" >"$WORK/$log.log" 2>&1 </dev/null &
-    SPAWNED=$!
-    GROUPS_STARTED+=("$SPAWNED")
-}
-
-await() { # await SECONDS WHAT COMMAND...
-    local limit=$1 what=$2 t0=$SECONDS; shift 2
-    until "$@" >/dev/null 2>&1; do
-        (( SECONDS - t0 <= limit )) || { echo "hedged-reads: $what did not come up within ${limit}s" >&2; exit 1; }
-        sleep 0.3
-    done
-}
+bench_workdir "$OUT" hedged-reads
 
 RB=(env RBRIDGE_NO_BUILD=1 "$ROOT/rbridge")
 echo "# rbridge: $("$ROOT/rbridge" --version 2>&1 | tail -n 1)" # builds once when the sources are newer
