@@ -13,7 +13,6 @@ import java.util.Locale;
 import java.util.Optional;
 import java.util.function.Function;
 import java.util.function.IntFunction;
-import java.util.function.IntPredicate;
 
 /**
  * Which NUMA node region memory comes from: as asked ({@code --numa-node N}, {@code off}) or, by default
@@ -209,24 +208,19 @@ public final class NumaPlacement {
 
     /** Whether a kernel node list ("0", "0-1", "0,2-3") holds {@code node}; a malformed list holds nothing. */
     static boolean contains(String list, int node) {
-        return nodes(list).test(node);
+        return nodes(list).get(node);
     }
 
     /** How many nodes a kernel node list names; 0 when it is malformed. */
     static int count(String list) {
-        int n = 0;
-        for (int i = 0; i < MAX_NODES; i++) {
-            if (contains(list, i)) {
-                n++;
-            }
-        }
-        return n;
+        return nodes(list).cardinality();
     }
 
-    private static IntPredicate nodes(String list) {
+    /** The nodes a kernel node list names, parsed once; none when it is malformed. */
+    private static BitSet nodes(String list) {
         BitSet set = new BitSet();
         if (list.isEmpty()) {
-            return set::get;
+            return set;
         }
         for (String part : list.split(",")) {
             String[] range = part.split("-", -1);
@@ -234,13 +228,13 @@ public final class NumaPlacement {
                 int from = Integer.parseInt(range[0].trim());
                 int to = range.length == 2 ? Integer.parseInt(range[1].trim()) : from;
                 if (range.length > 2 || from < 0 || to < from || to >= MAX_NODES) {
-                    return i -> false;
+                    return new BitSet();
                 }
                 set.set(from, to + 1);
             } catch (NumberFormatException e) {
-                return i -> false;
+                return new BitSet();
             }
         }
-        return set::get;
+        return set;
     }
 }
