@@ -53,9 +53,11 @@ class RxeGuestTest {
             Matcher p = PASSIVE.matcher(output);
             assertTrue(p.find(), "the passivity measurement\n" + lab.tail(80));
             long progress = Long.parseLong(p.group(1));
-            // One-sided: the memserver's progress thread is not woken by GET/PUT. 5 ticks (50 ms) over an 8 s run
-            // leaves room for the connect and the region mapping, which are two-sided.
-            assertTrue(progress <= 5, "memserver progress thread used " + progress + " ticks during one-sided writes");
+            // One-sided: the memserver's progress thread is not woken by GET/PUT. Answering them (emulated RMA: one
+            // active message per 64 KiB write, about 2000 in the 8 s run) would cost it hundreds of ticks under TCG;
+            // the connect, the region mapping and its timers cost it 2 to 7 in the runs so far. 20 (200 ms) leaves
+            // room for a loaded machine and still tells the two apart.
+            assertTrue(progress <= 20, "memserver progress thread used " + progress + " ticks during one-sided writes");
             assertEquals(1, output.lines().filter(l -> l.startsWith("write_data: OK:")).count(),
                     "write_data verified through kernel nbd over the ucx bridge\n" + lab.tail(80));
             assertTrue(output.contains("fio: errors 0, written KiB 32768"), "fio verify through the bridge\n"
