@@ -55,9 +55,9 @@ class RxeGuestTest {
             long progress = Long.parseLong(p.group(1));
             // One-sided: the memserver's progress thread is not woken by GET/PUT. Answering them (emulated RMA: one
             // active message per 64 KiB write, about 2000 in the 8 s run) would cost it hundreds of ticks under TCG;
-            // the connect, the region mapping and its timers cost it 2 to 7 in the runs so far. 20 (200 ms) leaves
+            // the connect, the region mapping and its timers cost it 2 to 12 in the runs so far. 40 (400 ms) leaves
             // room for a loaded machine and still tells the two apart.
-            assertTrue(progress <= 20, "memserver progress thread used " + progress + " ticks during one-sided writes");
+            assertTrue(progress <= 40, "memserver progress thread used " + progress + " ticks during one-sided writes");
             assertEquals(1, output.lines().filter(l -> l.startsWith("write_data: OK:")).count(),
                     "write_data verified through kernel nbd over the ucx bridge\n" + lab.tail(80));
             assertTrue(output.contains("fio: errors 0, written KiB 32768"), "fio verify through the bridge\n"
