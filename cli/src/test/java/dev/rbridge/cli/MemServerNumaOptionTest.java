@@ -1,5 +1,7 @@
 package dev.rbridge.cli;
 
+import dev.rbridge.memory.NumaNodes;
+
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -44,9 +46,7 @@ class MemServerNumaOptionTest {
 
     @Test
     void theChoiceIsLogged() throws Exception {
-        String node = Files.readAllLines(Path.of("/proc/self/status")).stream()
-                .filter(l -> l.startsWith("Mems_allowed_list:")).findFirst().orElse("Mems_allowed_list: 0")
-                .substring("Mems_allowed_list:".length()).trim().split("[-,]")[0];
+        String node = Integer.toString(NumaNodes.firstAllowed());
         for (String[] c : new String[][]{{node, "NUMA placement: region memory from node " + node + " (--numa-node "
                 + node + ")"},
                 {"auto", "NUMA placement: none (auto: "}}) {

@@ -77,17 +77,10 @@ class AnonymousMemoryTest {
     }
 
 
-    /** The first NUMA node this process may use (its cpuset's Mems_allowed_list), where its pages can be placed. */
-    static int firstAllowedNode() throws IOException {
-        String list = Files.readAllLines(Path.of("/proc/self/status")).stream()
-                .filter(l -> l.startsWith("Mems_allowed_list:")).findFirst().orElse("Mems_allowed_list: 0");
-        return Integer.parseInt(list.substring("Mems_allowed_list:".length()).trim().split("[-,]")[0]);
-    }
-
     @Test
     void pagesArePlacedOnThePreferredNode() throws IOException {
         Assumptions.assumeTrue(Files.exists(Path.of("/proc/self/numa_maps")), "a kernel without NUMA");
-        int node = firstAllowedNode();
+        int node = NumaNodes.firstAllowed();
         try (AnonymousMemory m = AnonymousMemory.map(4 << 20, false, false, node)) {
             m.segment().set(ValueLayout.JAVA_BYTE, 0, (byte) 1);
             String line = Files.readAllLines(Path.of("/proc/self/numa_maps")).stream()

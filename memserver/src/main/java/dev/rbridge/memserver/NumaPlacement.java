@@ -1,6 +1,7 @@
 package dev.rbridge.memserver;
 
 import dev.rbridge.memory.AnonymousMemory;
+import dev.rbridge.memory.NumaNodes;
 
 import java.io.IOException;
 import java.net.InetAddress;
@@ -8,7 +9,6 @@ import java.net.NetworkInterface;
 import java.net.SocketException;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.BitSet;
 import java.util.Locale;
 import java.util.Optional;
 import java.util.function.Function;
@@ -64,7 +64,8 @@ public final class NumaPlacement {
      * first grant.
      */
     public static Choice choose(Mode mode, InetAddress listen) {
-        return choose(mode, listen, Path.of("/sys"), NumaPlacement::interfaceOf, allowedNodes(), NumaPlacement::probe);
+        return choose(mode, listen, Path.of("/sys"), NumaPlacement::interfaceOf, NumaNodes.allowedList(),
+                NumaPlacement::probe);
     }
 
     /**
@@ -144,17 +145,6 @@ public final class NumaPlacement {
         }
     }
 
-    /** Mems_allowed_list of /proc/self/status; empty when it cannot be read. */
-    private static Optional<String> allowedNodes() {
-        try {
-            return Files.readAllLines(Path.of("/proc/self/status")).stream()
-                    .filter(l -> l.startsWith("Mems_allowed_list:"))
-                    .map(l -> l.substring("Mems_allowed_list:".length()).trim()).findFirst();
-        } catch (IOException e) {
-            return Optional.empty();
-        }
-    }
-
     /**
      * The numa_node of the device behind interface {@code nic}: its own, or its nearest ancestor's (a virtio NIC's
      * device is a virtio device, and the PCI function above it knows the node).
@@ -208,33 +198,11 @@ public final class NumaPlacement {
 
     /** Whether a kernel node list ("0", "0-1", "0,2-3") holds {@code node}; a malformed list holds nothing. */
     static boolean contains(String list, int node) {
-        return nodes(list).get(node);
+        return NumaNodes.parse(list).get(node);
     }
 
     /** How many nodes a kernel node list names; 0 when it is malformed. */
     static int count(String list) {
-        return nodes(list).cardinality();
-    }
-
-    /** The nodes a kernel node list names, parsed once; none when it is malformed. */
-    private static BitSet nodes(String list) {
-        BitSet set = new BitSet();
-        if (list.isEmpty()) {
-            return set;
-        }
-        for (String part : list.split(",")) {
-            String[] range = part.split("-", -1);
-            try {
-                int from = Integer.parseInt(range[0].trim());
-                int to = range.length == 2 ? Integer.parseInt(range[1].trim()) : from;
-                if (range.length > 2 || from < 0 || to < from || to >= MAX_NODES) {
-                    return new BitSet();
-                }
-                set.set(from, to + 1);
-            } catch (NumberFormatException e) {
-                return new BitSet();
-            }
-        }
-        return set;
+        return NumaNodes.parse(list).cardinality();
     }
 }

@@ -1,5 +1,7 @@
 package dev.rbridge.memserver;
 
+import dev.rbridge.memory.NumaNodes;
+
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RegionTag;
@@ -42,18 +44,11 @@ class NumaRegionTest {
         }
     }
 
-    /** The first NUMA node this process may use (its cpuset's Mems_allowed_list), where its pages can be placed. */
-    static int firstAllowedNode() throws IOException {
-        String list = Files.readAllLines(Path.of("/proc/self/status")).stream()
-                .filter(l -> l.startsWith("Mems_allowed_list:")).findFirst().orElse("Mems_allowed_list: 0");
-        return Integer.parseInt(list.substring("Mems_allowed_list:".length()).trim().split("[-,]")[0]);
-    }
-
     @Test
     void regionsPreferTheConfiguredNode() throws Exception {
         Assumptions.assumeTrue(Files.exists(Path.of("/proc/self/numa_maps")), "a kernel without NUMA");
         MemServerConfig config = new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, "numa", "local");
-        int node = firstAllowedNode();
+        int node = NumaNodes.firstAllowed();
         String placed = policyOfANewRegion(config.withNumaNode(node));
         assertEquals("prefer:" + node, placed.split(" ")[1], placed);
         assertTrue(placed.contains(" N" + node + "=1024 "), "all 1024 written pages on node " + node + ": " + placed);
