@@ -9,6 +9,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/bench/lib.sh"
 TIME=10
 RAMP=2
+WARMUP=2
 REPEAT=1
 SIZE=1G
 ROWS=rr1,rw1,rr32,rw32,sr,sw
@@ -67,6 +68,9 @@ ramp's bytes at the measured rate, since the CPU counters include it.
 Options:
   --time SEC       measured time per run (default $TIME)
   --ramp SEC       unmeasured warm-up per run (default $RAMP)
+  --warmup SEC     before the first measured run, every row runs once on every target, unmeasured, for SEC
+                   seconds (nbdcopy rows: one whole copy), so each server has run every path it will be timed
+                   on; the JVM's compilers are otherwise still at work in the first rows (default $WARMUP; 0: none)
   --repeat N       runs per target per row, median reported (default $REPEAT)
   --size SIZE      fio working set, <= 1G (default $SIZE)
   --rows LIST      subset of rows, e.g. rr1,sw
@@ -99,6 +103,7 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --time) TIME=$2; shift 2 ;;
         --ramp) RAMP=$2; shift 2 ;;
+        --warmup) WARMUP=$2; shift 2 ;;
         --repeat) REPEAT=$2; shift 2 ;;
         --size) SIZE=$2; shift 2 ;;
         --rows) ROWS=$2; shift 2 ;;
@@ -116,6 +121,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $TIME =~ ^[0-9]+$ && $TIME -ge 1 ]] || { echo "--time must be a positive integer" >&2; exit 2; }
 [[ $RAMP =~ ^[0-9]+$ ]] || { echo "--ramp must be an integer" >&2; exit 2; }
+[[ $WARMUP =~ ^[0-9]+$ ]] || { echo "--warmup must be an integer" >&2; exit 2; }
 [[ $REPEAT =~ ^[0-9]+$ && $REPEAT -ge 1 ]] || { echo "--repeat must be >= 1" >&2; exit 2; }
 [[ $LAT == clat || $LAT == lat ]] || { echo "--latency must be clat or lat" >&2; exit 2; }
 [[ $PIN == split || $PIN == none ]] || { echo "--pin must be split or none" >&2; exit 2; }
@@ -290,6 +296,19 @@ if [[ ",$ROWS," == *,cin,* ]]; then
     command -v nbdcopy >/dev/null || { echo "nbdcopy not found (libnbd-bin)" >&2; exit 2; }
     echo "# making a $SIZE file of random bytes for the cin row"
     head -c "$(numfmt --from=iec "$SIZE")" /dev/urandom >"$WORK/copy.src"
+fi
+if [[ $WARMUP -gt 0 ]]; then
+    echo "# warming up: every row once on every target, ${WARMUP}s each (nbdcopy rows: one copy), not measured"
+    for r in "${ROWLIST[@]}"; do
+        for t in "${TLIST[@]}"; do
+            if [[ ${ROWARGS[$r]} == copy ]]; then
+                runcopy "$t" "warm.$r" "$r"
+            else
+                # shellcheck disable=SC2086
+                runfio "$t" "warm.$r" ${ROWARGS[$r]} --time_based --runtime="$WARMUP"
+            fi
+        done
+    done
 fi
 echo "# rows: $ROWS; ${TIME}s measured + ${RAMP}s ramp per run; $REPEAT run(s) per target per row;" \
      "pin: $PIN${FIO_CPUS:+ (fio on CPU(s) $FIO_CPUS)}"
