@@ -8,16 +8,7 @@
 # 768M when ./grow-now appears (rbridge admin grow), and the watching attach resizes /dev/nbd0 to match.
 set -euo pipefail
 trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
-t0=$SECONDS
-say() { echo "guest: [$((SECONDS - t0))s] $*"; }
-wd() { ./write_data --threads 4 --qd 8 "$@"; }
-rb() { java --enable-native-access=ALL-UNNAMED -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$RB_CP" \
-         dev.rbridge.cli.Main "$@"; }
-await() { # await SECONDS COMMAND...: poll until the command succeeds
-  local limit=$1; shift
-  for _ in $(seq $((limit * 5))); do "$@" && return 0; sleep 0.2; done
-  echo "guest: gave up waiting for: $*" >&2; return 1
-}
+. ./guest-prelude.sh # say, await, rb, wd, soft_roce
 
 modprobe nbd nbds_max=4
 say "rbridge attach to nbd://10.0.2.2:$NBD_PORT/disk"

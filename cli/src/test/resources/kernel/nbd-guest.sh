@@ -5,9 +5,7 @@
 # write_data creates ./kill-now, and checks that ./kill-run.done does not exist yet at that moment.
 set -euo pipefail
 trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
-t0=$SECONDS
-say() { echo "guest: [$((SECONDS - t0))s] $*"; }
-wd() { ./write_data --threads 4 --qd 8 "$@"; }
+. ./guest-prelude.sh # say, await, rb, wd, soft_roce
 
 modprobe nbd nbds_max=4
 say "nbd-client to 10.0.2.2:$NBD_PORT"

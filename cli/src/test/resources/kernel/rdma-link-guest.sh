@@ -8,15 +8,8 @@
 # must verify again. $TOKEN is the memserver's token, $RB_CP the classpath (in ./cp) of the code under test.
 set -euo pipefail
 trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
-t0=$SECONDS
-say() { echo "guest: [$((SECONDS - t0))s] $*"; }
-rb() { java --enable-native-access=ALL-UNNAMED -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:MaxDirectMemorySize=512m \
-         -cp "$RB_CP" dev.rbridge.cli.Main "$@"; }
-await() { # await SECONDS COMMAND...
-  local limit=$1; shift
-  for _ in $(seq $((limit * 5))); do "$@" && return 0; sleep 0.2; done
-  echo "guest: gave up waiting for: $*" >&2; return 1
-}
+. ./guest-prelude.sh # say, await, rb, wd, soft_roce
+RB_JAVA_OPTS=-XX:MaxDirectMemorySize=512m
 
 counters() { # counters: rxe0's hardware counters, one "name value" a line
   for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "$(basename "$f") $(cat "$f")"; done
@@ -26,11 +19,7 @@ counter() { awk -v n="$1" '$1 == n { print $2 }' "$2"; }
 say "soft-RoCE on eth1 (the wire)"
 ip link set eth1 up
 ip addr add 192.168.77.2/24 dev eth1
-modprobe rdma_rxe
-rdma link add rxe0 type rxe netdev eth1
-await 30 sh -c 'rdma link show rxe0/1 | grep -q ACTIVE'
-export UCX_ERROR_SIGNALS= UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n \
-       UCX_KEEPALIVE_INTERVAL=inf
+soft_roce eth1
 ip=192.168.77.1
 printf '%s\n' "$TOKEN" > token
 await 240 bash -c "exec 3<>/dev/tcp/$ip/7471 2>/dev/null" # the far guest's memserver is up

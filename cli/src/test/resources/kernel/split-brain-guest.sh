@@ -8,27 +8,16 @@
 # class of an older build's launcher.
 set -euo pipefail
 trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
-t0=$SECONDS
-say() { echo "guest: [$((SECONDS - t0))s] $*"; }
-rb() { java --enable-native-access=ALL-UNNAMED -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:MaxDirectMemorySize=512m \
-         -cp "$RB_CP" "${RB_MAIN:-dev.rbridge.cli.Main}" "$@"; }
-await() { # await SECONDS COMMAND...
-  local limit=$1; shift
-  for _ in $(seq $((limit * 5))); do "$@" && return 0; sleep 0.2; done
-  echo "guest: gave up waiting for: $*" >&2; return 1
-}
+. ./guest-prelude.sh # say, await, rb, wd, soft_roce
+RB_JAVA_OPTS=-XX:MaxDirectMemorySize=512m
 slab_rkeys() { # the rkeys of the volume's 16 MiB slab regions the NIC knows now, sorted
   rdma res show mr | awk '{ for (i = 1; i < NF; i++) { if ($i == "rkey") k = $(i + 1); if ($i == "mrlen") l = $(i + 1) } }
                           l == 16777216 { print k }' | sort
 }
 
 say "soft-RoCE on eth0"
-modprobe rdma_rxe
-rdma link add rxe0 type rxe netdev eth0
-await 30 sh -c 'rdma link show rxe0/1 | grep -q ACTIVE'
+soft_roce eth0
 
-export UCX_ERROR_SIGNALS= UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n \
-       UCX_KEEPALIVE_INTERVAL=inf
 ip=10.0.2.15
 say "one memserver on ucx over rxe0"
 od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > token # the memservers lend only to holders of it

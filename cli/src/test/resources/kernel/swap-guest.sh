@@ -8,17 +8,11 @@
 set -euo pipefail
 # On a failure the kernel lists the tasks blocked in D state with their stacks (sysrq w), to say where it hung.
 trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2; echo w > /proc/sysrq-trigger; sleep 2' ERR
-t0=$SECONDS
-say() { echo "guest: [$((SECONDS - t0))s] $*"; }
+. ./guest-prelude.sh # say, await, rb, wd, soft_roce
 # A small fixed heap, committed (and, with --mlock-all, locked) at start; C1 only and few malloc arenas, so the two
 # JVMs leave most of the guest's RAM to the program that makes it swap.
-rb() { MALLOC_ARENA_MAX=2 java --enable-native-access=ALL-UNNAMED -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-         -Xms64m -Xmx64m -Xss512k -XX:MaxDirectMemorySize=320m -cp "$RB_CP" dev.rbridge.cli.Main "$@"; }
-await() { # await SECONDS COMMAND...: poll until the command succeeds
-  local limit=$1; shift
-  for _ in $(seq $((limit * 5))); do "$@" && return 0; sleep 0.2; done
-  echo "guest: gave up waiting for: $*" >&2; return 1
-}
+RB_ENV=MALLOC_ARENA_MAX=2
+RB_JAVA_OPTS="-Xms64m -Xmx64m -Xss512k -XX:MaxDirectMemorySize=320m"
 started() { # started PID FILE PATTERN LOG: wait until FILE says PATTERN; fail at once (with LOG) if PID ended
   for _ in $(seq 1500); do
     grep -q "$3" "$2" && return 0

@@ -21,14 +21,17 @@ import static org.junit.jupiter.api.Assertions.fail;
 /**
  * One run of a job script in the qemu guest lab ({@code kmod-hooks/lab}), as the guest tests use it: a run folder
  * {@code target/kernel-guest/NAME-STAMP} whose {@code share/} (the guest's 9p share and working folder) holds
- * {@code write_data} and, when asked, this JVM's classpath; the job script from {@code src/test/resources/kernel};
- * and {@code run-guest} started on it, stopped when the test ends.
+ * {@code write_data}, the prelude every job sources ({@value #PRELUDE}) and, when asked, this JVM's classpath; the job
+ * script from {@code src/test/resources/kernel}; and {@code run-guest} started on it, stopped when the test ends.
  *
  * <p>The guest tests fail (do not skip) when the lab cannot run, unless {@code RBRIDGE_SKIP_GUEST_TESTS=1}.
  */
 final class GuestLab {
     static final String OPT_OUT = "RBRIDGE_SKIP_GUEST_TESTS";
     private static boolean imageReady;
+
+    /** What every job script sources first (say, await, rb, wd, soft_roce), a resource beside them. */
+    static final String PRELUDE = "guest-prelude.sh";
 
     /** The run folder: run-guest's output, the guest's own folder ({@code guest/}) and the share. */
     final Path run;
@@ -81,13 +84,18 @@ final class GuestLab {
         Path share = Files.createDirectories(run.resolve("share"));
         Files.copy(KmodHooks.writeData(), share.resolve("write_data"), StandardCopyOption.REPLACE_EXISTING);
         Path job = run.resolve(script);
-        try (InputStream in = GuestLab.class.getResourceAsStream("/kernel/" + script)) {
-            if (in == null) {
-                throw new IOException("no test resource /kernel/" + script);
-            }
-            Files.copy(in, job, StandardCopyOption.REPLACE_EXISTING);
-        }
+        copyResource(script, job);
+        copyResource(PRELUDE, share.resolve(PRELUDE)); // the job sources it from its working folder
         return new GuestLab(run, share, job);
+    }
+
+    private static void copyResource(String name, Path to) throws IOException {
+        try (InputStream in = GuestLab.class.getResourceAsStream("/kernel/" + name)) {
+            if (in == null) {
+                throw new IOException("no test resource /kernel/" + name);
+            }
+            Files.copy(in, to, StandardCopyOption.REPLACE_EXISTING);
+        }
     }
 
     /** Copies this JVM's classpath into the share; returns the guest's {@code -cp} for it ({@link KmodHooks}). */
