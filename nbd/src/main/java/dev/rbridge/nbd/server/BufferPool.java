@@ -24,9 +24,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * <p>Every buffer starts {@link #PAGE_OFFSET} bytes into a page, not at its start. The kernel copies a reply's data
  * into socket memory right behind the reply's header, a few bytes into a page; copying from a source at almost the
  * same offset within its page, each load waits for the store just before it to the same low address bits (4K
- * aliasing). With page-aligned buffers that copy took three times as long per byte, and the bridge read 1 MiB blocks
- * at 0.6x of the speed it had with malloc'd buffers (bench/README.md). Half a page is as far as a source can be from
- * any header's end.
+ * aliasing), and large reads lost a third of their speed (bench/README.md has the measurements). Half a page is as
+ * far as a source can be from any header's end.
  */
 public final class BufferPool {
     private static final int MIN_SHIFT = 12;
