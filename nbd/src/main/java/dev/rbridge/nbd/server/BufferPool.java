@@ -98,7 +98,7 @@ public final class BufferPool {
             long address = address(block);
             int buffers = carved / size;
             blocks.put(address, new Block(block, address, bytes, buffers, size));
-            heldBytes.addAndGet(bytes);
+            heldBytes.addAndGet((long) buffers * size);
             for (int i = 1; i < buffers; i++) {
                 idle[index].offerLast(block.slice(PAGE_OFFSET + i * size, size));
             }
@@ -173,7 +173,7 @@ public final class BufferPool {
                     if (e.getValue() == block.buffers() && idleBytes.get() > retainBytes) {
                         blocks.remove(block.address());
                         idleBytes.addAndGet(-(long) block.buffers() * block.size());
-                        heldBytes.addAndGet(-block.bytes());
+                        heldBytes.addAndGet(-(long) block.buffers() * block.size());
                         freed.put(block, true);
                         memory.free(block.memory());
                     }
@@ -203,7 +203,10 @@ public final class BufferPool {
         return idleBytes.get();
     }
 
-    /** Bytes of every block held, buffers in use and idle. */
+    /**
+     * Bytes of every buffer carved from a block held, in use and idle: with everything released it equals
+     * {@link #idleBytes}. Each block also holds a page for the buffers' offset, not counted here.
+     */
     public long heldBytes() {
         return heldBytes.get();
     }

@@ -80,7 +80,7 @@ class BufferPoolTest {
         assertEquals(0, pool.idleBytes());
         pool.acquire(4096);
         assertEquals(2, memory.allocated.size(), "a class without idle buffers gets a new block");
-        assertEquals(2L * blockBytes, pool.heldBytes());
+        assertEquals(2L * BufferPool.BLOCK_BYTES, pool.heldBytes());
 
         BufferPool large = new BufferPool(8 << 20, 64L << 20, memory);
         large.acquire(3 << 20);
