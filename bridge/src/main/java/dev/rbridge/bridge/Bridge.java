@@ -45,10 +45,11 @@ import java.util.function.Function;
 
 /**
  * The bridge core: volumes over a set of memservers. It owns one connection per memserver, slab placement, reattach at
- * start, the ownership leases (kept by {@link LeaseKeeper}, which fences a volume whose lease went elsewhere) and the
- * two background roles: the health duty cycle (reconnect, renew leases, notice dead connections, refresh capacity,
- * queue degraded slabs; every 250 ms on thread {@code bridge-health}) and the rebuild ({@link Rebuilder}, thread
- * {@code bridge-rebuild}). The NBD server is wired to its volumes from outside.
+ * start, the ownership leases and three background roles: the leases ({@link LeaseKeeper}, thread
+ * {@code bridge-lease}: renews each lease from the moment it is taken, fences a volume whose lease went elsewhere), the
+ * health duty cycle (reconnect, notice dead connections, refresh capacity, queue degraded slabs; every 250 ms on
+ * thread {@code bridge-health}) and the rebuild ({@link Rebuilder}, thread {@code bridge-rebuild}). The NBD server is
+ * wired to its volumes from outside.
  *
  * <p>A memserver is brought up by {@link #connect} the same way at start and when it comes back later, except where
  * the two differ ({@link Attachment}): at {@linkplain StartUp start-up} the regions of every memserver are collected
@@ -94,7 +95,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         discover(); // the addresses of --memserver-dns names, before the first connect
         config.volumes().forEach(v -> volumes.put(v.name(), new Volume(v, this)));
         this.rebuilder = new Rebuilder(this, config.rebuildChunk());
-        this.leases = new LeaseKeeper(config, links, volumes.values(), this::linkDown);
+        this.leases = new LeaseKeeper(config, volumes.values(), this::linkDown);
         this.health = Thread.ofPlatform().name("bridge-health").daemon().unstarted(this::healthLoop);
         this.hedger = config.hedgeReads() && config.volumes().stream().anyMatch(v -> v.replicas() > 1)
                 ? new ReadHedger() : null;
@@ -108,6 +109,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     public static Bridge start(BridgeConfig config) {
         Bridge b = new Bridge(config);
         try {
+            b.leases.start(); // renews each lease from the moment the start takes it
             b.new StartUp().run();
         } catch (RuntimeException e) {
             b.close();
@@ -511,8 +513,6 @@ public final class Bridge implements SlabHost, AutoCloseable {
         private Set<MemserverLink> connectAll() {
             long deadline = System.nanoTime() + config.startWait().toNanos();
             Set<MemserverLink> pending = new HashSet<>(links);
-            long leaseEvery = config.leaseTtl().toNanos() / 3;
-            long lastLease = System.nanoTime();
             while (true) {
                 for (MemserverLink l : List.copyOf(pending)) {
                     if (connect(l, this)) {
@@ -521,10 +521,6 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 }
                 if (pending.isEmpty() || System.nanoTime() - deadline > 0) {
                     break;
-                }
-                if (System.nanoTime() - lastLease > leaseEvery) {
-                    leases.renew(); // the ones already taken must not lapse while we wait for the others
-                    lastLease = System.nanoTime();
                 }
                 sleep(200);
             }
@@ -743,7 +739,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 }
                 try {
                     Lease lease = c.lease(v.name(), config.owner(), config.leaseTtl()).get(wait, TimeUnit.MILLISECONDS);
-                    leases.granted(l, v);
+                    leases.granted(l, c, v);
                     leased.add(v);
                     if (lease.tookOver()) {
                         attachment.tookOver(v);
@@ -839,8 +835,6 @@ public final class Bridge implements SlabHost, AutoCloseable {
     // --------------------------------------------------------------------------------------------- health duty
 
     private void healthLoop() {
-        long leaseEvery = Math.max(TICK_MILLIS, config.leaseTtl().toMillis() / 3);
-        long lastLease = 0; // renew at once: attaching may have taken a good part of the lease
         long lastInfo = 0;
         long lastDns = System.currentTimeMillis(); // resolved in the constructor
         while (running) {
@@ -863,10 +857,6 @@ public final class Bridge implements SlabHost, AutoCloseable {
                             }
                         });
                     }
-                }
-                if (now - lastLease >= leaseEvery) {
-                    lastLease = now;
-                    leases.renew();
                 }
                 if (!config.memserverNames().isEmpty() && now - lastDns >= BridgeConfig.DNS_INTERVAL.toMillis()) {
                     lastDns = now;
@@ -1060,6 +1050,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     @Override
     public void close() {
         running = false;
+        leases.close();
         health.interrupt();
         rebuilder.close();
         if (hedger != null) {

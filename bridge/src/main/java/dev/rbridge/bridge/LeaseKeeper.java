@@ -10,12 +10,13 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.util.Collection;
-import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.locks.LockSupport;
 import java.util.function.BiConsumer;
 
 /**
@@ -30,14 +31,18 @@ import java.util.function.BiConsumer;
  * {@link #refusedOnReconnect}), a key or a region refused as another client's ({@code ACCESS_DENIED}). The fenced
  * volume fails every request with EIO, is logged once, shows as {@code fenced}, and its leases elsewhere are given
  * back so that its new owner can have them.
+ *
+ * <p>It is a role with a thread of its own: a lease is renewed, every third of its ttl, on the connection it was
+ * granted on, from the moment it was granted. Nothing else the bridge does (a start that waits for a memserver, a
+ * reconnect opening its regions, a resynchronization) may hold a renewal back: a lease left to lapse is anyone's to
+ * take, and taking it rotates the keys this bridge uses.
  */
-final class LeaseKeeper {
+final class LeaseKeeper implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(LeaseKeeper.class);
     /** Room for the memserver's clock running a little slower than this one over one ttl. */
     private static final long LEASE_CLOCK_SLACK_NANOS = TimeUnit.SECONDS.toNanos(1);
 
     private final BridgeConfig config;
-    private final List<MemserverLink> links;
     private final Collection<Volume> volumes;
     /** Takes a memserver down (its connection closed, its replicas failed) with a reason. */
     private final BiConsumer<MemserverLink, String> linkDown;
@@ -52,13 +57,47 @@ final class LeaseKeeper {
      * granted there (System.nanoTime); see {@link #refusedOnReconnect}.
      */
     private final Map<MemserverLink, Map<Volume, Long>> refusedSince = new ConcurrentHashMap<>();
+    /**
+     * Per memserver, the connection that took leases there and the volumes it took: renewed on that connection, even
+     * before the link is up (a connect still opening its regions), until it closes or another connection takes over.
+     */
+    private final Map<MemserverLink, Holding> holdings = new ConcurrentHashMap<>();
+    private final Thread duty;
+    private volatile boolean running = true;
 
-    LeaseKeeper(BridgeConfig config, List<MemserverLink> links, Collection<Volume> volumes,
+    private record Holding(RemoteConnection connection, Set<Volume> volumes) {
+    }
+
+    LeaseKeeper(BridgeConfig config, Collection<Volume> volumes,
                 BiConsumer<MemserverLink, String> linkDown) {
         this.config = config;
-        this.links = links;
         this.volumes = volumes;
         this.linkDown = linkDown;
+        this.duty = Thread.ofPlatform().name("bridge-lease").daemon().unstarted(this::run);
+    }
+
+    /** Starts renewing; before the first lease is taken. */
+    void start() {
+        duty.start();
+    }
+
+    /** Stops renewing (the leases lapse, or are given back by {@link #giveBack}). */
+    @Override
+    public void close() {
+        running = false;
+        duty.interrupt();
+    }
+
+    private void run() {
+        long every = config.leaseTtl().toNanos() / 3;
+        while (running) {
+            try {
+                renew();
+            } catch (RuntimeException e) {
+                log.error("renewing the leases failed", e);
+            }
+            LockSupport.parkNanos(every);
+        }
     }
 
     /** The link to a memserver stays down, and is tried again, until a lease it was refused may be granted. */
@@ -68,30 +107,33 @@ final class LeaseKeeper {
         }
     }
 
-    /** Renews every served volume's lease on every memserver that is up (the health duty, every third of a ttl). */
+    /** Renews every lease held, on the connection that took it; a volume fenced since is left to lapse. */
     void renew() {
-        for (MemserverLink l : links) {
-            RemoteConnection c = l.connection();
-            if (c == null) {
+        for (var e : holdings.entrySet()) {
+            MemserverLink l = e.getKey();
+            Holding h = e.getValue();
+            RemoteConnection c = h.connection();
+            if (!c.isOpen()) {
+                holdings.remove(l, h); // its leases ended with it
                 continue;
             }
-            for (Volume v : volumes) {
+            for (Volume v : h.volumes()) {
                 if (v.fenced() != null) {
                     continue;
                 }
-                c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, e) -> {
-                    if (e == null) {
+                c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, x) -> {
+                    if (x == null) {
                         if (lease.tookOver()) {
                             // Only a grant that ended another connection's lease is a takeover: someone held the
                             // volume between this bridge's renewals, and the keys this bridge uses are gone.
                             fence(v, "memserver " + l.label() + " granted this bridge's lease renewal as a takeover: "
                                     + "another client held the volume there since the previous renewal");
                         } else {
-                            granted(l, v);
+                            granted(l, c, v);
                         }
                         return;
                     }
-                    Throwable t = Failures.cause(e);
+                    Throwable t = Failures.cause(x);
                     if (t instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
                         fence(v, "memserver " + l.label() + " refused this bridge's lease renewal (" + r.getMessage()
                                 + "): another client took the volume over after this bridge's lease lapsed");
@@ -99,14 +141,19 @@ final class LeaseKeeper {
                     }
                     if (l.connection() == c) {
                         linkDown.accept(l, "lease renewal failed: " + Failures.reason(t));
-                    }
+                    } // a connection not up yet: its connect fails on its own
                 });
             }
         }
     }
 
-    /** A lease was granted: the memserver lets it lapse at most its ttl after answering, which is before now. */
-    void granted(MemserverLink l, Volume v) {
+    /**
+     * Memserver {@code l} granted {@code v}'s lease on connection {@code c}, which renews it from now on. The memserver
+     * lets it lapse at most its ttl after answering, which is before now.
+     */
+    void granted(MemserverLink l, RemoteConnection c, Volume v) {
+        holdings.compute(l, (k, h) -> h != null && h.connection() == c ? h
+                : new Holding(c, ConcurrentHashMap.newKeySet())).volumes().add(v);
         leasedUntil.computeIfAbsent(l, k -> new ConcurrentHashMap<>())
                 .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
         Map<Volume, Long> refused = refusedSince.get(l);
@@ -177,9 +224,10 @@ final class LeaseKeeper {
                 + "rather than writing on to the replicas it still reaches, and it gives its leases on it back. Find "
                 + "out which bridge should serve volume {}, and restart this one once the other is gone.", v.name(),
                 why, v.name());
-        for (MemserverLink l : links) {
-            RemoteConnection c = l.connection();
-            if (c != null) {
+        for (var held : holdings.entrySet()) {
+            MemserverLink l = held.getKey();
+            RemoteConnection c = held.getValue().connection();
+            if (held.getValue().volumes().contains(v) && c.isOpen()) {
                 c.unlease(v.name(), config.owner()).whenComplete((x, e) -> {
                     if (e != null) {
                         log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
