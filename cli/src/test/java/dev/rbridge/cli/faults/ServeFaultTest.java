@@ -88,9 +88,11 @@ class ServeFaultTest {
             Path out = Files.createTempFile("fio", ".json");
             pb.redirectOutput(out.toFile());
             Process fio = pb.start();
-            // Its first writes have reached the bridge (slabs got placed): the kill lands while fio is writing.
-            c.awaitAdmin("/volumes", v -> ((Number) c.volume("disk").get("allocated")).longValue() > 0,
-                    Duration.ofSeconds(30));
+            // A slab has a replica on memserver 0 (so the kill fails one over), and the kill lands while fio writes.
+            // Waiting only for "allocated > 0" let the kill land while the first slab's placement on it was in flight.
+            String victim = c.memserver(0).address();
+            c.awaitAdmin("/volumes", v -> c.slabs("disk", false).stream()
+                    .anyMatch(s -> ServeCluster.replicaServers(s).contains(victim)), Duration.ofSeconds(30));
             assertTrue(fio.isAlive(), "fio finished before the kill: " + Files.readString(out));
             c.memserver(0).kill9();
             assertTrue(fio.waitFor(120, TimeUnit.SECONDS), "fio hung after a memserver died");
