@@ -64,7 +64,9 @@ final class Leases {
      */
     private enum State { HELD, RELEASED, GIVEN_BACK }
 
-    private record Entry(String owner, Holder holder, long ttlMillis, long expiresAtNanos, State state) {
+    /** {@code ownerChanges}: how many grants of this volume went to another owner string than the entry before. */
+    private record Entry(String owner, Holder holder, long ttlMillis, long expiresAtNanos, State state,
+                         long ownerChanges) {
         boolean live(long now) {
             return state == State.HELD && !holder.ended() && expiresAtNanos - now > 0;
         }
@@ -74,7 +76,7 @@ final class Leases {
         }
 
         Entry in(State s) {
-            return new Entry(owner, holder, ttlMillis, expiresAtNanos, s);
+            return new Entry(owner, holder, ttlMillis, expiresAtNanos, s, ownerChanges);
         }
     }
 
@@ -118,7 +120,8 @@ final class Leases {
      * Grants {@code c} the lease of {@code volume}, or refuses it: {@code LEASE_HELD} while another connection holds a
      * live one, {@code BAD_REQUEST} for a ttl, owner or volume out of bounds, {@code NO_CAPACITY} at a limit. Every
      * grant but a renewal by the holder's own connection rotates the keys of the volume's regions ({@code rotateKeys},
-     * which returns how many) and is a takeover when it ends a lease someone held and did not give back.
+     * which returns how many) and is a takeover when it ends a lease someone held and did not give back. It counts the
+     * grants that went to another owner string than the entry before, in whatever state ({@link Lease#ownerChanges}).
      * {@code volumesWithRegions} is asked only when the table is full.
      */
     Lease grant(Holder c, String volume, String owner, long ttlMillis, ToIntFunction<String> rotateKeys,
@@ -149,7 +152,10 @@ final class Leases {
         if (!heldBefore) {
             makeRoom(c, previous == null, now, volumesWithRegions);
         }
-        table.put(volume, new Entry(owner, c, ttlMillis, now + TimeUnit.MILLISECONDS.toNanos(ttlMillis), State.HELD));
+        long ownerChanges = previous == null ? 0
+                : previous.ownerChanges() + (previous.owner().equals(owner) ? 0 : 1);
+        table.put(volume, new Entry(owner, c, ttlMillis, now + TimeUnit.MILLISECONDS.toNanos(ttlMillis), State.HELD,
+                ownerChanges));
         if (!heldBefore) {
             held.merge(c, 1, Integer::sum);
         }
@@ -157,7 +163,7 @@ final class Leases {
             held.computeIfPresent(previous.holder(), (h, n) -> n > 1 ? n - 1 : null);
         }
         if (renewal) {
-            return new Lease(volume, owner, ttlMillis, false);
+            return new Lease(volume, owner, ttlMillis, false, ownerChanges);
         }
         int rotated = rotateKeys.applyAsInt(volume);
         String v = Printable.cut(volume, RegionTag.MAX_VOLUME_NAME);
@@ -173,7 +179,7 @@ final class Leases {
                     Printable.cut(owner, MAX_OWNER), c.id(), c.peer(), ttlMillis,
                     rotated == 0 ? "" : "; " + rotated + " region key(s) rotated");
         }
-        return new Lease(volume, owner, ttlMillis, tookOver);
+        return new Lease(volume, owner, ttlMillis, tookOver, ownerChanges);
     }
 
     /**

@@ -75,9 +75,9 @@ class LeasesTest {
 
     @Test
     void aGrantRotatesTheKeysAndARenewalByTheHolderDoesNot() throws Exception {
-        assertEquals(new Lease("vol", "owner-a", 5000, false), grant(a, "vol", "owner-a", 5000));
+        assertEquals(new Lease("vol", "owner-a", 5000, false, 0), grant(a, "vol", "owner-a", 5000));
         assertEquals(List.of("vol"), rotated, "a first grant fences whoever opened the volume unleased");
-        assertEquals(new Lease("vol", "owner-a", 7000, false), grant(a, "vol", "owner-a", 7000));
+        assertEquals(new Lease("vol", "owner-a", 7000, false, 0), grant(a, "vol", "owner-a", 7000));
         assertEquals(List.of("vol"), rotated, "a renewal rotates nothing");
         assertTrue(leases.holds(a, "vol"));
         assertFalse(leases.holds(b, "vol"));
@@ -109,7 +109,7 @@ class LeasesTest {
         advanceMillis(301);
         assertDoesNotThrow(() -> leases.check(b, "vol", "open its regions"), "an expired lease binds nobody");
         rotated.clear();
-        assertEquals(new Lease("vol", "owner-b", 30_000, true), grant(b, "vol", "owner-b", 30_000));
+        assertEquals(new Lease("vol", "owner-b", 30_000, true, 1), grant(b, "vol", "owner-b", 30_000));
         assertEquals(List.of("vol"), rotated);
         assertEquals(Status.LEASE_HELD, refusal(() -> grant(a, "vol", "owner-a", 300)), "the old holder is fenced");
         assertFalse(leases.holds(a, "vol"));
@@ -120,7 +120,9 @@ class LeasesTest {
         grant(a, "vol", "owner-a", 300_000);
         a.ended = true;
         leases.ended(a);
-        assertTrue(grant(b, "vol", "owner-a", 30_000).tookOver(), "the same owner string on another connection");
+        Lease again = grant(b, "vol", "owner-a", 30_000);
+        assertTrue(again.tookOver(), "the same owner string on another connection");
+        assertEquals(0, again.ownerChanges(), "the owner before was the same");
     }
 
     @Test
@@ -131,8 +133,16 @@ class LeasesTest {
         leases.giveBack(a, "vol", "owner-a");
         assertFalse(leases.holds(a, "vol"));
         rotated.clear();
-        assertFalse(grant(b, "vol", "owner-b", 30_000).tookOver());
+        Lease next = grant(b, "vol", "owner-b", 30_000);
+        assertFalse(next.tookOver());
+        assertEquals(1, next.ownerChanges(), "owner-a had the volume before, even if it gave it back");
         assertEquals(List.of("vol"), rotated);
+        assertEquals(1, grant(b, "vol", "owner-b", 30_000).ownerChanges(), "a renewal changes no owner");
+        leases.giveBack(b, "vol", "owner-b");
+        assertEquals(2, grant(a, "vol", "owner-a", 30_000).ownerChanges(), "back to owner-a: another change");
+        b.ended = true;
+        leases.ended(b);
+        assertEquals(2, grant(a, "vol", "owner-a", 30_000).ownerChanges(), "a renewal, with b gone");
     }
 
     @Test

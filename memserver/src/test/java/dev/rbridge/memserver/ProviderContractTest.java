@@ -438,16 +438,18 @@ abstract class ProviderContractTest {
     void aLeaseIsGrantedRenewedAndGivenBackByItsOwner() throws Exception {
         String vol = "lease-renew";
         try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN)) {
-            assertEquals(new Lease(vol, "owner-a", 5000, false), get(a.lease(vol, "owner-a", Duration.ofSeconds(5))));
-            assertEquals(new Lease(vol, "owner-a", 7000, false), get(a.lease(vol, "owner-a", Duration.ofSeconds(7))),
+            assertEquals(new Lease(vol, "owner-a", 5000, false, 0),
+                    get(a.lease(vol, "owner-a", Duration.ofSeconds(5))));
+            assertEquals(new Lease(vol, "owner-a", 7000, false, 0), get(a.lease(vol, "owner-a", Duration.ofSeconds(7))),
                     "renewed by the same owner, with the new ttl");
             assertEquals(Status.BAD_REQUEST, statusOf(a.lease(vol, "owner-a", Duration.ZERO)));
             assertEquals(Status.BAD_REQUEST, statusOf(a.lease(vol, "owner-a", Duration.ofMillis(-5))));
             assertEquals(Status.LEASE_HELD, statusOf(b.lease(vol, "owner-b", Duration.ofSeconds(5))),
                     "a refused renewal leaves the lease held");
             get(a.unlease(vol, "owner-a"));
-            assertEquals(new Lease(vol, "owner-b", 5000, false), get(b.lease(vol, "owner-b", Duration.ofSeconds(5))),
-                    "a lease given back passes on at once and is no takeover");
+            assertEquals(new Lease(vol, "owner-b", 5000, false, 1),
+                    get(b.lease(vol, "owner-b", Duration.ofSeconds(5))),
+                    "a lease given back passes on at once and is no takeover, but counts as another owner's");
             get(b.unlease(vol, "owner-b"));
         }
     }
@@ -662,7 +664,7 @@ abstract class ProviderContractTest {
             Thread.sleep(450); // a does not renew
 
             Lease taken = get(b.lease(vol, "bridge-b", Duration.ofSeconds(30)));
-            assertEquals(new Lease(vol, "bridge-b", 30_000, true), taken);
+            assertEquals(new Lease(vol, "bridge-b", 30_000, true, 1), taken);
 
             // the old holder's data operations are fenced off, its connection stays up
             assertFails(Status.ACCESS_DENIED, a.read(r, 0, arena.allocate(4096)));

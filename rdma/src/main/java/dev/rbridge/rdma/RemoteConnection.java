@@ -46,7 +46,8 @@ public interface RemoteConnection extends AutoCloseable {
      * belongs to the connection, not to {@code owner}: presenting the holder's owner string from another connection
      * gets {@code LEASE_HELD} too. Every grant but a renewal gives every region of the volume a new access key, so
      * whoever held a key before (a previous owner, anyone who opened a region while the volume was unleased) is
-     * fenced off from the data; {@link Lease#tookOver()} says whether it ended someone else's lease. While a lease is
+     * fenced off from the data; {@link Lease#tookOver()} says whether it ended someone else's lease, and
+     * {@link Lease#ownerChanges()} how often it passed to another owner there. While a lease is
      * held, only its holder's connection may allocate, open, retag or release regions of that volume (others get
      * {@code ACCESS_DENIED}); volumes nobody leases are open to every client. {@code ttl} must be positive and at most
      * {@link Lease#MAX_TTL} ({@code BAD_REQUEST}); renew well within it.

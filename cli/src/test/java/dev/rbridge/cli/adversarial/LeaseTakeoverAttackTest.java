@@ -60,6 +60,8 @@ class LeaseTakeoverAttackTest extends MemserverAttackTest {
                 } while (lease.status() != 0 && System.nanoTime() < deadline);
                 assertEquals(0, lease.status(), "the frozen bridge's lease did not lapse: " + lease.message());
                 assertEquals(1, lease.body().get(8), "a takeover");
+                assertEquals(1, lease.body().order(java.nio.ByteOrder.LITTLE_ENDIAN).getLong(9),
+                        "one change of owner: from the bridge to the attacker");
             } finally {
                 c.bridge().thaw();
             }

@@ -271,7 +271,7 @@ public final class ControlClient {
         long ttlMillis = leaseMillis(ttl);
         return new Operation<>(id -> new Message.Lease(id, volume, owner, ttlMillis), r -> {
             Message.LeaseReply l = (Message.LeaseReply) r;
-            return new Lease(volume, owner, l.ttlMillis(), l.tookOver());
+            return new Lease(volume, owner, l.ttlMillis(), l.tookOver(), l.ownerChanges());
         });
     }
 

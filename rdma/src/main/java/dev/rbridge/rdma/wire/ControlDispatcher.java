@@ -40,7 +40,8 @@ public final class ControlDispatcher {
                 case Message.Retag r -> new Message.RetagReply(r.id(), s.retag(r.regionId(), r.key(), r.tag()));
                 case Message.Lease l -> {
                     dev.rbridge.rdma.Lease lease = s.lease(l.volume(), l.owner(), l.ttlMillis());
-                    yield new Message.LeaseReply(l.id(), lease.ttlMillis(), lease.tookOver());
+                    yield new Message.LeaseReply(l.id(), lease.ttlMillis(), lease.tookOver(),
+                            lease.ownerChanges());
                 }
                 case Message.Unlease u -> {
                     s.unlease(u.volume(), u.owner());

@@ -321,7 +321,16 @@ public sealed interface Message {
         }
     }
 
-    record LeaseReply(long id, long ttlMillis, boolean tookOver) implements Message {
+    /**
+     * A LEASE granted. On the wire: u64 ttl, u8 took over (0 or 1), u64 owner changes; memservers that predate the
+     * count do not send it (read as {@link dev.rbridge.rdma.Lease#UNKNOWN_OWNER_CHANGES}), and clients that predate it
+     * ignore it.
+     */
+    record LeaseReply(long id, long ttlMillis, boolean tookOver, long ownerChanges) implements Message {
+        public LeaseReply(long id, long ttlMillis, boolean tookOver) {
+            this(id, ttlMillis, tookOver, dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES);
+        }
+
         public int code() {
             return Opcode.LEASE.code();
         }

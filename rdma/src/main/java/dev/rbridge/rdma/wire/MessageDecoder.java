@@ -443,7 +443,8 @@ public final class MessageDecoder {
                 yield new Message.ListReply(id, regions);
             }
             case RETAG -> new Message.RetagReply(id, getDescriptor(b));
-            case LEASE -> new Message.LeaseReply(id, b.getLong(), b.get() != 0);
+            case LEASE -> new Message.LeaseReply(id, b.getLong(), b.get() != 0,
+                    b.remaining() >= 8 ? b.getLong() : dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES);
             case INFO -> new Message.InfoReply(id, getString(b), b.getLong(), b.getLong());
             case STATE -> new Message.StateReply(id, b.getInt());
             case UCX_CONNECT -> new Message.UcxConnectReply(id, getBytes(b));

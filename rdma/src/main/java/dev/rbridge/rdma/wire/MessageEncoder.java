@@ -65,7 +65,7 @@ public final class MessageEncoder {
             case Message.ListReply l -> listBodyLength(l.regions());
             case Message.ReleaseReply r -> 0;
             case Message.RetagReply r -> descriptorLength(r.region());
-            case Message.LeaseReply l -> 9;
+            case Message.LeaseReply l -> 17;
             case Message.UnleaseReply u -> 0;
             case Message.InfoReply i -> stringLength(i.serverId()) + 16;
             case Message.StateReply st -> 4;
@@ -141,7 +141,8 @@ public final class MessageEncoder {
                 }
             }
             case Message.RetagReply r -> putDescriptor(dst, r.region());
-            case Message.LeaseReply l -> dst.putLong(l.ttlMillis()).put((byte) (l.tookOver() ? 1 : 0));
+            case Message.LeaseReply l -> dst.putLong(l.ttlMillis()).put((byte) (l.tookOver() ? 1 : 0))
+                    .putLong(l.ownerChanges());
             case Message.InfoReply i -> {
                 putString(dst, i.serverId());
                 dst.putLong(i.capacityBytes()).putLong(i.freeBytes());

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.wire;
 
+import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
@@ -152,8 +153,9 @@ class MessageCodecTest {
                         .descriptor(listed.get(1).descriptor()).str(""))),
                 new Case(new Message.ReleaseReply(5), message(5, 5, new Bytes())),
                 new Case(new Message.RetagReply(6, REGION), message(6, 6, new Bytes().descriptor(REGION))),
-                new Case(new Message.LeaseReply(7, 30_000, true), message(7, 7, new Bytes().u64(30_000).u8(1))),
-                new Case(new Message.LeaseReply(7, 5, false), message(7, 7, new Bytes().u64(5).u8(0))),
+                new Case(new Message.LeaseReply(7, 30_000, true, 2),
+                        message(7, 7, new Bytes().u64(30_000).u8(1).u64(2))),
+                new Case(new Message.LeaseReply(7, 5, false, 0), message(7, 7, new Bytes().u64(5).u8(0).u64(0))),
                 new Case(new Message.UnleaseReply(8), message(8, 8, new Bytes())),
                 new Case(new Message.InfoReply(9, "server-1", 100, 60),
                         message(9, 9, new Bytes().str("server-1").u64(100).u64(60))),
@@ -335,6 +337,15 @@ class MessageCodecTest {
     @Test
     void everyReplyDecodesHoweverTheBytesArrive() throws Exception {
         decodesTheSameHoweverSplit(MessageDecoder::forClient, replies());
+    }
+
+    @Test
+    void aLeaseReplyFromAMemserverThatPredatesTheOwnerChangeCountReadsAsUnknown() throws Exception {
+        decodesTheSameHoweverSplit(MessageDecoder::forClient, List.of(
+                new Case(new Message.LeaseReply(9, 5, true, Lease.UNKNOWN_OWNER_CHANGES),
+                        message(7, 9, new Bytes().u64(5).u8(1))),
+                new Case(new Message.LeaseReply(10, 5, false, Lease.UNKNOWN_OWNER_CHANGES),
+                        message(7, 10, new Bytes().u64(5).u8(0)))));
     }
 
     @Test
