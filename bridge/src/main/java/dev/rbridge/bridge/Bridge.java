@@ -469,8 +469,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
         /** The memserver refused this bridge's token or protocol version. */
         void refused(MemserverLink l, RemoteMemoryException e);
 
-        /** {@code v}'s lease was granted by ending another connection's lease there. */
-        void tookOver(Volume v);
+        /**
+         * {@code v}'s lease was granted there ({@code ownersChanged}: another owner had it there since this process's
+         * last grant or renewal there).
+         */
+        void granted(MemserverLink l, Volume v, Lease lease, boolean ownersChanged);
 
         /**
          * Another connection holds {@code v}'s lease there. Returns to go on without {@code v} on this memserver, or
@@ -619,10 +622,12 @@ public final class Bridge implements SlabHost, AutoCloseable {
             throw new IllegalStateException("memserver " + l.label() + " refused this bridge: " + e.getMessage());
         }
 
-        /** Nobody gave the lease back: the previous bridge exited uncleanly. */
+        /** A takeover: nobody gave the lease back, the previous bridge exited uncleanly. */
         @Override
-        public void tookOver(Volume v) {
-            unclean.add(v);
+        public void granted(MemserverLink l, Volume v, Lease lease, boolean ownersChanged) {
+            if (lease.tookOver()) {
+                unclean.add(v);
+            }
         }
 
         @Override
@@ -657,9 +662,10 @@ public final class Bridge implements SlabHost, AutoCloseable {
         public void refused(MemserverLink l, RemoteMemoryException e) {
         }
 
-        /** The lease of this bridge's own previous connection, which a reconnect takes over (see LeaseKeeper). */
+        /** Fences {@code v} if another bridge had it there since this one (see LeaseKeeper). */
         @Override
-        public void tookOver(Volume v) {
+        public void granted(MemserverLink l, Volume v, Lease lease, boolean ownersChanged) {
+            leases.grantedOnReconnect(l, v, ownersChanged);
         }
 
         @Override
@@ -739,11 +745,9 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 }
                 try {
                     Lease lease = c.lease(v.name(), config.owner(), config.leaseTtl()).get(wait, TimeUnit.MILLISECONDS);
-                    leases.granted(l, c, v);
+                    boolean ownersChanged = leases.granted(l, c, v, lease);
                     leased.add(v);
-                    if (lease.tookOver()) {
-                        attachment.tookOver(v);
-                    }
+                    attachment.granted(l, v, lease, ownersChanged);
                 } catch (ExecutionException e) {
                     if (Failures.cause(e) instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
                         attachment.leaseHeld(l, c, v, r);

@@ -3,12 +3,14 @@ package dev.rbridge.bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.common.Failures;
+import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.time.Duration;
 import java.util.Collection;
 import java.util.Map;
 import java.util.Set;
@@ -16,6 +18,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.BiConsumer;
 
@@ -25,7 +28,8 @@ import java.util.function.BiConsumer;
  *
  * <p>A lease is a connection's, so a reconnect takes it over from this bridge's own previous connection (the keys
  * rotate; the regions are opened again). Losing it to anyone else fences the volume ({@link Volume#fence}): a renewal
- * refused with {@code LEASE_HELD} or granted as a takeover (someone held it in between), a reconnect refused with
+ * refused with {@code LEASE_HELD} or granted as a new lease (someone held it in between), a reconnect granted the
+ * lease after another owner had it there ({@link #grantedOnReconnect}), a reconnect refused with
  * {@code LEASE_HELD} once the previous connection's lease has certainly lapsed, or, on a memserver where this process
  * never held it, refused for longer than a ttl (the holder may be this bridge's previous process until then: see
  * {@link #refusedOnReconnect}), a key or a region refused as another client's ({@code ACCESS_DENIED}). The fenced
@@ -41,6 +45,8 @@ final class LeaseKeeper implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(LeaseKeeper.class);
     /** Room for the memserver's clock running a little slower than this one over one ttl. */
     private static final long LEASE_CLOCK_SLACK_NANOS = TimeUnit.SECONDS.toNanos(1);
+    /** How long a close waits for the renewals under way. */
+    private static final long CLOSE_WAIT_NANOS = TimeUnit.SECONDS.toNanos(1);
 
     private final BridgeConfig config;
     private final Collection<Volume> volumes;
@@ -62,10 +68,27 @@ final class LeaseKeeper implements AutoCloseable {
      * before the link is up (a connect still opening its regions), until it closes or another connection takes over.
      */
     private final Map<MemserverLink, Holding> holdings = new ConcurrentHashMap<>();
+    /** Per memserver and volume, what the memserver said of the volume's owners at this process's last grant there. */
+    private final Map<MemserverLink, Map<Volume, Seen>> seen = new ConcurrentHashMap<>();
     private final Thread duty;
     private volatile boolean running = true;
 
-    private record Holding(RemoteConnection connection, Set<Volume> volumes) {
+    /** A memserver instance's count of the owner changes of a volume's lease ({@link Lease#ownerChanges}). */
+    private record Seen(String serverId, long ownerChanges) {
+        static Seen of(RemoteConnection c, Lease lease) {
+            return new Seen(c.server().serverId(), lease.ownerChanges());
+        }
+
+        boolean known() {
+            return ownerChanges != Lease.UNKNOWN_OWNER_CHANGES;
+        }
+    }
+
+    /** {@code renewing}: a renewal pass on this connection is under way (sending may block on a full socket). */
+    private record Holding(RemoteConnection connection, Set<Volume> volumes, AtomicBoolean renewing) {
+        Holding(RemoteConnection connection) {
+            this(connection, ConcurrentHashMap.newKeySet(), new AtomicBoolean());
+        }
     }
 
     LeaseKeeper(BridgeConfig config, Collection<Volume> volumes,
@@ -86,6 +109,17 @@ final class LeaseKeeper implements AutoCloseable {
     public void close() {
         running = false;
         duty.interrupt();
+        // A renewal sent after the leases are given back would take them again, and the next start would find them
+        // taken over rather than given back (a needless resynchronization): wait, briefly, for the passes under way.
+        long deadline = System.nanoTime() + CLOSE_WAIT_NANOS;
+        try {
+            duty.join(Duration.ofNanos(CLOSE_WAIT_NANOS));
+            while (holdings.values().stream().anyMatch(h -> h.renewing().get()) && System.nanoTime() < deadline) {
+                Thread.sleep(5);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
     }
 
     private void run() {
@@ -107,58 +141,118 @@ final class LeaseKeeper implements AutoCloseable {
         }
     }
 
-    /** Renews every lease held, on the connection that took it; a volume fenced since is left to lapse. */
+    /**
+     * Renews every lease held, on the connection that took it; a volume fenced since is left to lapse. Each memserver's
+     * pass runs on a virtual thread of its own: one whose socket is full (sending blocks until its watchdog gives up)
+     * must not hold back the renewals on the others. A memserver whose previous pass is still sending is skipped.
+     */
     void renew() {
         for (var e : holdings.entrySet()) {
             MemserverLink l = e.getKey();
             Holding h = e.getValue();
-            RemoteConnection c = h.connection();
-            if (!c.isOpen()) {
+            if (!h.connection().isOpen()) {
                 holdings.remove(l, h); // its leases ended with it
                 continue;
             }
-            for (Volume v : h.volumes()) {
-                if (v.fenced() != null) {
-                    continue;
-                }
-                c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, x) -> {
-                    if (x == null) {
-                        if (lease.tookOver()) {
-                            // Only a grant that ended another connection's lease is a takeover: someone held the
-                            // volume between this bridge's renewals, and the keys this bridge uses are gone.
-                            fence(v, "memserver " + l.label() + " granted this bridge's lease renewal as a takeover: "
-                                    + "another client held the volume there since the previous renewal");
-                        } else {
-                            granted(l, c, v);
-                        }
-                        return;
+            if (h.renewing().compareAndSet(false, true)) {
+                Thread.ofVirtual().name("bridge-lease-" + l.label()).start(() -> {
+                    try {
+                        renew(l, h);
+                    } catch (RuntimeException x) {
+                        log.error("renewing the leases on memserver {} failed", l.label(), x);
+                    } finally {
+                        h.renewing().set(false);
                     }
-                    Throwable t = Failures.cause(x);
-                    if (t instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
-                        fence(v, "memserver " + l.label() + " refused this bridge's lease renewal (" + r.getMessage()
-                                + "): another client took the volume over after this bridge's lease lapsed");
-                        return;
-                    }
-                    if (l.connection() == c) {
-                        linkDown.accept(l, "lease renewal failed: " + Failures.reason(t));
-                    } // a connection not up yet: its connect fails on its own
                 });
             }
         }
     }
 
+    private void renew(MemserverLink l, Holding h) {
+        RemoteConnection c = h.connection();
+        for (Volume v : h.volumes()) {
+            if (v.fenced() != null || !running) {
+                continue;
+            }
+            c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, x) -> {
+                if (x == null) {
+                    if (lease.tookOver() || ownersChangedSince(l, c, v, lease)) {
+                        // A renewal on the connection that holds the lease is neither: someone held the volume
+                        // between this bridge's renewals, and the keys this bridge uses are gone.
+                        fence(v, "memserver " + l.label() + " granted this bridge's lease renewal as a new lease: "
+                                + "another client held the volume there since the previous renewal");
+                    } else {
+                        renewed(l, c, v, lease);
+                    }
+                    return;
+                }
+                Throwable t = Failures.cause(x);
+                if (t instanceof RemoteMemoryException r && r.status() == Status.LEASE_HELD) {
+                    fence(v, "memserver " + l.label() + " refused this bridge's lease renewal (" + r.getMessage()
+                            + "): another client took the volume over after this bridge's lease lapsed");
+                    return;
+                }
+                if (l.connection() == c) {
+                    linkDown.accept(l, "lease renewal failed: " + Failures.reason(t));
+                } // a connection not up yet: its connect fails on its own
+            });
+        }
+    }
+
+    /** A renewal on {@code c} was granted: counts only while {@code c} is still the connection holding there. */
+    private void renewed(MemserverLink l, RemoteConnection c, Volume v, Lease lease) {
+        Holding h = holdings.get(l);
+        if (h != null && h.connection() == c) {
+            leasedUntil.computeIfAbsent(l, k -> new ConcurrentHashMap<>())
+                    .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
+            seen.computeIfAbsent(l, k -> new ConcurrentHashMap<>()).put(v, Seen.of(c, lease));
+        }
+    }
+
+    /**
+     * Whether {@code lease}, granted on {@code c}, says that the volume's lease went to another owner there since this
+     * process's last grant or renewal there: both counts known, from the same memserver instance (a restarted one
+     * counts afresh), and different.
+     */
+    private boolean ownersChangedSince(MemserverLink l, RemoteConnection c, Volume v, Lease lease) {
+        Seen before = seen.getOrDefault(l, Map.of()).get(v);
+        Seen now = Seen.of(c, lease);
+        return before != null && before.known() && now.known() && before.serverId().equals(now.serverId())
+                && before.ownerChanges() != now.ownerChanges();
+    }
+
     /**
      * Memserver {@code l} granted {@code v}'s lease on connection {@code c}, which renews it from now on. The memserver
-     * lets it lapse at most its ttl after answering, which is before now.
+     * lets it lapse at most its ttl after answering, which is before now. Returns whether another owner had the
+     * volume there since this process's last grant or renewal there (see {@link #grantedOnReconnect}).
      */
-    void granted(MemserverLink l, RemoteConnection c, Volume v) {
-        holdings.compute(l, (k, h) -> h != null && h.connection() == c ? h
-                : new Holding(c, ConcurrentHashMap.newKeySet())).volumes().add(v);
+    boolean granted(MemserverLink l, RemoteConnection c, Volume v, Lease lease) {
+        boolean changed = ownersChangedSince(l, c, v, lease);
+        holdings.compute(l, (k, h) -> h != null && h.connection() == c ? h : new Holding(c)).volumes().add(v);
         leasedUntil.computeIfAbsent(l, k -> new ConcurrentHashMap<>())
                 .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
+        seen.computeIfAbsent(l, k -> new ConcurrentHashMap<>()).put(v, Seen.of(c, lease));
         Map<Volume, Long> refused = refusedSince.get(l);
         if (refused != null) {
             refused.remove(v);
+        }
+        return changed;
+    }
+
+    /**
+     * Memserver {@code l} granted volume {@code v}'s lease as this bridge reconnected: fences {@code v} when another
+     * owner had the volume there since this process last held it there ({@code ownersChanged}, from
+     * {@link #granted}). That bridge may have moved or rebuilt slabs and written to them, and gave the lease back or
+     * lost it since: what this bridge knows of the volume is stale, and serving from it could return old data. The
+     * memserver counts the owner changes, so a grant whose reply this bridge lost hides none. A grant after another
+     * owner on a memserver this process never held the lease on is let be: that owner may be this bridge's previous
+     * process (see {@link #refusedOnReconnect}).
+     */
+    void grantedOnReconnect(MemserverLink l, Volume v, boolean ownersChanged) {
+        if (ownersChanged) {
+            fence(v, "memserver " + l.label() + " granted this bridge's new connection the lease, but another bridge "
+                    + "held the volume there since this one did: it may have moved, rebuilt or written slabs this "
+                    + "bridge cannot see");
         }
     }
 

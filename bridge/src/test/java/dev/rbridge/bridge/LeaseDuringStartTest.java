@@ -25,15 +25,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * A lease the bridge has taken is renewed from that moment on, whatever the bridge is still busy with: here its start
- * waits for a second memserver that never answers, for several times the lease's ttl. A lease left to lapse meanwhile
- * is anyone's to take (a second bridge in a failover, for one), and the starting bridge would find its volume taken
- * and its keys rotated under it. Memservers in this JVM over tcp, the silent one behind a {@link PartitionRelay}.
+ * waits for a second memserver that never answers, for several times the lease's ttl (each attempt waits out a connect
+ * timeout longer than the ttl). A lease left to lapse meanwhile is anyone's to take (a second bridge in a failover, for
+ * one), and the starting bridge would find its volume taken and its keys rotated under it. Memservers in this JVM over
+ * tcp, the silent one behind a {@link PartitionRelay}.
  */
 @Timeout(120)
 @Tag("fault")
 class LeaseDuringStartTest {
     private static final long MIB = 1 << 20;
-    private static final Duration TTL = Duration.ofSeconds(1);
+    private static final Duration TTL = Duration.ofSeconds(3);
     @RegisterExtension
     final InJvmCluster cluster = new InJvmCluster();
 
@@ -43,8 +44,8 @@ class LeaseDuringStartTest {
         MemServer b = cluster.memserver(64 * MIB);
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         toB.partition(); // b accepts the connection and answers nothing: each attempt waits out the connect timeout
-        BridgeConfig config = BridgeConfig.builder().transport("tcp").startWait(Duration.ofSeconds(5))
-                .operationTimeout(Duration.ofSeconds(2)).leaseTtl(TTL).rebuildChunk(256 << 10)
+        BridgeConfig config = BridgeConfig.builder().transport("tcp").startWait(Duration.ofSeconds(10))
+                .operationTimeout(Duration.ofSeconds(4)).leaseTtl(TTL).rebuildChunk(256 << 10)
                 .memserver(a.address()).memserver(toB.address())
                 .volume(new VolumeSpec("disk", 8 * MIB, MIB, 2, false, 1, "")).build();
         CompletableFuture<Bridge> started = CompletableFuture.supplyAsync(() -> cluster.bridge(config));

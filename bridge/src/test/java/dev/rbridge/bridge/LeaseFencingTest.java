@@ -211,4 +211,43 @@ class LeaseFencingTest {
         write(v, 5 * MIB, more);
         assertArrayEquals(more, read(v, 5 * MIB, more.length));
     }
+
+    @Test
+    void aBridgeReconnectingWhereAnotherBridgeHadTheVolumeMeanwhileStopsServingIt() throws Exception {
+        MemServer cut = memserver();
+        memserver();
+        Bridge b = bridge(volume("disk"));
+        Volume v = b.volume("disk");
+        byte[] data = new byte[64 << 10];
+        new Random(6).nextBytes(data);
+        write(v, 0, data);
+
+        // While the bridge is cut off, another bridge takes the volume there, and gives it back as it stops cleanly.
+        cutBridge(cut);
+        RemoteConnection rival = rival(cut);
+        Lease lease = null;
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (lease == null && System.nanoTime() < deadline) {
+            try {
+                lease = rival.lease("disk", "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
+            } catch (ExecutionException e) {
+                Thread.sleep(5); // the memserver has not seen the bridge's connection end yet
+            }
+        }
+        assertTrue(lease != null && lease.ownerChanges() > 0, "the rival should have had the lease: " + lease);
+        rival.unlease("disk", "rival").get(5, TimeUnit.SECONDS);
+
+        // The bridge's new connection is granted the lease, nobody holding it: but what it knows of the volume may be
+        // stale (the other bridge may have moved or rebuilt slabs), so it must not serve it on.
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+        while (v.fenced() == null) {
+            assertTrue(System.nanoTime() < deadline, "still serving after another bridge had the volume on "
+                    + cut.address() + ": " + v.status());
+            Thread.sleep(20);
+        }
+        assertTrue(v.fenced().contains("another bridge held the volume there"), v.fenced());
+        ExecutionException refused = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                () -> write(v, 0, data));
+        assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, refused.getCause()).errno());
+    }
 }
