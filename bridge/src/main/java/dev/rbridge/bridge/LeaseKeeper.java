@@ -203,10 +203,15 @@ final class LeaseKeeper implements AutoCloseable {
     private void renewed(MemserverLink l, RemoteConnection c, Volume v, Lease lease) {
         Holding h = holdings.get(l);
         if (h != null && h.connection() == c) {
-            leasedUntil.computeIfAbsent(l, k -> new ConcurrentHashMap<>())
-                    .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
-            seen.computeIfAbsent(l, k -> new ConcurrentHashMap<>()).put(v, Seen.of(c, lease));
+            record(l, c, v, lease);
         }
+    }
+
+    /** The memserver lets the lease lapse at most its ttl after answering, which is before now. */
+    private void record(MemserverLink l, RemoteConnection c, Volume v, Lease lease) {
+        leasedUntil.computeIfAbsent(l, k -> new ConcurrentHashMap<>())
+                .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
+        seen.computeIfAbsent(l, k -> new ConcurrentHashMap<>()).put(v, Seen.of(c, lease));
     }
 
     /**
@@ -222,16 +227,13 @@ final class LeaseKeeper implements AutoCloseable {
     }
 
     /**
-     * Memserver {@code l} granted {@code v}'s lease on connection {@code c}, which renews it from now on. The memserver
-     * lets it lapse at most its ttl after answering, which is before now. Returns whether another owner had the
+     * Memserver {@code l} granted {@code v}'s lease on connection {@code c}, which renews it from now on. Returns whether another owner had the
      * volume there since this process's last grant or renewal there (see {@link #grantedOnReconnect}).
      */
     boolean granted(MemserverLink l, RemoteConnection c, Volume v, Lease lease) {
         boolean changed = ownersChangedSince(l, c, v, lease);
         holdings.compute(l, (k, h) -> h != null && h.connection() == c ? h : new Holding(c)).volumes().add(v);
-        leasedUntil.computeIfAbsent(l, k -> new ConcurrentHashMap<>())
-                .put(v, System.nanoTime() + config.leaseTtl().toNanos() + LEASE_CLOCK_SLACK_NANOS);
-        seen.computeIfAbsent(l, k -> new ConcurrentHashMap<>()).put(v, Seen.of(c, lease));
+        record(l, c, v, lease);
         Map<Volume, Long> refused = refusedSince.get(l);
         if (refused != null) {
             refused.remove(v);

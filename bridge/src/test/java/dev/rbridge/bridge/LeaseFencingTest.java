@@ -99,6 +99,19 @@ class LeaseFencingTest {
         return out;
     }
 
+    /** {@code rival} takes {@code volume}'s lease once the memserver saw the bridge's connection end (5 s at most). */
+    private static Lease leaseOnceTheCutIsSeen(RemoteConnection rival, String volume) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (System.nanoTime() < deadline) {
+            try {
+                return rival.lease(volume, "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
+            } catch (ExecutionException e) {
+                Thread.sleep(5); // the memserver has not seen the bridge's connection end yet
+            }
+        }
+        return null;
+    }
+
     @Test
     void aBridgeWhoseLeaseWasTakenStopsServingThatVolumeWithEio() throws Exception {
         MemServer taken = memserver();
@@ -111,20 +124,12 @@ class LeaseFencingTest {
 
         cutBridge(taken);
         RemoteConnection rival = rival(taken);
-        Lease lease = null;
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-        while (lease == null && System.nanoTime() < deadline) {
-            try {
-                lease = rival.lease("victim", "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
-            } catch (ExecutionException e) {
-                Thread.sleep(5); // the memserver has not seen the bridge's connection end yet
-            }
-        }
+        Lease lease = leaseOnceTheCutIsSeen(rival, "victim");
         assertTrue(lease != null && lease.tookOver(), "the rival should have taken the lease over: " + lease);
 
         // The bridge reconnects, finds the lease taken, and must not go on writing to the replica it still has.
         Volume victim = b.volume("victim");
-        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
         BlockDeviceException refused = null;
         while (refused == null && System.nanoTime() < deadline) {
             rival.lease("victim", "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS); // the rival renews
@@ -225,21 +230,13 @@ class LeaseFencingTest {
         // While the bridge is cut off, another bridge takes the volume there, and gives it back as it stops cleanly.
         cutBridge(cut);
         RemoteConnection rival = rival(cut);
-        Lease lease = null;
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-        while (lease == null && System.nanoTime() < deadline) {
-            try {
-                lease = rival.lease("disk", "rival", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
-            } catch (ExecutionException e) {
-                Thread.sleep(5); // the memserver has not seen the bridge's connection end yet
-            }
-        }
+        Lease lease = leaseOnceTheCutIsSeen(rival, "disk");
         assertTrue(lease != null && lease.ownerChanges() > 0, "the rival should have had the lease: " + lease);
         rival.unlease("disk", "rival").get(5, TimeUnit.SECONDS);
 
         // The bridge's new connection is granted the lease, nobody holding it: but what it knows of the volume may be
         // stale (the other bridge may have moved or rebuilt slabs), so it must not serve it on.
-        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
         while (v.fenced() == null) {
             assertTrue(System.nanoTime() < deadline, "still serving after another bridge had the volume on "
                     + cut.address() + ": " + v.status());
