@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.common.splice.SocketDescriptor;
 import dev.rbridge.rdma.ConnectParams;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -14,12 +15,7 @@ import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.VarHandle;
-import java.net.InetAddress;
-import java.net.InetSocketAddress;
 import java.nio.channels.SocketChannel;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.util.stream.Stream;
 
 /**
  * Chooses the TCP congestion control of a connected socket ({@code setsockopt(TCP_CONGESTION)}, which the JDK does not
@@ -31,16 +27,12 @@ import java.util.stream.Stream;
  * at a fraction of what CUBIC moves on the same path (bench/README.md has the runs). CUBIC's window grows with what
  * the path delivers.
  *
- * <p>The JDK hides a channel's file descriptor, so it is found by its addresses: the process's socket descriptors are
- * asked for their local and peer address ({@code getsockname}/{@code getpeername}) until one matches the channel's.
- * A connected channel's address pair is unique while it is open, so the match is the channel's own descriptor.
+ * <p>The JDK hides a channel's file descriptor: {@link SocketDescriptor#find} finds it by its addresses.
  */
 public final class TcpCongestion {
     private static final Logger log = LoggerFactory.getLogger(TcpCongestion.class);
     private static final int IPPROTO_TCP = 6;
     private static final int TCP_CONGESTION = 13;
-    private static final int AF_INET = 2;
-    private static final int AF_INET6 = 10;
     private static final int NAME_MAX = 16; // TCP_CA_NAME_MAX, terminating NUL included
 
     /** Algorithms already refused here: each is warned about once, then logged at debug. */
@@ -91,7 +83,7 @@ public final class TcpCongestion {
         // ASCII and shorter than NAME_MAX once checked; "system" is no kernel name, so it is refused there too
         int nameLength = ConnectParams.checkCongestion(algorithm).length();
         Natives natives = natives();
-        int fd = descriptorOf(natives, channel);
+        int fd = SocketDescriptor.find(channel);
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Natives.CALL_STATE);
             MemorySegment value = arena.allocateFrom(algorithm);
@@ -112,7 +104,7 @@ public final class TcpCongestion {
     /** The algorithm {@code channel} runs under, as the kernel reports it. */
     static String get(SocketChannel channel) throws IOException {
         Natives natives = natives();
-        int fd = descriptorOf(natives, channel);
+        int fd = SocketDescriptor.find(channel);
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Natives.CALL_STATE);
             MemorySegment value = arena.allocate(NAME_MAX);
@@ -149,60 +141,7 @@ public final class TcpCongestion {
         return NATIVES;
     }
 
-    /**
-     * The descriptor of {@code channel}: every open descriptor is asked for its peer (descriptors that are not
-     * connected sockets simply fail the call, which is cheaper than reading each /proc link to see what it is).
-     */
-    private static int descriptorOf(Natives natives, SocketChannel channel) throws IOException {
-        InetSocketAddress local = (InetSocketAddress) channel.getLocalAddress();
-        InetSocketAddress remote = (InetSocketAddress) channel.getRemoteAddress();
-        if (local == null || remote == null) {
-            throw new IOException("the socket is not connected");
-        }
-        int[] descriptors;
-        try (Stream<Path> fds = Files.list(Path.of("/proc/self/fd"))) {
-            descriptors = fds.mapToInt(p -> Integer.parseInt(p.getFileName().toString())).toArray();
-        }
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment address = arena.allocate(128);
-            MemorySegment length = arena.allocate(ValueLayout.JAVA_INT);
-            for (int fd : descriptors) {
-                if (remote.equals(address(natives.getpeername, fd, address, length))
-                        && local.equals(address(natives.getsockname, fd, address, length))) {
-                    return fd;
-                }
-            }
-        }
-        throw new IOException("no descriptor of this process has the address pair " + local + " - " + remote);
-    }
-
-    /**
-     * The address {@code name} (getsockname or getpeername) reports for {@code fd}, or null when the call fails (not
-     * a socket, not connected, closed meanwhile) or the address is not an IP one.
-     */
-    private static InetSocketAddress address(MethodHandle name, int fd, MemorySegment buffer, MemorySegment length) {
-        length.set(ValueLayout.JAVA_INT, 0, (int) buffer.byteSize());
-        if (call(() -> (int) name.invokeExact(fd, buffer, length)) != 0) {
-            return null;
-        }
-        try {
-            int family = Short.toUnsignedInt(buffer.get(ValueLayout.JAVA_SHORT, 0));
-            int port = Short.toUnsignedInt(buffer.get(ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(
-                    java.nio.ByteOrder.BIG_ENDIAN), 2));
-            byte[] ip = switch (family) {
-                case AF_INET -> buffer.asSlice(4, 4).toArray(ValueLayout.JAVA_BYTE);
-                case AF_INET6 -> buffer.asSlice(8, 16).toArray(ValueLayout.JAVA_BYTE);
-                default -> null;
-            };
-            // An IPv4-mapped IPv6 address comes back as the IPv4 address, as the JDK reports a dual-stack socket's.
-            return ip == null ? null : new InetSocketAddress(InetAddress.getByAddress(ip), port);
-        } catch (java.net.UnknownHostException e) {
-            return null; // only for an address of another length, which the switch rules out
-        }
-    }
-
-    private record Natives(MethodHandle setsockopt, MethodHandle getsockopt, MethodHandle getsockname,
-                           MethodHandle getpeername) {
+    private record Natives(MethodHandle setsockopt, MethodHandle getsockopt) {
         static final StructLayout CALL_STATE = Linker.Option.captureStateLayout();
         static final VarHandle ERRNO = CALL_STATE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
 
@@ -212,14 +151,10 @@ public final class TcpCongestion {
                     ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT);
             FunctionDescriptor getsockopt = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
                     ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.ADDRESS);
-            FunctionDescriptor name = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
-                    ValueLayout.ADDRESS, ValueLayout.ADDRESS);
             Linker.Option errno = Linker.Option.captureCallState("errno");
             return new Natives(
                     linker.downcallHandle(find(linker, "setsockopt"), sockopt, errno),
-                    linker.downcallHandle(find(linker, "getsockopt"), getsockopt, errno),
-                    linker.downcallHandle(find(linker, "getsockname"), name),
-                    linker.downcallHandle(find(linker, "getpeername"), name));
+                    linker.downcallHandle(find(linker, "getsockopt"), getsockopt, errno));
         }
 
         private static MemorySegment find(Linker linker, String symbol) {
