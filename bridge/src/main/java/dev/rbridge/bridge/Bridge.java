@@ -9,6 +9,7 @@ import dev.rbridge.bridge.volume.Replica;
 import dev.rbridge.bridge.volume.Slab;
 import dev.rbridge.bridge.volume.SlabHost;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.common.splice.Pipe;
 import dev.rbridge.common.Failures;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Lease;
@@ -86,6 +87,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private final Thread health;
     /** Hedges small reads of replicated slabs; null when off or when no volume has two replicas. */
     private final ReadHedger hedger;
+    /** Large reads are spliced (see SlabHost#splicesReads). */
+    private final boolean splicesReads;
     private volatile boolean running = true;
 
     private Bridge(BridgeConfig config) {
@@ -99,6 +102,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
         this.health = Thread.ofPlatform().name("bridge-health").daemon().unstarted(this::healthLoop);
         this.hedger = config.hedgeReads() && config.volumes().stream().anyMatch(v -> v.replicas() > 1)
                 ? new ReadHedger() : null;
+        this.splicesReads = config.spliceReads() && "tcp".equals(provider.name()) && config.memserverTls() == null
+                && Pipe.unavailable() == null;
+        if (config.spliceReads() && "tcp".equals(provider.name()) && Pipe.unavailable() != null) {
+            log.warn("large reads are copied, not spliced: {}", Pipe.unavailable());
+        }
     }
 
     /**
@@ -1046,6 +1054,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
     @Override
     public ReadHedger hedger() {
         return hedger;
+    }
+
+    @Override
+    public boolean splicesReads() {
+        return splicesReads;
     }
 
     // -------------------------------------------------------------------------------------------------- close

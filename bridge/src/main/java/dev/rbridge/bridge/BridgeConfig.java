@@ -28,6 +28,7 @@ public final class BridgeConfig {
     private final SSLContext memserverTls;
     private final boolean allowShrink;
     private final boolean hedgeReads;
+    private final boolean spliceReads;
     private final String owner;
     private final Duration operationTimeout;
     private final Duration leaseTtl;
@@ -68,6 +69,7 @@ public final class BridgeConfig {
         this.memserverTls = b.memserverTls;
         this.allowShrink = b.allowShrink;
         this.hedgeReads = b.hedgeReads;
+        this.spliceReads = b.spliceReads;
         this.owner = Objects.requireNonNull(b.owner, "owner");
         this.operationTimeout = positive("operation timeout", b.operationTimeout);
         this.leaseTtl = positive("lease", b.leaseTtl);
@@ -177,6 +179,14 @@ public final class BridgeConfig {
         return hedgeReads;
     }
 
+    /**
+     * Whether large reads over plain tcp are spliced: their data moved from the memserver's socket into the client's
+     * through a pipe, with no copy in the bridge. On by default; it never applies with TLS on either side.
+     */
+    public boolean spliceReads() {
+        return spliceReads;
+    }
+
     /** TLS to the memservers (ConnectParams#tls), or null: in clear. */
     public SSLContext memserverTls() {
         return memserverTls;
@@ -195,7 +205,7 @@ public final class BridgeConfig {
         return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
                 .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
                 .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).allowShrink(allowShrink).hedgeReads(hedgeReads)
-                .metrics(m).build();
+                .spliceReads(spliceReads).metrics(m).build();
     }
 
     public static final class Builder {
@@ -207,6 +217,7 @@ public final class BridgeConfig {
         private SSLContext memserverTls;
         private boolean allowShrink;
         private boolean hedgeReads;
+        private boolean spliceReads = true;
         private String owner = defaultOwner();
         private Duration operationTimeout = Duration.ofSeconds(5);
         private Duration leaseTtl = Duration.ofSeconds(10);
@@ -251,6 +262,12 @@ public final class BridgeConfig {
         /** Hedge small reads of replicated slabs, or not (the default). */
         public Builder hedgeReads(boolean hedge) {
             this.hedgeReads = hedge;
+            return this;
+        }
+
+        /** Splice large reads over plain tcp (the default), or copy them. */
+        public Builder spliceReads(boolean splice) {
+            this.spliceReads = splice;
             return this;
         }
 

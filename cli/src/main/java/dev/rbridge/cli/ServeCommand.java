@@ -93,6 +93,14 @@ public final class ServeCommand implements Callable<Integer> {
                     + " Default ${DEFAULT-VALUE}.")
     String hedgeReads;
 
+    @Option(names = "--splice-reads", paramLabel = "on|off", defaultValue = "on",
+            description = "With on, the data of a READ of 64 KiB to a pipe's size (/proc/sys/fs/pipe-max-size) from one"
+                    + " slab moves from the memserver's socket into the client's with splice(2), through a pipe,"
+                    + " without being copied into the bridge; what the pipe cannot hold is copied. Applies only where"
+                    + " neither the NBD connection nor the memserver link uses TLS, over the tcp transport."
+                    + " Default ${DEFAULT-VALUE}.")
+    String spliceReads;
+
     @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
             description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
     String transport;
@@ -263,6 +271,12 @@ public final class ServeCommand implements Callable<Integer> {
                     case "off" -> false;
                     default -> throw new IllegalArgumentException("--hedge-reads takes on or off, not '" + hedgeReads
                             + "'");
+                })
+                .spliceReads(switch (spliceReads.toLowerCase(java.util.Locale.ROOT)) {
+                    case "on" -> true;
+                    case "off" -> false;
+                    default -> throw new IllegalArgumentException("--splice-reads takes on or off, not '"
+                            + spliceReads + "'");
                 });
         if (memserverTls != null) {
             b.memserverTls(X509Credentials.clientContext(memserverTls));

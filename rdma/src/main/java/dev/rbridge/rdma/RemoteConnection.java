@@ -1,5 +1,7 @@
 package dev.rbridge.rdma;
 
+import dev.rbridge.common.splice.Pipe;
+
 import java.lang.foreign.MemorySegment;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -70,6 +72,17 @@ public interface RemoteConnection extends AutoCloseable {
     CompletableFuture<ServerState> state();
 
     CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst);
+
+    /**
+     * As {@link #read}, but the data may be moved into {@code pipe} instead, without passing through this process's
+     * memory: completes with {@code n}, when the pipe then holds the first {@code n} bytes (the pipe must be empty
+     * before) and {@code dst} the rest at their own offsets. Providers that cannot splice fill {@code dst} (n = 0), as
+     * does this default. After a failure the pipe holds an unknown part of the data.
+     */
+    default CompletableFuture<Integer> readSpliced(RegionDescriptor region, long offset, MemorySegment dst,
+                                                   Pipe pipe) {
+        return read(region, offset, dst).thenApply(v -> 0);
+    }
 
     CompletableFuture<Void> write(RegionDescriptor region, long offset, MemorySegment src);
 

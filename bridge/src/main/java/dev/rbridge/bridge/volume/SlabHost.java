@@ -34,4 +34,12 @@ public interface SlabHost {
     default ReadHedger hedger() {
         return null;
     }
+
+    /**
+     * True when large reads should be spliced: the memservers are reached over plain tcp, where a READ's data can
+     * move from their socket to the client's without a copy here.
+     */
+    default boolean splicesReads() {
+        return false;
+    }
 }

@@ -4,6 +4,7 @@ import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.memservers.RemoteOpMetrics;
 import dev.rbridge.common.Failures;
+import dev.rbridge.common.splice.Pipe;
 import dev.rbridge.nbd.device.BlockDevice;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.device.Extent;
@@ -225,6 +226,39 @@ public final class Volume implements BlockDevice {
             parts[i - first] = readSlab(s, from - s.start, seg.asSlice(from - offset, to - from), 0);
         }
         return CompletableFuture.allOf(parts);
+    }
+
+    /**
+     * A read within one slab from one replica is spliced where the provider can (see
+     * {@link dev.rbridge.rdma.RemoteConnection#readSpliced}); everything else (more than one slab, a read that would
+     * be hedged, a slab being resynced or never written) reads into {@code dst}. A spliced attempt that fails is read
+     * again into {@code dst} along the usual path, with its retries: the pipe is then left for the caller to drop.
+     */
+    @Override
+    public boolean splicesReads() {
+        return host.splicesReads();
+    }
+
+    @Override
+    public CompletableFuture<Integer> readSpliced(long offset, ByteBuffer dst, Pipe pipe) {
+        int length = dst.remaining();
+        int first = (int) (offset >>> slabShift);
+        Slab s = length == 0 || fenced != null ? null : slabs[first];
+        ReplicaSet set = s == null ? null : s.set;
+        if (set == null || first != (int) ((offset + length - 1) >>> slabShift) || set.lost()
+                || s.resyncWanted.get()
+                || (host.hedger() != null && set.live.size() > 1 && length <= ReadHedger.MAX_HEDGED_BYTES)) {
+            return read(offset, dst).thenApply(v -> 0);
+        }
+        MemorySegment seg = MemorySegment.ofBuffer(dst);
+        long within = offset - s.start;
+        Replica r = set.forRead();
+        java.util.concurrent.atomic.AtomicInteger piped = new java.util.concurrent.atomic.AtomicInteger();
+        return counted(r, RemoteOpMetrics.Op.READ, length,
+                x -> x.connection().readSpliced(x.region(), within, seg, pipe).thenAccept(piped::set))
+                .handle((v, e) -> e == null ? CompletableFuture.completedFuture(piped.get())
+                        : readSlab(s, within, seg, 0).thenApply(w -> 0))
+                .thenCompose(Function.identity());
     }
 
     CompletableFuture<Void> readSlab(Slab s, long offset, MemorySegment dst, int attempt) {

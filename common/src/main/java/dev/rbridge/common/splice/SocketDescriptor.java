@@ -14,6 +14,7 @@ import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.Stream;
 
 /**
@@ -25,7 +26,9 @@ import java.util.stream.Stream;
  * is open. That descriptor is then duplicated: the JDK may close its own at any time and the number be reused for
  * another socket, and a splice into a reused number would hand one client's data to another. The duplicate refers to
  * this socket until {@link #close} however the channel is closed, so closing the channel alone no longer ends the
- * connection: the owner closes this first, or with it.
+ * connection: the owner closes this with it. Closing shuts the socket down at once, which wakes a thread blocked on
+ * it; the duplicate itself is closed once the last thread using it ({@link #enter} .. {@link #exit}) has left, so a
+ * number that is about to be closed is never used.
  */
 public final class SocketDescriptor implements Closeable {
     private static final int F_DUPFD_CLOEXEC = 1030;
@@ -47,8 +50,13 @@ public final class SocketDescriptor implements Closeable {
         UNLINKED = why;
     }
 
+    private static final int SHUT_RDWR = 2;
+    private static final short POLLIN = 1;
+    private static final int EINTR = 4;
+
     private final int fd;
-    private boolean closed;
+    /** Threads inside {@link #enter} .. {@link #exit}, times two, plus one once closed. */
+    private final AtomicInteger state = new AtomicInteger();
 
     private SocketDescriptor(int fd) {
         this.fd = fd;
@@ -92,20 +100,75 @@ public final class SocketDescriptor implements Closeable {
                 + " - " + channel.getRemoteAddress());
     }
 
+    /** Starts a use of {@link #fd}: false when closed (then do not use it), else call {@link #exit} after. */
+    public boolean enter() {
+        while (true) {
+            int s = state.get();
+            if ((s & 1) != 0) {
+                return false;
+            }
+            if (state.compareAndSet(s, s + 2)) {
+                return true;
+            }
+        }
+    }
+
+    /** Ends a use begun by {@link #enter}. */
+    public void exit() {
+        if (state.addAndGet(-2) == 1) {
+            closeDuplicate(); // closed meanwhile, and this was the last use
+        }
+    }
+
+    /** The descriptor, for use between {@link #enter} and {@link #exit}. */
     public int fd() {
-        if (closed) {
+        if (state.get() == 1) {
             throw new IllegalStateException("closed");
         }
         return fd;
     }
 
+    /**
+     * Waits until the socket has input (or an end, an error, a shutdown) or {@code timeoutMillis} pass; true when it
+     * is readable. Between {@link #enter} and {@link #exit}.
+     */
+    public boolean awaitReadable(int timeoutMillis) throws IOException {
+        Natives n = natives();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(Libc.CALL_STATE);
+            MemorySegment poll = arena.allocate(8); // struct pollfd { int fd; short events; short revents; }
+            poll.set(ValueLayout.JAVA_INT, 0, fd);
+            poll.set(ValueLayout.JAVA_SHORT, 4, POLLIN);
+            int r = Libc.call(() -> (int) n.poll.invokeExact(state, poll, 1L, timeoutMillis));
+            if (r < 0 && Libc.errno(state) != EINTR) {
+                throw new IOException("poll failed with errno " + Libc.errno(state));
+            }
+            return r > 0;
+        }
+    }
+
+    /** Shuts the socket down (both ways) and closes the duplicate once nobody uses it. */
     @Override
     public void close() {
-        if (!closed) {
-            closed = true;
-            Natives n = NATIVES;
-            Libc.call(() -> (int) n.close.invokeExact(fd));
+        while (true) {
+            int s = state.get();
+            if ((s & 1) != 0) {
+                return;
+            }
+            if (state.compareAndSet(s, s | 1)) {
+                Natives n = NATIVES;
+                Libc.call(() -> (int) n.shutdown.invokeExact(fd, SHUT_RDWR));
+                if (s == 0) {
+                    closeDuplicate();
+                }
+                return;
+            }
         }
+    }
+
+    private void closeDuplicate() {
+        Natives n = NATIVES;
+        Libc.call(() -> (int) n.close.invokeExact(fd));
     }
 
     private static boolean sameAddresses(Natives n, int fd, SocketChannel channel) throws IOException {
@@ -154,7 +217,7 @@ public final class SocketDescriptor implements Closeable {
     }
 
     private record Natives(MethodHandle getsockname, MethodHandle getpeername, MethodHandle fcntl,
-                           MethodHandle close) {
+                           MethodHandle close, MethodHandle shutdown, MethodHandle poll) {
         static Natives load() {
             ValueLayout.OfInt i = ValueLayout.JAVA_INT;
             FunctionDescriptor name = FunctionDescriptor.of(i, i, ValueLayout.ADDRESS, ValueLayout.ADDRESS);
@@ -163,7 +226,10 @@ public final class SocketDescriptor implements Closeable {
                     Libc.LINKER.downcallHandle(Libc.find("getpeername"), name),
                     Libc.LINKER.downcallHandle(Libc.find("fcntl"), FunctionDescriptor.of(i, i, i, i),
                             Libc.ERRNO_CAPTURE, java.lang.foreign.Linker.Option.firstVariadicArg(2)),
-                    Libc.LINKER.downcallHandle(Libc.find("close"), FunctionDescriptor.of(i, i)));
+                    Libc.LINKER.downcallHandle(Libc.find("close"), FunctionDescriptor.of(i, i)),
+                    Libc.LINKER.downcallHandle(Libc.find("shutdown"), FunctionDescriptor.of(i, i, i)),
+                    Libc.LINKER.downcallHandle(Libc.find("poll"), FunctionDescriptor.of(i, ValueLayout.ADDRESS,
+                            ValueLayout.JAVA_LONG, i), Libc.ERRNO_CAPTURE));
         }
     }
 }

@@ -136,6 +136,35 @@ class PipeTest {
     }
 
     @Test
+    void closingWakesAWaiterAndTheDuplicateOutlivesItsLastUse() throws Exception {
+        SocketChannel[] c = pair();
+        SocketDescriptor d = SocketDescriptor.of(c[1]);
+        assertTrue(d.enter());
+        int fd = d.fd();
+        long start = System.nanoTime();
+        Thread closer = Thread.ofPlatform().start(() -> {
+            try {
+                Thread.sleep(100);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            d.close();
+        });
+        assertTrue(d.awaitReadable(30_000), "the shutdown wakes the waiter");
+        assertTrue(System.nanoTime() - start < 20_000_000_000L);
+        closer.join();
+        assertTrue(!d.enter(), "closed: no new use");
+        assertEquals(fd, d.fd(), "still ours while in use");
+        try (Pipe pipe = Pipe.open(4096)) {
+            assertEquals(-1, pipe.spliceFrom(d.fd(), 100), "shut down: the end");
+        }
+        d.exit();
+        assertThrows(IllegalStateException.class, d::fd);
+        c[0].close();
+        c[1].close();
+    }
+
+    @Test
     void aPipeLargerThanTheKernelAllowsIsRefusedWithTheReason() {
         IOException e = assertThrows(IOException.class, () -> Pipe.open(Integer.MAX_VALUE / 2));
         assertTrue(e.getMessage().contains("pipe"), e.getMessage());

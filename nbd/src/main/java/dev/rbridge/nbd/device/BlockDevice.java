@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.device;
 
+import dev.rbridge.common.splice.Pipe;
 import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -18,6 +19,21 @@ public interface BlockDevice extends AutoCloseable {
 
     /** Fills {@code dst} from position to limit with the bytes at {@code offset}. */
     CompletableFuture<Void> read(long offset, ByteBuffer dst);
+
+    /**
+     * As {@link #read}, but the device may move the data into {@code pipe} (empty) instead, without passing it through
+     * this process's memory: completes with {@code n} when the pipe holds the first {@code n} bytes and {@code dst}
+     * the rest, each at its own place. Whatever the outcome, the pipe may hold bytes beyond the {@code n} reported (a
+     * failed attempt's): the caller drops such a pipe. This default reads into {@code dst}.
+     */
+    default CompletableFuture<Integer> readSpliced(long offset, ByteBuffer dst, Pipe pipe) {
+        return read(offset, dst).thenApply(v -> 0);
+    }
+
+    /** True when {@link #readSpliced} may move data into the pipe: otherwise a pipe would only cost. */
+    default boolean splicesReads() {
+        return false;
+    }
 
     /** Writes {@code src} from position to limit at {@code offset}; the caller keeps {@code src} intact until done. */
     CompletableFuture<Void> write(long offset, ByteBuffer src, boolean fua);

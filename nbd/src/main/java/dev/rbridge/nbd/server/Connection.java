@@ -1,5 +1,7 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.splice.Pipe;
+import dev.rbridge.common.splice.SocketDescriptor;
 import dev.rbridge.nbd.device.BlockDevice;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.device.Extent;
@@ -47,6 +49,13 @@ final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
     /** Small enough that little of a large WRITE payload is copied through it (the rest goes straight to its buffer). */
     private static final int READ_BUFFER = 64 << 10;
+    /** The largest pipe an unprivileged process may ask for (/proc/sys/fs/pipe-max-size), read once. */
+    private static final int MAX_PIPE = pipeMaxSize();
+    /** Empty pipes a connection keeps for its next spliced READs. */
+    private static final int IDLE_PIPES = 8;
+    /** The kernel refused a pipe: said once in the log, for the process. */
+    private static final java.util.concurrent.atomic.AtomicBoolean PIPE_REFUSED =
+            new java.util.concurrent.atomic.AtomicBoolean();
     /** During the handshake: options are streamed through the decoder, so this needs only hold what one read brings. */
     private static final int HANDSHAKE_BUFFER = 4 << 10;
     private static final int MAX_OPTIONS = 4096;
@@ -60,6 +69,12 @@ final class Connection implements Runnable {
     /** The socket, or TLS over it once the client asked for it (STARTTLS). */
     private Wire wire;
     private volatile SecureWire tls;
+    /** Our descriptor of the socket for splicing READ data into it, from transmission on; or null (see there). */
+    private volatile SocketDescriptor spliceTo;
+    /** Empty pipes kept for the next spliced READs (see closePipe); closed with the connection. */
+    private final java.util.concurrent.ConcurrentLinkedQueue<Pipe> idlePipes =
+            new java.util.concurrent.ConcurrentLinkedQueue<>();
+    private volatile boolean pipesClosed;
     private final long id;
     private final String peer;
     private final String peerAddress;
@@ -445,7 +460,8 @@ final class Connection implements Runnable {
         key = channel.register(selector, 0);
         Thread self = Thread.currentThread();
         budget = server.payloadBudget().open(peerAddress, selector::wakeup);
-        outbox = new Outbox(wire, this::replied, this::closeChannel, () -> {
+        spliceTo = spliceDescriptor();
+        outbox = new Outbox(wire, spliceTo, this::replied, this::closeChannel, () -> {
             if (Thread.currentThread() != self) {
                 selector.wakeup(); // this thread must now wait for the socket to be writable
             }
@@ -597,6 +613,9 @@ final class Connection implements Runnable {
      */
     private void replied(Reply reply) {
         releasePayload(reply.payload());
+        if (reply instanceof Reply.PipedRead p) {
+            closePipe(p.pipe(), p.length());
+        }
         inFlight.decrementAndGet();
         if (paused) {
             selector.wakeup();
@@ -690,6 +709,10 @@ final class Connection implements Runnable {
             complete(r, start, null, structured ? new Reply.Done(r.handle()) : new Reply.Simple(r.handle(), 0, null));
             return CompletableFuture.completedFuture(null);
         }
+        Pipe pipe = pipeFor(length);
+        if (pipe != null) {
+            return readSpliced(r, start, buffer, pipe);
+        }
         CompletableFuture<Void> f;
         try {
             f = device.read(r.offset(), buffer);
@@ -705,6 +728,95 @@ final class Connection implements Runnable {
             buffer.position(0).limit(length);
             complete(r, start, null, structured ? new Reply.ReadData(r.handle(), r.offset(), buffer)
                     : new Reply.Simple(r.handle(), 0, buffer));
+        });
+        return f;
+    }
+
+    /**
+     * A pipe for a READ of {@code length} bytes when its data should be spliced: large enough to gain, small enough
+     * for one pipe, and the budget has room for the pipe beside the buffer (the buffer takes what the pipe cannot).
+     * Null means copy, as when the kernel refuses a pipe of that size.
+     */
+    private Pipe pipeFor(int length) {
+        if (spliceTo == null || length < NbdServerConfig.SPLICE_READS_FROM || length > MAX_PIPE) {
+            return null;
+        }
+        if (!budget.tryAcquire(length)) {
+            return null;
+        }
+        Pipe idle = idlePipes.poll();
+        if (idle != null && idle.capacity() >= length) {
+            return idle;
+        } else if (idle != null) {
+            idle.close(); // too small for this read: the next ones are likely of this size
+        }
+        try {
+            return Pipe.open(length);
+        } catch (IOException | RuntimeException e) {
+            budget.release(length);
+            if (PIPE_REFUSED.compareAndSet(false, true)) {
+                log.warn("READ data is copied, not spliced, while the kernel refuses pipes: {}", e.getMessage());
+            }
+            return null;
+        }
+    }
+
+    /**
+     * A READ is done with its pipe: an empty one is kept for the next READ (a pipe costs four system calls to make and
+     * close), one that still holds bytes (a failed attempt, a reply dropped) is closed. Gives the READ's {@code length}
+     * bytes back to the budget.
+     */
+    private void closePipe(Pipe pipe, int length) {
+        if (pipe.held() != 0 || pipesClosed || idlePipes.size() >= IDLE_PIPES) {
+            pipe.close();
+        } else {
+            idlePipes.offer(pipe);
+            if (pipesClosed && idlePipes.remove(pipe)) {
+                pipe.close(); // the connection finished meanwhile and may not have seen it
+            }
+        }
+        budget.release(length);
+    }
+
+    private static int pipeMaxSize() {
+        // Not Files.readString: it reads a sysctl file's first byte only ("1"), as the file reports no size.
+        try {
+            return Integer.parseInt(java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc/sys/fs/pipe-max-size"))
+                    .getFirst().strip());
+        } catch (IOException | RuntimeException e) {
+            return 1 << 20; // the kernel's default
+        }
+    }
+
+    private CompletableFuture<?> readSpliced(Request r, long start, ByteBuffer buffer, Pipe pipe) {
+        int length = (int) r.length();
+        CompletableFuture<Integer> f;
+        try {
+            f = device.readSpliced(r.offset(), buffer, pipe);
+        } catch (RuntimeException e) {
+            f = CompletableFuture.failedFuture(e);
+        }
+        f.whenComplete((piped, failure) -> {
+            Throwable t = failure;
+            if (t == null && piped > 0 && piped != pipe.held()) {
+                t = new IllegalStateException("the device reported " + piped + " bytes spliced where the pipe holds "
+                        + pipe.held());
+            }
+            if (t != null) {
+                closePipe(pipe, length);
+                releasePayload(buffer);
+                failed(r, start, t);
+                return;
+            }
+            if (piped == 0) { // read into memory after all (and a failed spliced attempt may have left bytes)
+                closePipe(pipe, length);
+                buffer.position(0).limit(length);
+                complete(r, start, null, structured ? new Reply.ReadData(r.handle(), r.offset(), buffer)
+                        : new Reply.Simple(r.handle(), 0, buffer));
+                return;
+            }
+            buffer.position(piped).limit(length);
+            complete(r, start, null, new Reply.PipedRead(r.handle(), r.offset(), structured, pipe, buffer, length));
         });
         return f;
     }
@@ -862,6 +974,22 @@ final class Connection implements Runnable {
         return closedBecause.compareAndSet(null, reason);
     }
 
+    /**
+     * Our own descriptor of the socket when READ data may be spliced into it: a plain socket (TLS encrypts the data on
+     * its way), a device that splices, and a kernel that lets us; else null, and READ data is copied.
+     */
+    private SocketDescriptor spliceDescriptor() {
+        if (tls != null || !device.splicesReads() || Pipe.unavailable() != null) {
+            return null;
+        }
+        try {
+            return SocketDescriptor.of(channel);
+        } catch (IOException | RuntimeException e) {
+            log.debug("connection {}: READ data is copied, not spliced: {}", id, e.toString());
+            return null;
+        }
+    }
+
     void closeChannel() {
         SecureWire t = tls;
         if (t != null && channel.isOpen() && !channel.isBlocking()) {
@@ -873,6 +1001,10 @@ final class Connection implements Runnable {
             channel.close();
         } catch (IOException e) {
             log.debug("connection {}: close failed", id, e);
+        }
+        SocketDescriptor d = spliceTo;
+        if (d != null) {
+            d.close(); // our duplicate keeps the socket open: shut it down with the channel
         }
         Selector s = selector;
         if (s != null) {
@@ -894,6 +1026,10 @@ final class Connection implements Runnable {
         closeChannel();
         if (outbox != null) {
             outbox.close();
+        }
+        pipesClosed = true;
+        for (Pipe p; (p = idlePipes.poll()) != null; ) {
+            p.close();
         }
         if (decoder != null) {
             releasePayload(decoder.payloadSink());

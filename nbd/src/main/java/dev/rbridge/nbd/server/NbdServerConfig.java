@@ -43,6 +43,12 @@ public final class NbdServerConfig {
     public static final int MAX_IN_FLIGHT_PER_CONNECTION = 1024;
     /** Payload buffers in use at once, all connections together. */
     public static final long PAYLOAD_BUDGET = 512L << 20;
+    /**
+     * READs from this size up are spliced (their data moved from the device's socket into the client's through a
+     * pipe, without a copy in this process) where the device can and the connection is plain; below it the two
+     * system calls a pipe costs outweigh the copy saved (bench/README.md, "forward-study.sh").
+     */
+    public static final int SPLICE_READS_FROM = 64 << 10;
 
     private final List<ListenAddress> listen;
     private final Map<String, Export> exports;

@@ -1,5 +1,7 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.splice.Pipe;
+import dev.rbridge.common.splice.SocketDescriptor;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -21,6 +23,9 @@ import java.util.function.Consumer;
  * <p>The connection's thread <em>corks</em> the outbox while it dispatches a batch of requests, so replies to a burst
  * of pipelined requests leave in one system call.
  *
+ * <p>A spliced READ's data waits in a pipe: its reply ends a batch, and the pipe is spliced into the socket after its
+ * header and before the rest of its data, through our own descriptor of the socket (so never into a reused number).
+ *
  * <p>Once a write fails the outbox is broken: queued and later replies are dropped and their payloads released, and
  * {@code onBroken} closes the connection. Nothing here throws at the threads that complete requests.
  */
@@ -32,6 +37,8 @@ final class Outbox {
     private static final int HEADER_SPACE = 16 << 10;
 
     private final Wire channel;
+    /** Our descriptor of the plain socket, for spliced READ data; null when no reply is spliced (TLS, or off). */
+    private final SocketDescriptor descriptor;
     private final Consumer<Reply> done;
     private final Runnable onBroken;
     private final Runnable onBlocked;
@@ -43,6 +50,9 @@ final class Outbox {
     private final Reply[] batch = new Reply[MAX_BATCH];
     private volatile int buffers;
     private int first;
+    /** The batch's last reply's pipe, or null: spliced once vector[..pipeAt) is written, before the rest. */
+    private Pipe pipe;
+    private int pipeAt;
     private int replies;
     private volatile boolean broken;
     private volatile boolean blocked;
@@ -55,8 +65,9 @@ final class Outbox {
      * @param onBroken  closes the connection after a failed write
      * @param onBlocked tells the connection's thread that the socket is full and it must wait to write
      */
-    Outbox(Wire channel, Consumer<Reply> done, Runnable onBroken, Runnable onBlocked) {
+    Outbox(Wire channel, SocketDescriptor descriptor, Consumer<Reply> done, Runnable onBroken, Runnable onBlocked) {
         this.channel = channel;
+        this.descriptor = descriptor;
         this.done = done;
         this.onBroken = onBroken;
         this.onBlocked = onBlocked;
@@ -177,6 +188,12 @@ final class Outbox {
             }
             queue.poll();
             batch[n++] = r;
+            Pipe piped = r.pipe();
+            if (piped != null) {
+                pipe = piped;
+                pipeAt = b;
+                payloadBytes = MAX_BATCH_PAYLOAD; // a pipe ends the batch; its rest still goes with it
+            }
             ByteBuffer payload = r.payload();
             if (payload != null && payload.hasRemaining()) {
                 vector[b++] = payload;
@@ -192,13 +209,22 @@ final class Outbox {
         try {
             long progressed = 0;
             int end = buffers;
-            while (first < end) {
-                long n = channel.write(vector, first, end - first);
-                progressed += n;
-                while (first < end && !vector[first].hasRemaining()) {
-                    first++;
+            while (true) {
+                boolean piping = pipe != null && pipe.held() > 0;
+                int stop = piping ? pipeAt : end;
+                long n;
+                if (first < stop) {
+                    n = channel.write(vector, first, stop - first);
+                    while (first < stop && !vector[first].hasRemaining()) {
+                        first++;
+                    }
+                } else if (piping) {
+                    n = splicePipe();
+                } else {
+                    break;
                 }
-                if (n == 0 && first < end) {
+                progressed += n;
+                if (n == 0) {
                     // The socket is full: the client is not reading. Leave the rest to the connection's thread.
                     block(progressed);
                     return;
@@ -216,6 +242,18 @@ final class Outbox {
         } catch (RuntimeException e) {
             log.error("writing replies failed; closing the connection", e);
             fail();
+        }
+    }
+
+    /** Splices what the socket takes now of the batch's pipe: bytes moved, 0 when the socket is full. */
+    private long splicePipe() throws IOException {
+        if (!descriptor.enter()) {
+            throw new java.nio.channels.ClosedChannelException();
+        }
+        try {
+            return pipe.spliceTo(descriptor.fd(), Integer.MAX_VALUE, false);
+        } finally {
+            descriptor.exit();
         }
     }
 
@@ -239,6 +277,7 @@ final class Outbox {
             batch[i] = null;
         }
         Arrays.fill(vector, 0, buffers, null);
+        pipe = null; // closed by done, with its reply
         replies = 0;
         buffers = 0;
         first = 0;

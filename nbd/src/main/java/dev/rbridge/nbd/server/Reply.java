@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.splice.Pipe;
 import dev.rbridge.nbd.protocol.Nbd;
 import dev.rbridge.nbd.protocol.ReplyEncoder;
 
@@ -7,7 +8,8 @@ import java.nio.ByteBuffer;
 
 /**
  * A reply waiting to be written: a header the {@link Outbox} encodes into its own direct buffer, and optionally a
- * payload buffer from the {@link BufferPool} that is written as is and released afterwards.
+ * payload buffer from the {@link BufferPool} that is written as is and released afterwards, which a spliced READ's
+ * pipe precedes.
  */
 sealed interface Reply {
     int headerLength();
@@ -15,6 +17,11 @@ sealed interface Reply {
     void encodeHeader(ByteBuffer dst);
 
     default ByteBuffer payload() {
+        return null;
+    }
+
+    /** Data written before {@link #payload()}, from a pipe with {@code splice(2)}; or null. */
+    default Pipe pipe() {
         return null;
     }
 
@@ -45,6 +52,30 @@ sealed interface Reply {
 
         public ByteBuffer payload() {
             return data;
+        }
+    }
+
+    /**
+     * The successful reply to a READ whose data the device spliced: the first bytes in {@code pipe}, the rest in
+     * {@code rest} from its position to its limit (the READ's pooled buffer, nothing left when all were piped).
+     * Simple or a structured OFFSET_DATA chunk marked done, as the connection negotiated.
+     */
+    record PipedRead(long handle, long offset, boolean structured, Pipe pipe, ByteBuffer rest, int length)
+            implements Reply {
+        public int headerLength() {
+            return structured ? ReplyEncoder.offsetDataHeaderLength() : Nbd.SIMPLE_REPLY_HEADER_LENGTH;
+        }
+
+        public void encodeHeader(ByteBuffer dst) {
+            if (structured) {
+                ReplyEncoder.offsetDataHeader(dst, Nbd.REPLY_FLAG_DONE, handle, offset, length);
+            } else {
+                ReplyEncoder.simpleReply(dst, handle, 0);
+            }
+        }
+
+        public ByteBuffer payload() {
+            return rest;
         }
     }
 

@@ -1,5 +1,7 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.common.splice.Pipe;
+import dev.rbridge.common.splice.SocketDescriptor;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
@@ -31,8 +33,11 @@ import java.util.function.BooleanSupplier;
  */
 final class ReplyReader {
     private static final Logger log = LoggerFactory.getLogger(ReplyReader.class);
+    private static final int SPLICE_POLL_MILLIS = 100;
 
     private final Link channel;
+    /** Our descriptor of the socket, for splicing READ data into a call's pipe; null when the link cannot splice. */
+    private final SocketDescriptor descriptor;
     private final String peer;
     private final ControlClient control;
     private final RequestWriter writer;
@@ -54,9 +59,10 @@ final class ReplyReader {
      */
     private volatile TcpCall current;
 
-    ReplyReader(Link channel, String peer, ControlClient control, RequestWriter writer,
+    ReplyReader(Link channel, SocketDescriptor descriptor, String peer, ControlClient control, RequestWriter writer,
                 ConnectionStats stats, AtomicLong busyBytes) throws IOException {
         this.channel = channel;
+        this.descriptor = descriptor;
         this.peer = peer;
         this.control = control;
         this.writer = writer;
@@ -128,18 +134,63 @@ final class ReplyReader {
         stats.recvBytes.add(Protocol.HEADER + (long) decoder.length());
         if (m instanceof Message.ReadReply r) {
             current = c; // watched by the watchdog while its data comes in
-            ByteBuffer dst = c.dst.asByteBuffer();
-            int buffered = Math.min(in.remaining(), r.length());
+            int piped = c.pipe != null && descriptor != null ? splice(c.pipe, r.length()) : 0;
+            ByteBuffer dst = c.dst.asByteBuffer().position(piped);
+            int buffered = Math.min(in.remaining(), dst.remaining());
             dst.put(in.slice(in.position(), buffered));
             in.position(in.position() + buffered);
             TcpSockets.readFully(channel, dst); // the rest, if any, straight from the socket
             decoder.payloadMoved(r.length());
             afterLarge = r.length() >= TcpSockets.LARGE;
             current = null;
-            c.future().complete(null);
+            c.piped = piped;
+            c.future().complete(c.pipe != null ? (Object) piped : null);
         } else {
             afterLarge = false;
             control.answer(c, m);
+        }
+    }
+
+    /**
+     * Moves the first bytes of a READ's {@code length} bytes of data into {@code pipe}: what {@code in} holds of it,
+     * then from the socket as it comes, until all are in or the pipe is full. Returns how many went in; the caller
+     * reads the rest into memory.
+     */
+    private int splice(Pipe pipe, int length) throws IOException {
+        if (!descriptor.enter()) {
+            throw new ClosedChannelException();
+        }
+        try {
+            int moved = 0;
+            int buffered = Math.min(in.remaining(), length);
+            if (buffered > 0) {
+                moved = pipe.write(in.slice(in.position(), buffered));
+                in.position(in.position() + moved);
+                if (moved < buffered) {
+                    return moved;
+                }
+            }
+            while (moved < length) {
+                int ready = channel.available();
+                if (ready <= 0) {
+                    // Wait for input without taking it. The connection's close shuts the socket down, which ends the
+                    // wait; the period only bounds a wait on a socket that was closed some other way.
+                    if (!descriptor.awaitReadable(SPLICE_POLL_MILLIS)) {
+                        continue;
+                    }
+                    ready = length - moved; // splice returns with what is there once something is
+                }
+                int n = pipe.spliceFrom(descriptor.fd(), Math.min(ready, length - moved));
+                if (n < 0) {
+                    throw new EOFException();
+                } else if (n == 0) {
+                    return moved; // the pipe is full: its slots hold socket buffers, which may be small
+                }
+                moved += n;
+            }
+            return moved;
+        } finally {
+            descriptor.exit();
         }
     }
 

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.common.splice.Pipe;
 import dev.rbridge.rdma.wire.ControlClient;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageEncoder;
@@ -22,6 +23,13 @@ final class TcpCall extends ControlClient.Call {
     final ByteBuffer data;
     /** A READ's destination, the caller's memory; or null. */
     final MemorySegment dst;
+    /**
+     * Where a READ's data goes first when the connection can splice, or null: as much as the pipe takes, the rest into
+     * {@link #dst}; {@link #piped} says how much went into the pipe.
+     */
+    final Pipe pipe;
+    /** Bytes of the READ's data in {@link #pipe}: set by the reader before it completes the call. */
+    int piped;
     /** What it adds to the connection's busy bytes (for choosing a lane) until answered. */
     final long weight;
     /** What it may take of our socket's send buffer until answered (see {@link #sendWeight}). */
@@ -33,13 +41,14 @@ final class TcpCall extends ControlClient.Call {
     final long replyWeight;
 
     /** {@code bodyLength}: the request's, {@link MessageEncoder#bodyLength} (WRITE data included). */
-    TcpCall(Message request, long bodyLength, long deadline, MemorySegment data, MemorySegment dst,
+    TcpCall(Message request, long bodyLength, long deadline, MemorySegment data, MemorySegment dst, Pipe pipe,
             ControlClient.Result result, CompletableFuture<Object> future) {
         super(request.id(), request.code(), deadline, future, result);
         this.request = request;
         this.data = data == null ? null : data.asByteBuffer();
         this.encodedSize = (int) (Protocol.HEADER + bodyLength - (data == null ? 0 : data.byteSize()));
         this.dst = dst;
+        this.pipe = pipe;
         long requestBytes = Protocol.HEADER + bodyLength;
         this.weight = requestBytes + (dst == null ? 0 : dst.byteSize());
         this.requestWeight = sendWeight(requestBytes);

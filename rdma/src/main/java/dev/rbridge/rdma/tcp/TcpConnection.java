@@ -1,5 +1,7 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.common.splice.Pipe;
+import dev.rbridge.common.splice.SocketDescriptor;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -44,6 +46,8 @@ final class TcpConnection extends ControlPlaneConnection {
     private static final long FLUSH_AT_BYTES = 1 << 20;
 
     private final Link channel;
+    /** Our duplicate of a plain link's socket descriptor, for splicing READ data; or null (see spliceDescriptor). */
+    private final SocketDescriptor descriptor;
     private final String peer;
     private final long timeoutNanos;
     /** Shared by the lanes of one {@link TcpLanes} connection. */
@@ -70,10 +74,11 @@ final class TcpConnection extends ControlPlaneConnection {
         this.timeoutNanos = timeoutNanos;
         this.stats = stats;
         this.control = new ControlClient(peer);
+        this.descriptor = spliceDescriptor(channel, peer);
         this.writer = new RequestWriter(channel, peer, this::isOpen, e -> closeWith(new RemoteMemoryException(
                 Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: " + e.getMessage(), e)),
                 this::unsendable);
-        this.reader = new ReplyReader(channel, peer, control, writer, stats, busyBytes);
+        this.reader = new ReplyReader(channel, descriptor, peer, control, writer, stats, busyBytes);
         this.role = callerDriven ? new CallerDrivenReading(reader, control, timeoutNanos, this::isOpen,
                 this::readFailed, this::readerThread) : null;
         this.readerThread = new ReaderThread(callerDriven ? role::readerLoop : this::readLoop,
@@ -83,6 +88,22 @@ final class TcpConnection extends ControlPlaneConnection {
                 cause -> closeWith(cause, true));
         writer.start();
         readerThread.start();
+    }
+
+    /**
+     * Our own descriptor of a plain link's socket, for splicing READ data; null over TLS (the data is encrypted), and
+     * when it cannot be had (no native access), which only costs the copy.
+     */
+    private static SocketDescriptor spliceDescriptor(Link link, String peer) {
+        if (!(link instanceof Link.Plain) || Pipe.unavailable() != null) {
+            return null;
+        }
+        try {
+            return SocketDescriptor.of(link.socket());
+        } catch (IOException | RuntimeException e) {
+            log.debug("connection to {}: reads are copied, not spliced: {}", peer, e.toString());
+            return null;
+        }
     }
 
     static TcpConnection connect(ConnectParams params) throws RemoteMemoryException {
@@ -139,8 +160,28 @@ final class TcpConnection extends ControlPlaneConnection {
             stats.readOps.increment();
             stats.readBytes.add(len);
             return send(new Message.Read(control.nextId(), region.id(), region.key(), offset + off, (int) len),
-                    null, part, ControlClient.NOTHING);
+                    null, part, null, ControlClient.NOTHING);
         });
+    }
+
+    /**
+     * Splices when this connection can (a plain link whose descriptor was found) and the read is one message;
+     * otherwise reads into {@code dst}.
+     */
+    @Override
+    public CompletableFuture<Integer> readSpliced(RegionDescriptor region, long offset, MemorySegment dst,
+                                                  Pipe pipe) {
+        if (descriptor == null || dst.byteSize() > Protocol.MAX_DATA || dst.byteSize() == 0) {
+            return read(region, offset, dst).thenApply(v -> 0);
+        }
+        if (!dst.isAccessibleBy(readerThread)) {
+            return CompletableFuture.failedFuture(new IllegalArgumentException("a read buffer must be shared memory "
+                    + "(Arena.ofShared, ofAuto or global): the provider's I/O thread fills it"));
+        }
+        stats.readOps.increment();
+        stats.readBytes.add(dst.byteSize());
+        return send(new Message.Read(control.nextId(), region.id(), region.key(), offset, (int) dst.byteSize()),
+                null, dst, pipe, ControlClient.NOTHING);
     }
 
     @Override
@@ -150,7 +191,7 @@ final class TcpConnection extends ControlPlaneConnection {
             stats.writeOps.increment();
             stats.writeBytes.add(len);
             return send(new Message.Write(control.nextId(), region.id(), region.key(), offset + off, (int) len),
-                    part, null, ControlClient.NOTHING);
+                    part, null, null, ControlClient.NOTHING);
         });
     }
 
@@ -226,7 +267,7 @@ final class TcpConnection extends ControlPlaneConnection {
 
     @Override
     protected <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
-        return send(op.request().apply(control.nextId()), null, null, op.result());
+        return send(op.request().apply(control.nextId()), null, null, null, op.result());
     }
 
     /**
@@ -234,7 +275,7 @@ final class TcpConnection extends ControlPlaneConnection {
      * then written by this thread, or left to the thread that reads replies or to the flusher (see below).
      */
     @SuppressWarnings("unchecked")
-    private <T> CompletableFuture<T> send(Message request, MemorySegment data, MemorySegment dst,
+    private <T> CompletableFuture<T> send(Message request, MemorySegment data, MemorySegment dst, Pipe pipe,
                                           ControlClient.Result result) {
         RemoteMemoryException dead = closed.get();
         if (dead != null) {
@@ -246,7 +287,7 @@ final class TcpConnection extends ControlPlaneConnection {
                     Opcode.name(request.code()) + " of " + bodyLength + " bytes is more than a memserver takes ("
                     + Protocol.MAX_CONTROL_BODY + ")"));
         }
-        TcpCall p = new TcpCall(request, bodyLength, System.nanoTime() + timeoutNanos, data, dst, result,
+        TcpCall p = new TcpCall(request, bodyLength, System.nanoTime() + timeoutNanos, data, dst, pipe, result,
                 role != null ? role.future() : new CompletableFuture<>());
         busyBytes.addAndGet(p.weight);
         if (!control.register(p)) {
@@ -346,6 +387,9 @@ final class TcpConnection extends ControlPlaneConnection {
         }
         watchdog.cancel();
         TcpSockets.closeQuietly(channel.socket());
+        if (descriptor != null) {
+            descriptor.close(); // shuts the socket down: our duplicate would keep it open
+        }
         writer.wakeFlusher();
         LockSupport.unpark(readerThread);
         if (failElsewhere) {

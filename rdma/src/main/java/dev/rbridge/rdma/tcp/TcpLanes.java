@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.common.splice.Pipe;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
@@ -146,6 +147,12 @@ final class TcpLanes implements RemoteConnection {
     @Override
     public CompletableFuture<Void> read(RegionDescriptor region, long offset, MemorySegment dst) {
         return dataLane().read(region, offset, dst);
+    }
+
+    @Override
+    public CompletableFuture<Integer> readSpliced(RegionDescriptor region, long offset, MemorySegment dst,
+                                                  Pipe pipe) {
+        return dataLane().readSpliced(region, offset, dst, pipe);
     }
 
     @Override
