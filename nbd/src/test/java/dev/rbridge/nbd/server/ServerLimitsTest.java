@@ -81,7 +81,7 @@ class ServerLimitsTest {
                 + (System.nanoTime() - start) / 1_000_000 + " ms");
     }
 
-    private static void await(String what, java.util.function.BooleanSupplier done) {
+    static void await(String what, java.util.function.BooleanSupplier done) {
         long deadline = System.nanoTime() + 10_000_000_000L;
         while (!done.getAsBoolean()) {
             assertTrue(System.nanoTime() < deadline, "timed out waiting for " + what);
