@@ -17,7 +17,10 @@ import java.nio.ByteBuffer;
  * 0 instead (the socket descriptors given must be non-blocking, or the caller must know data is there).
  *
  * <p>One owner at a time: a pipe is filled by one thread and then handed, with a happens-before edge, to the one that
- * empties it. {@link #held()} counts what is in it, so the owner knows when it is empty.
+ * empties it. {@link #held()} counts what is in it, so the owner knows when it is empty. {@link #close} may come from
+ * another thread while a call is under way (a connection that gave up on a read its lane is still receiving): the
+ * descriptors are closed once that call has returned, and later calls fail, so a closed number, which the process may
+ * reuse at once, is never written to.
  */
 public final class Pipe implements Closeable {
     private static final int O_NONBLOCK = 0x800;
@@ -50,7 +53,8 @@ public final class Pipe implements Closeable {
     private final int writeFd;
     private final int capacity;
     private long held;
-    private boolean closed;
+    /** Calls under way times two, plus one once closed. */
+    private final java.util.concurrent.atomic.AtomicInteger state = new java.util.concurrent.atomic.AtomicInteger();
 
     private Pipe(int readFd, int writeFd, int capacity) {
         this.readFd = readFd;
@@ -114,6 +118,7 @@ public final class Pipe implements Closeable {
         }
         MemorySegment from = MemorySegment.ofBuffer(src);
         Natives n = natives();
+        enter();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Libc.CALL_STATE);
             long w;
@@ -130,6 +135,8 @@ public final class Pipe implements Closeable {
             src.position(src.position() + (int) w);
             held += w;
             return (int) w;
+        } finally {
+            exit();
         }
     }
 
@@ -171,6 +178,7 @@ public final class Pipe implements Closeable {
     /** splice(2), retried on EINTR: bytes moved, 0 at the end of the input, WOULD_BLOCK on EAGAIN. */
     private long splice(int in, int out, int max, int flags, String what) throws IOException {
         Natives n = natives();
+        enter();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Libc.CALL_STATE);
             long r;
@@ -186,17 +194,47 @@ public final class Pipe implements Closeable {
                 return WOULD_BLOCK;
             }
             throw new IOException("splice " + what + " failed with errno " + e);
+        } finally {
+            exit();
         }
     }
 
-    /** Closes both ends; what the pipe held is dropped. */
+    private void enter() throws IOException {
+        while (true) {
+            int s = state.get();
+            if ((s & 1) != 0) {
+                throw new IOException("the pipe is closed");
+            }
+            if (state.compareAndSet(s, s + 2)) {
+                return;
+            }
+        }
+    }
+
+    private void exit() {
+        if (state.addAndGet(-2) == 1) {
+            closeFds(); // closed during this call, which was the last
+        }
+    }
+
+    /** Closes both ends, at once or when the call under way returns; what the pipe held is dropped. */
     @Override
     public void close() {
-        if (closed) {
-            return;
+        while (true) {
+            int s = state.get();
+            if ((s & 1) != 0) {
+                return;
+            }
+            if (state.compareAndSet(s, s | 1)) {
+                if (s == 0) {
+                    closeFds();
+                }
+                return;
+            }
         }
-        closed = true;
-        held = 0;
+    }
+
+    private void closeFds() {
         closeFd(readFd);
         closeFd(writeFd);
     }

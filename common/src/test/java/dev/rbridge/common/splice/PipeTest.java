@@ -165,6 +165,17 @@ class PipeTest {
     }
 
     @Test
+    void aClosedPipeRefusesEveryCallInsteadOfUsingItsOldNumbers() throws Exception {
+        Pipe pipe = Pipe.open(4096);
+        pipe.close();
+        pipe.close();
+        ByteBuffer b = ByteBuffer.allocateDirect(16);
+        IOException e = assertThrows(IOException.class, () -> pipe.write(b));
+        assertTrue(e.getMessage().contains("closed"), e.getMessage());
+        assertThrows(IOException.class, () -> pipe.spliceFrom(0, 16));
+    }
+
+    @Test
     void aPipeLargerThanTheKernelAllowsIsRefusedWithTheReason() {
         IOException e = assertThrows(IOException.class, () -> Pipe.open(Integer.MAX_VALUE / 2));
         assertTrue(e.getMessage().contains("pipe"), e.getMessage());

@@ -614,7 +614,7 @@ final class Connection implements Runnable {
     private void replied(Reply reply) {
         releasePayload(reply.payload());
         if (reply instanceof Reply.PipedRead p) {
-            closePipe(p.pipe(), p.length());
+            donePipe(p.pipe(), p.length());
         }
         inFlight.decrementAndGet();
         if (paused) {
@@ -761,12 +761,18 @@ final class Connection implements Runnable {
         }
     }
 
-    /**
-     * A READ is done with its pipe: an empty one is kept for the next READ (a pipe costs four system calls to make and
-     * close), one that still holds bytes (a failed attempt, a reply dropped) is closed. Gives the READ's {@code length}
-     * bytes back to the budget.
-     */
+    /** Closes a READ's pipe and gives its {@code length} bytes back to the budget. */
     private void closePipe(Pipe pipe, int length) {
+        pipe.close();
+        budget.release(length);
+    }
+
+    /**
+     * A spliced READ's reply is written (or dropped): its pipe, if empty, is kept for the next READ (a pipe costs four
+     * system calls to make and close). Only here is a pipe kept: a READ that completed otherwise may have had an
+     * attempt that failed while its lane was still splicing, and that lane may yet write into the pipe.
+     */
+    private void donePipe(Pipe pipe, int length) {
         if (pipe.held() != 0 || pipesClosed || idlePipes.size() >= IDLE_PIPES) {
             pipe.close();
         } else {
