@@ -228,36 +228,57 @@ public final class Volume implements BlockDevice {
         return CompletableFuture.allOf(parts);
     }
 
-    /**
-     * A read within one slab from one replica is spliced where the provider can (see
-     * {@link dev.rbridge.rdma.RemoteConnection#readSpliced}); everything else (more than one slab, a read that would
-     * be hedged, a slab being resynced or never written) reads into {@code dst}. A spliced attempt that fails is read
-     * again into {@code dst} along the usual path, with its retries: the pipe is then left for the caller to drop.
-     */
     @Override
     public boolean splicesReads() {
         return host.splicesReads();
     }
 
     @Override
+    public boolean splicesRead(long offset, int length) {
+        return host.splicesReads() && spliceableSlab(offset, length) != null;
+    }
+
+    /** The slab a READ would be spliced from: within one slab, one replica, not hedged, not resyncing; or null. */
+    private Slab spliceableSlab(long offset, int length) {
+        if (length == 0 || fenced != null) {
+            return null;
+        }
+        int first = (int) (offset >>> slabShift);
+        if (first != (int) ((offset + length - 1) >>> slabShift)) {
+            return null;
+        }
+        Slab s = slabs[first];
+        ReplicaSet set = s.set;
+        if (set == null || set.lost() || s.resyncWanted.get()
+                || (host.hedger() != null && set.live.size() > 1 && length <= ReadHedger.MAX_HEDGED_BYTES)) {
+            return null;
+        }
+        return s;
+    }
+
+    /**
+     * A read within one slab from one replica is spliced where the provider can (see
+     * {@link dev.rbridge.rdma.RemoteConnection#readSpliced}); everything else (more than one slab, a read that would
+     * be hedged, a slab being resynced or never written) reads into {@code dst}. A spliced attempt that fails is
+     * handled as a failed read (a lost lease fences, a faulty replica is taken out) and read again into {@code dst}
+     * along the usual path: the pipe is then the caller's to drop.
+     */
+    @Override
     public CompletableFuture<Integer> readSpliced(long offset, ByteBuffer dst, Pipe pipe) {
         int length = dst.remaining();
-        int first = (int) (offset >>> slabShift);
-        Slab s = length == 0 || fenced != null ? null : slabs[first];
+        Slab s = spliceableSlab(offset, length);
         ReplicaSet set = s == null ? null : s.set;
-        if (set == null || first != (int) ((offset + length - 1) >>> slabShift) || set.lost()
-                || s.resyncWanted.get()
-                || (host.hedger() != null && set.live.size() > 1 && length <= ReadHedger.MAX_HEDGED_BYTES)) {
+        if (set == null) {
             return read(offset, dst).thenApply(v -> 0);
         }
         MemorySegment seg = MemorySegment.ofBuffer(dst);
         long within = offset - s.start;
         Replica r = set.forRead();
-        java.util.concurrent.atomic.AtomicInteger piped = new java.util.concurrent.atomic.AtomicInteger();
+        AtomicInteger piped = new AtomicInteger();
         return counted(r, RemoteOpMetrics.Op.READ, length,
                 x -> x.connection().readSpliced(x.region(), within, seg, pipe).thenAccept(piped::set))
                 .handle((v, e) -> e == null ? CompletableFuture.completedFuture(piped.get())
-                        : readSlab(s, within, seg, 0).thenApply(w -> 0))
+                        : afterFailedRead(s, r, within, seg, e, 0).thenApply(w -> 0))
                 .thenCompose(Function.identity());
     }
 
@@ -281,20 +302,27 @@ public final class Volume implements BlockDevice {
         // Until a resync has made the replicas equal, every read comes from the one the others are copied from.
         Replica r = s.resyncWanted.get() ? set.live.getFirst() : set.forRead();
         return counted(r, RemoteOpMetrics.Op.READ, dst.byteSize(), x -> x.connection().read(x.region(), offset, dst))
-                .handle((v, e) -> {
-            if (e == null) {
-                return CompletableFuture.<Void>completedFuture(null);
-            }
-            Throwable cause = Failures.cause(e);
-            if (leaseLost(cause)) {
-                return this.<Void>failFenced(r, cause); // not from another replica: this volume is not ours now
-            }
-            if (!replicaFault(cause) || attempt >= spec.replicas() + 1) {
-                return CompletableFuture.<Void>failedFuture(ioError(s, "read", cause));
-            }
-            s.fail(r, Failures.reason(cause)); // takes it out at once; the retry need not wait for the re-tagging
-            return readSlab(s, offset, dst, attempt + 1);
-        }).thenCompose(Function.identity());
+                .handle((v, e) -> e == null ? CompletableFuture.<Void>completedFuture(null)
+                        : afterFailedRead(s, r, offset, dst, e, attempt))
+                .thenCompose(Function.identity());
+    }
+
+    /**
+     * What follows a read of replica {@code r} that failed with {@code e}: a refused lease fences the volume (not read
+     * from another replica: the volume is not ours now); a replica fault takes {@code r} out and reads again from
+     * another, up to R + 1 attempts; anything else is EIO.
+     */
+    private CompletableFuture<Void> afterFailedRead(Slab s, Replica r, long offset, MemorySegment dst, Throwable e,
+                                                    int attempt) {
+        Throwable cause = Failures.cause(e);
+        if (leaseLost(cause)) {
+            return failFenced(r, cause);
+        }
+        if (!replicaFault(cause) || attempt >= spec.replicas() + 1) {
+            return CompletableFuture.failedFuture(ioError(s, "read", cause));
+        }
+        s.fail(r, Failures.reason(cause)); // takes it out at once; the retry need not wait for the re-tagging
+        return readSlab(s, offset, dst, attempt + 1);
     }
 
     @Override

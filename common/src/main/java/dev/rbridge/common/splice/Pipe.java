@@ -273,7 +273,7 @@ public final class Pipe implements Closeable {
         }
 
         private static MemorySegment find(Linker linker, String symbol) {
-            return Libc.find(symbol);
+            return linker.defaultLookup().find(symbol).orElseThrow(() -> new UnsatisfiedLinkError("no " + symbol));
         }
     }
 }

@@ -4,6 +4,7 @@ import java.io.Closeable;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
@@ -52,7 +53,7 @@ public final class SocketDescriptor implements Closeable {
 
     private static final int SHUT_RDWR = 2;
     private static final short POLLIN = 1;
-    private static final int EINTR = 4;
+    private static final int EINTR = Libc.EINTR;
 
     private final int fd;
     /** Threads inside {@link #enter} .. {@link #exit}, times two, plus one once closed. */
@@ -72,12 +73,19 @@ public final class SocketDescriptor implements Closeable {
             if (dup < 0) {
                 throw new IOException("duplicating a socket's descriptor failed with errno " + Libc.errno(state));
             }
-            SocketDescriptor d = new SocketDescriptor(dup);
-            if (!sameAddresses(n, dup, channel)) { // the channel was closed and its number reused meanwhile
-                d.close();
+            boolean same;
+            try {
+                same = sameAddresses(n, dup, channel);
+            } catch (IOException | RuntimeException e) {
+                same = false; // the channel closed meanwhile
+            }
+            if (!same) {
+                // The number was another socket by the time we duplicated it: close our duplicate, and never shut
+                // that socket down, as close() would.
+                Libc.call(() -> (int) n.close.invokeExact(dup));
                 throw new IOException("the socket closed while its descriptor was looked up");
             }
-            return d;
+            return new SocketDescriptor(dup);
         }
     }
 
@@ -225,7 +233,7 @@ public final class SocketDescriptor implements Closeable {
                     Libc.LINKER.downcallHandle(Libc.find("getsockname"), name),
                     Libc.LINKER.downcallHandle(Libc.find("getpeername"), name),
                     Libc.LINKER.downcallHandle(Libc.find("fcntl"), FunctionDescriptor.of(i, i, i, i),
-                            Libc.ERRNO_CAPTURE, java.lang.foreign.Linker.Option.firstVariadicArg(2)),
+                            Libc.ERRNO_CAPTURE, Linker.Option.firstVariadicArg(2)),
                     Libc.LINKER.downcallHandle(Libc.find("close"), FunctionDescriptor.of(i, i)),
                     Libc.LINKER.downcallHandle(Libc.find("shutdown"), FunctionDescriptor.of(i, i, i)),
                     Libc.LINKER.downcallHandle(Libc.find("poll"), FunctionDescriptor.of(i, ValueLayout.ADDRESS,

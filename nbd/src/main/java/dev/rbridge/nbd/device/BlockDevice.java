@@ -22,17 +22,22 @@ public interface BlockDevice extends AutoCloseable {
 
     /**
      * As {@link #read}, but the device may move the data into {@code pipe} (empty) instead, without passing it through
-     * this process's memory: completes with {@code n} when the pipe holds the first {@code n} bytes and {@code dst}
-     * the rest, each at its own place. Whatever the outcome, the pipe may hold bytes beyond the {@code n} reported (a
-     * failed attempt's): the caller drops such a pipe. This default reads into {@code dst}.
+     * this process's memory: completes with {@code n}; for {@code n > 0} the pipe holds exactly the first {@code n}
+     * bytes and {@code dst} the rest, each at its own place. After {@code n == 0} or a failure the pipe may hold bytes
+     * of an attempt that failed, and may yet receive some: the caller drops it. This default reads into {@code dst}.
      */
     default CompletableFuture<Integer> readSpliced(long offset, ByteBuffer dst, Pipe pipe) {
         return read(offset, dst).thenApply(v -> 0);
     }
 
-    /** True when {@link #readSpliced} may move data into the pipe: otherwise a pipe would only cost. */
+    /** True when {@link #readSpliced} may move data into a pipe at all: otherwise a pipe would only cost. */
     default boolean splicesReads() {
         return false;
+    }
+
+    /** True when {@link #readSpliced} would move the data of this READ into a pipe (a cheap guess, not a promise). */
+    default boolean splicesRead(long offset, int length) {
+        return splicesReads();
     }
 
     /** Writes {@code src} from position to limit at {@code offset}; the caller keeps {@code src} intact until done. */

@@ -1,7 +1,6 @@
 package dev.rbridge.nbd.server;
 
 import dev.rbridge.common.splice.Pipe;
-import dev.rbridge.common.splice.SocketDescriptor;
 import dev.rbridge.nbd.device.BlockDevice;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.device.Extent;
@@ -49,13 +48,7 @@ final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
     /** Small enough that little of a large WRITE payload is copied through it (the rest goes straight to its buffer). */
     private static final int READ_BUFFER = 64 << 10;
-    /** The largest pipe an unprivileged process may ask for (/proc/sys/fs/pipe-max-size), read once. */
-    private static final int MAX_PIPE = pipeMaxSize();
-    /** Empty pipes a connection keeps for its next spliced READs. */
-    private static final int IDLE_PIPES = 8;
-    /** The kernel refused a pipe: said once in the log, for the process. */
-    private static final java.util.concurrent.atomic.AtomicBoolean PIPE_REFUSED =
-            new java.util.concurrent.atomic.AtomicBoolean();
+
     /** During the handshake: options are streamed through the decoder, so this needs only hold what one read brings. */
     private static final int HANDSHAKE_BUFFER = 4 << 10;
     private static final int MAX_OPTIONS = 4096;
@@ -69,12 +62,11 @@ final class Connection implements Runnable {
     /** The socket, or TLS over it once the client asked for it (STARTTLS). */
     private Wire wire;
     private volatile SecureWire tls;
-    /** Our descriptor of the socket for splicing READ data into it, from transmission on; or null (see there). */
-    private volatile SocketDescriptor spliceTo;
-    /** Empty pipes kept for the next spliced READs (see closePipe); closed with the connection. */
-    private final java.util.concurrent.ConcurrentLinkedQueue<Pipe> idlePipes =
-            new java.util.concurrent.ConcurrentLinkedQueue<>();
-    private volatile boolean pipesClosed;
+    /**
+     * The pipes of spliced READs, from transmission on when the connection is plain and its device splices; else null
+     * and READ data is copied.
+     */
+    private volatile ReadPipes readPipes;
     private final long id;
     private final String peer;
     private final String peerAddress;
@@ -460,8 +452,10 @@ final class Connection implements Runnable {
         key = channel.register(selector, 0);
         Thread self = Thread.currentThread();
         budget = server.payloadBudget().open(peerAddress, selector::wakeup);
-        spliceTo = spliceDescriptor();
-        outbox = new Outbox(wire, spliceTo, this::replied, this::closeChannel, () -> {
+        readPipes = tls == null && device.splicesReads() && Pipe.unavailable() == null
+                ? new ReadPipes(id, channel, device, budget) : null;
+        ReadPipes pipes = readPipes;
+        outbox = new Outbox(wire, pipes == null ? () -> null : pipes::descriptor, this::replied, this::closeChannel, () -> {
             if (Thread.currentThread() != self) {
                 selector.wakeup(); // this thread must now wait for the socket to be writable
             }
@@ -614,7 +608,7 @@ final class Connection implements Runnable {
     private void replied(Reply reply) {
         releasePayload(reply.payload());
         if (reply instanceof Reply.PipedRead p) {
-            donePipe(p.pipe(), p.length());
+            readPipes.done(p.pipe(), p.length());
         }
         inFlight.decrementAndGet();
         if (paused) {
@@ -709,7 +703,7 @@ final class Connection implements Runnable {
             complete(r, start, null, structured ? new Reply.Done(r.handle()) : new Reply.Simple(r.handle(), 0, null));
             return CompletableFuture.completedFuture(null);
         }
-        Pipe pipe = pipeFor(length);
+        Pipe pipe = readPipes == null ? null : readPipes.take(r.offset(), length);
         if (pipe != null) {
             return readSpliced(r, start, buffer, pipe);
         }
@@ -732,68 +726,6 @@ final class Connection implements Runnable {
         return f;
     }
 
-    /**
-     * A pipe for a READ of {@code length} bytes when its data should be spliced: large enough to gain, small enough
-     * for one pipe, and the budget has room for the pipe beside the buffer (the buffer takes what the pipe cannot).
-     * Null means copy, as when the kernel refuses a pipe of that size.
-     */
-    private Pipe pipeFor(int length) {
-        if (spliceTo == null || length < NbdServerConfig.SPLICE_READS_FROM || length > MAX_PIPE) {
-            return null;
-        }
-        if (!budget.tryAcquire(length)) {
-            return null;
-        }
-        Pipe idle = idlePipes.poll();
-        if (idle != null && idle.capacity() >= length) {
-            return idle;
-        } else if (idle != null) {
-            idle.close(); // too small for this read: the next ones are likely of this size
-        }
-        try {
-            return Pipe.open(length);
-        } catch (IOException | RuntimeException e) {
-            budget.release(length);
-            if (PIPE_REFUSED.compareAndSet(false, true)) {
-                log.warn("READ data is copied, not spliced, while the kernel refuses pipes: {}", e.getMessage());
-            }
-            return null;
-        }
-    }
-
-    /** Closes a READ's pipe and gives its {@code length} bytes back to the budget. */
-    private void closePipe(Pipe pipe, int length) {
-        pipe.close();
-        budget.release(length);
-    }
-
-    /**
-     * A spliced READ's reply is written (or dropped): its pipe, if empty, is kept for the next READ (a pipe costs four
-     * system calls to make and close). Only here is a pipe kept: a READ that completed otherwise may have had an
-     * attempt that failed while its lane was still splicing, and that lane may yet write into the pipe.
-     */
-    private void donePipe(Pipe pipe, int length) {
-        if (pipe.held() != 0 || pipesClosed || idlePipes.size() >= IDLE_PIPES) {
-            pipe.close();
-        } else {
-            idlePipes.offer(pipe);
-            if (pipesClosed && idlePipes.remove(pipe)) {
-                pipe.close(); // the connection finished meanwhile and may not have seen it
-            }
-        }
-        budget.release(length);
-    }
-
-    private static int pipeMaxSize() {
-        // Not Files.readString: it reads a sysctl file's first byte only ("1"), as the file reports no size.
-        try {
-            return Integer.parseInt(java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc/sys/fs/pipe-max-size"))
-                    .getFirst().strip());
-        } catch (IOException | RuntimeException e) {
-            return 1 << 20; // the kernel's default
-        }
-    }
-
     private CompletableFuture<?> readSpliced(Request r, long start, ByteBuffer buffer, Pipe pipe) {
         int length = (int) r.length();
         CompletableFuture<Integer> f;
@@ -803,26 +735,31 @@ final class Connection implements Runnable {
             f = CompletableFuture.failedFuture(e);
         }
         f.whenComplete((piped, failure) -> {
-            Throwable t = failure;
-            if (t == null && piped > 0 && piped != pipe.held()) {
-                t = new IllegalStateException("the device reported " + piped + " bytes spliced where the pipe holds "
-                        + pipe.held());
+            try {
+                Throwable t = failure;
+                if (t == null && (piped == null || piped < 0 || piped > length
+                        || (piped > 0 && piped != pipe.held()))) {
+                    t = new IllegalStateException("the device reported " + piped + " bytes spliced of " + length
+                            + " where the pipe holds " + pipe.held());
+                }
+                if (t != null) {
+                    readPipes.discard(pipe, length);
+                    releasePayload(buffer);
+                    failed(r, start, t);
+                } else if (piped == 0) { // read into memory after all (a failed spliced attempt may have left bytes)
+                    readPipes.discard(pipe, length);
+                    buffer.position(0).limit(length);
+                    complete(r, start, null, structured ? new Reply.ReadData(r.handle(), r.offset(), buffer)
+                            : new Reply.Simple(r.handle(), 0, buffer));
+                } else {
+                    buffer.position(piped).limit(length);
+                    complete(r, start, null, new Reply.PipedRead(r.handle(), r.offset(), structured, pipe, buffer,
+                            length));
+                }
+            } catch (RuntimeException e) {
+                log.error("connection {}: completing a spliced READ failed", id, e);
+                failed(r, start, e);
             }
-            if (t != null) {
-                closePipe(pipe, length);
-                releasePayload(buffer);
-                failed(r, start, t);
-                return;
-            }
-            if (piped == 0) { // read into memory after all (and a failed spliced attempt may have left bytes)
-                closePipe(pipe, length);
-                buffer.position(0).limit(length);
-                complete(r, start, null, structured ? new Reply.ReadData(r.handle(), r.offset(), buffer)
-                        : new Reply.Simple(r.handle(), 0, buffer));
-                return;
-            }
-            buffer.position(piped).limit(length);
-            complete(r, start, null, new Reply.PipedRead(r.handle(), r.offset(), structured, pipe, buffer, length));
         });
         return f;
     }
@@ -980,22 +917,6 @@ final class Connection implements Runnable {
         return closedBecause.compareAndSet(null, reason);
     }
 
-    /**
-     * Our own descriptor of the socket when READ data may be spliced into it: a plain socket (TLS encrypts the data on
-     * its way), a device that splices, and a kernel that lets us; else null, and READ data is copied.
-     */
-    private SocketDescriptor spliceDescriptor() {
-        if (tls != null || !device.splicesReads() || Pipe.unavailable() != null) {
-            return null;
-        }
-        try {
-            return SocketDescriptor.of(channel);
-        } catch (IOException | RuntimeException e) {
-            log.debug("connection {}: READ data is copied, not spliced: {}", id, e.toString());
-            return null;
-        }
-    }
-
     void closeChannel() {
         SecureWire t = tls;
         if (t != null && channel.isOpen() && !channel.isBlocking()) {
@@ -1008,9 +929,9 @@ final class Connection implements Runnable {
         } catch (IOException e) {
             log.debug("connection {}: close failed", id, e);
         }
-        SocketDescriptor d = spliceTo;
-        if (d != null) {
-            d.close(); // our duplicate keeps the socket open: shut it down with the channel
+        ReadPipes pipes = readPipes;
+        if (pipes != null) {
+            pipes.closeDescriptor(); // our duplicate keeps the socket open: shut it down with the channel
         }
         Selector s = selector;
         if (s != null) {
@@ -1033,9 +954,8 @@ final class Connection implements Runnable {
         if (outbox != null) {
             outbox.close();
         }
-        pipesClosed = true;
-        for (Pipe p; (p = idlePipes.poll()) != null; ) {
-            p.close();
+        if (readPipes != null) {
+            readPipes.close();
         }
         if (decoder != null) {
             releasePayload(decoder.payloadSink());

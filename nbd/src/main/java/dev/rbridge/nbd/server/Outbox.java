@@ -7,10 +7,12 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.channels.ClosedChannelException;
 import java.util.Arrays;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Consumer;
+import java.util.function.Supplier;
 
 /**
  * The write side of one connection, on a non-blocking channel. Replies are queued by whichever thread completes a
@@ -37,8 +39,8 @@ final class Outbox {
     private static final int HEADER_SPACE = 16 << 10;
 
     private final Wire channel;
-    /** Our descriptor of the plain socket, for spliced READ data; null when no reply is spliced (TLS, or off). */
-    private final SocketDescriptor descriptor;
+    /** Our descriptor of the plain socket, for spliced READ data (made with the first such READ). */
+    private final Supplier<SocketDescriptor> descriptor;
     private final Consumer<Reply> done;
     private final Runnable onBroken;
     private final Runnable onBlocked;
@@ -65,7 +67,8 @@ final class Outbox {
      * @param onBroken  closes the connection after a failed write
      * @param onBlocked tells the connection's thread that the socket is full and it must wait to write
      */
-    Outbox(Wire channel, SocketDescriptor descriptor, Consumer<Reply> done, Runnable onBroken, Runnable onBlocked) {
+    Outbox(Wire channel, Supplier<SocketDescriptor> descriptor, Consumer<Reply> done, Runnable onBroken,
+           Runnable onBlocked) {
         this.channel = channel;
         this.descriptor = descriptor;
         this.done = done;
@@ -219,7 +222,7 @@ final class Outbox {
                         first++;
                     }
                 } else if (piping) {
-                    n = splicePipe();
+                    n = splicePipe(pipeAt < end);
                 } else {
                     break;
                 }
@@ -245,15 +248,20 @@ final class Outbox {
         }
     }
 
-    /** Splices what the socket takes now of the batch's pipe: bytes moved, 0 when the socket is full. */
-    private long splicePipe() throws IOException {
-        if (!descriptor.enter()) {
-            throw new java.nio.channels.ClosedChannelException();
+    /**
+     * Splices what the socket takes now of the batch's pipe: bytes moved, 0 when the socket is full. {@code more}:
+     * the rest of the reply's data follows from memory. A client that reset the connection raises SIGPIPE, which the
+     * JVM ignores; the splice then fails as a write would.
+     */
+    private long splicePipe(boolean more) throws IOException {
+        SocketDescriptor d = descriptor.get();
+        if (d == null || !d.enter()) {
+            throw new ClosedChannelException();
         }
         try {
-            return pipe.spliceTo(descriptor.fd(), Integer.MAX_VALUE, false);
+            return pipe.spliceTo(d.fd(), Integer.MAX_VALUE, more);
         } finally {
-            descriptor.exit();
+            d.exit();
         }
     }
 

@@ -135,6 +135,20 @@ public final class PayloadBudget {
         }
 
         /**
+         * Takes {@code bytes} if they fit every share now, for something the caller can do without (a spliced READ's
+         * pipe): it neither waits nor touches a reservation made for this account, and false costs nothing.
+         */
+        public boolean tryTake(long bytes) {
+            synchronized (PayloadBudget.this) {
+                if (closed || reserved > 0 || wanted != 0 || !waiting.isEmpty() || !fits(this, bytes)) {
+                    return false;
+                }
+                take(this, bytes);
+                return true;
+            }
+        }
+
+        /**
          * Takes {@code bytes} if they fit every share; otherwise marks this account waiting (its wake-up runs when
          * bytes are reserved for it) and returns false. A request larger than a share is admitted when the account
          * (or its peer) holds nothing, so the largest payload the server accepts always gets through eventually.

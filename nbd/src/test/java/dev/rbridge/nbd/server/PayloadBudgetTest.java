@@ -115,4 +115,23 @@ class PayloadBudgetTest {
         assertThrows(IllegalArgumentException.class, () -> new PayloadBudget(100, 50, 60));
         assertThrows(IllegalArgumentException.class, () -> new PayloadBudget(100, 50, 0));
     }
+
+    @Test
+    void anOptionalTakeNeverWaitsNorTakesFromThoseWhoDo() {
+        PayloadBudget b = new PayloadBudget(100, 100, 60);
+        PayloadBudget.Account a = open(b, "a", "a");
+        PayloadBudget.Account c = open(b, "c", "c");
+        assertTrue(a.tryAcquire(50));
+        assertFalse(a.tryTake(20), "past the connection's share");
+        assertEquals(0, b.waiting(), "a refused optional take is no wait");
+        assertEquals(50, b.used());
+        assertTrue(a.tryTake(10));
+        assertEquals(60, b.used());
+        assertTrue(c.tryAcquire(40));
+        assertFalse(c.tryAcquire(20), "the total is used up: c waits");
+        assertEquals(1, b.waiting());
+        a.release(10); // not enough for c, which goes on waiting
+        assertFalse(a.tryTake(5), "someone waits for memory: an optional take leaves it to them");
+        assertEquals(1, b.waiting());
+    }
 }

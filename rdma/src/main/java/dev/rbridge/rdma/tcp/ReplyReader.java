@@ -143,7 +143,6 @@ final class ReplyReader {
             decoder.payloadMoved(r.length());
             afterLarge = r.length() >= TcpSockets.LARGE;
             current = null;
-            c.piped = piped;
             c.future().complete(c.pipe != null ? (Object) piped : null);
         } else {
             afterLarge = false;

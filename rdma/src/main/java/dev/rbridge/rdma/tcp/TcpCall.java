@@ -25,11 +25,9 @@ final class TcpCall extends ControlClient.Call {
     final MemorySegment dst;
     /**
      * Where a READ's data goes first when the connection can splice, or null: as much as the pipe takes, the rest into
-     * {@link #dst}; {@link #piped} says how much went into the pipe.
+     * {@link #dst}; the call completes with how much went into the pipe.
      */
     final Pipe pipe;
-    /** Bytes of the READ's data in {@link #pipe}: set by the reader before it completes the call. */
-    int piped;
     /** What it adds to the connection's busy bytes (for choosing a lane) until answered. */
     final long weight;
     /** What it may take of our socket's send buffer until answered (see {@link #sendWeight}). */

@@ -75,17 +75,24 @@ final class TcpConnection extends ControlPlaneConnection {
         this.stats = stats;
         this.control = new ControlClient(peer);
         this.descriptor = spliceDescriptor(channel, peer);
-        this.writer = new RequestWriter(channel, peer, this::isOpen, e -> closeWith(new RemoteMemoryException(
-                Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: " + e.getMessage(), e)),
-                this::unsendable);
-        this.reader = new ReplyReader(channel, descriptor, peer, control, writer, stats, busyBytes);
-        this.role = callerDriven ? new CallerDrivenReading(reader, control, timeoutNanos, this::isOpen,
-                this::readFailed, this::readerThread) : null;
-        this.readerThread = new ReaderThread(callerDriven ? role::readerLoop : this::readLoop,
-                "rdma-tcp-reader-" + peer);
-        readerThread.setDaemon(true);
-        this.watchdog = new Watchdog(control, reader, timeoutNanos, peer, this::isOpen,
-                cause -> closeWith(cause, true));
+        try {
+            this.writer = new RequestWriter(channel, peer, this::isOpen, e -> closeWith(new RemoteMemoryException(
+                    Status.CONNECTION_LOST, "lost memserver " + peer + " while sending: " + e.getMessage(), e)),
+                    this::unsendable);
+            this.reader = new ReplyReader(channel, descriptor, peer, control, writer, stats, busyBytes);
+            this.role = callerDriven ? new CallerDrivenReading(reader, control, timeoutNanos, this::isOpen,
+                    this::readFailed, this::readerThread) : null;
+            this.readerThread = new ReaderThread(callerDriven ? role::readerLoop : this::readLoop,
+                    "rdma-tcp-reader-" + peer);
+            readerThread.setDaemon(true);
+            this.watchdog = new Watchdog(control, reader, timeoutNanos, peer, this::isOpen,
+                    cause -> closeWith(cause, true));
+        } catch (IOException | RuntimeException e) {
+            if (descriptor != null) {
+                descriptor.close(); // it would keep the memserver's socket open
+            }
+            throw e;
+        }
         writer.start();
         readerThread.start();
     }
