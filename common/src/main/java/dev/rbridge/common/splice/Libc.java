@@ -33,6 +33,29 @@ final class Libc {
         T run() throws Throwable;
     }
 
+    /**
+     * A class's downcalls, or why they could not be linked (no native access, not Linux): linked once, when the class
+     * loads, so that a host without them gets a sentence at the first use instead of an error at class loading.
+     */
+    record Linked<T>(T natives, String unlinked) {
+        static <T> Linked<T> of(String what, java.util.function.Supplier<T> load) {
+            try {
+                return new Linked<>(load.get(), null);
+            } catch (RuntimeException | LinkageError e) {
+                return new Linked<>(null, "cannot call libc's " + what + ": " + e + " (they need native access, "
+                        + "--enable-native-access=ALL-UNNAMED, and Linux)");
+            }
+        }
+
+        /** The downcalls, or an IOException saying why there are none. */
+        T get() throws java.io.IOException {
+            if (natives == null) {
+                throw new java.io.IOException(unlinked);
+            }
+            return natives;
+        }
+    }
+
     static <T> T call(Call<T> c) {
         try {
             return c.run();

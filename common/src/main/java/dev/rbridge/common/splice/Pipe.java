@@ -33,21 +33,7 @@ public final class Pipe implements Closeable {
     private static final int EINTR = Libc.EINTR;
     private static final long WOULD_BLOCK = -2;
 
-    private static final Natives NATIVES;
-    private static final String UNLINKED;
-
-    static {
-        Natives n = null;
-        String why = null;
-        try {
-            n = Natives.load();
-        } catch (RuntimeException | LinkageError e) {
-            why = "cannot call libc's pipe2 and splice: " + e + " (they need native access, "
-                    + "--enable-native-access=ALL-UNNAMED, and Linux)";
-        }
-        NATIVES = n;
-        UNLINKED = why;
-    }
+    private static final Libc.Linked<Natives> NATIVES = Libc.Linked.of("pipe2 and splice", Natives::load);
 
     private final int readFd;
     private final int writeFd;
@@ -64,7 +50,7 @@ public final class Pipe implements Closeable {
 
     /** Null when pipes can be made here, else why not (for the one log line that says splicing is off). */
     public static String unavailable() {
-        return UNLINKED;
+        return NATIVES.unlinked();
     }
 
     /**
@@ -240,17 +226,14 @@ public final class Pipe implements Closeable {
     }
 
     private static void closeFd(int fd) {
-        Natives n = NATIVES;
+        Natives n = NATIVES.natives();
         if (n != null) {
             Libc.call(() -> (int) n.close.invokeExact(fd));
         }
     }
 
     private static Natives natives() throws IOException {
-        if (NATIVES == null) {
-            throw new IOException(UNLINKED);
-        }
-        return NATIVES;
+        return NATIVES.get();
     }
 
     private record Natives(MethodHandle pipe2, MethodHandle fcntl, MethodHandle splice, MethodHandle write,
@@ -261,19 +244,15 @@ public final class Pipe implements Closeable {
             ValueLayout.OfInt i = ValueLayout.JAVA_INT;
             ValueLayout.OfLong l = ValueLayout.JAVA_LONG;
             return new Natives(
-                    linker.downcallHandle(find(linker, "pipe2"), FunctionDescriptor.of(i, ValueLayout.ADDRESS, i),
+                    linker.downcallHandle(Libc.find("pipe2"), FunctionDescriptor.of(i, ValueLayout.ADDRESS, i),
                             errno),
-                    linker.downcallHandle(find(linker, "fcntl"), FunctionDescriptor.of(i, i, i, i),
+                    linker.downcallHandle(Libc.find("fcntl"), FunctionDescriptor.of(i, i, i, i),
                             errno, Linker.Option.firstVariadicArg(2)),
-                    linker.downcallHandle(find(linker, "splice"), FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, i,
+                    linker.downcallHandle(Libc.find("splice"), FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, i,
                             ValueLayout.ADDRESS, l, i), errno),
-                    linker.downcallHandle(find(linker, "write"), FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, l),
+                    linker.downcallHandle(Libc.find("write"), FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, l),
                             errno),
-                    linker.downcallHandle(find(linker, "close"), FunctionDescriptor.of(i, i)));
-        }
-
-        private static MemorySegment find(Linker linker, String symbol) {
-            return linker.defaultLookup().find(symbol).orElseThrow(() -> new UnsatisfiedLinkError("no " + symbol));
+                    linker.downcallHandle(Libc.find("close"), FunctionDescriptor.of(i, i)));
         }
     }
 }

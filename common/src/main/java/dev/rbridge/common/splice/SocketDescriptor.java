@@ -35,21 +35,7 @@ public final class SocketDescriptor implements Closeable {
     private static final int F_DUPFD_CLOEXEC = 1030;
     private static final int AF_INET = 2;
     private static final int AF_INET6 = 10;
-    private static final Natives NATIVES;
-    private static final String UNLINKED;
-
-    static {
-        Natives n = null;
-        String why = null;
-        try {
-            n = Natives.load();
-        } catch (RuntimeException | LinkageError e) {
-            why = "cannot call libc's socket functions: " + e + " (they need native access, "
-                    + "--enable-native-access=ALL-UNNAMED, and a libc that has them)";
-        }
-        NATIVES = n;
-        UNLINKED = why;
-    }
+    private static final Libc.Linked<Natives> NATIVES = Libc.Linked.of("socket functions", Natives::load);
 
     private static final int SHUT_RDWR = 2;
     private static final short POLLIN = 1;
@@ -164,7 +150,7 @@ public final class SocketDescriptor implements Closeable {
                 return;
             }
             if (state.compareAndSet(s, s | 1)) {
-                Natives n = NATIVES;
+                Natives n = NATIVES.natives();
                 Libc.call(() -> (int) n.shutdown.invokeExact(fd, SHUT_RDWR));
                 if (s == 0) {
                     closeDuplicate();
@@ -175,7 +161,7 @@ public final class SocketDescriptor implements Closeable {
     }
 
     private void closeDuplicate() {
-        Natives n = NATIVES;
+        Natives n = NATIVES.natives();
         Libc.call(() -> (int) n.close.invokeExact(fd));
     }
 
@@ -218,10 +204,7 @@ public final class SocketDescriptor implements Closeable {
     }
 
     private static Natives natives() throws IOException {
-        if (NATIVES == null) {
-            throw new IOException(UNLINKED);
-        }
-        return NATIVES;
+        return NATIVES.get();
     }
 
     private record Natives(MethodHandle getsockname, MethodHandle getpeername, MethodHandle fcntl,
