@@ -98,8 +98,18 @@ public interface RegionService {
         /** See {@link RemoteConnection#lease}; the lease belongs to this session until it ends or lapses. */
         Lease lease(String volume, String owner, long ttlMillis) throws RemoteMemoryException;
 
+        /** As {@link #lease(String, String, long)}, with the lease id the client presents (see RemoteConnection). */
+        default Lease lease(String volume, String owner, long ttlMillis, long leaseId) throws RemoteMemoryException {
+            return lease(volume, owner, ttlMillis);
+        }
+
         /** See {@link RemoteConnection#unlease}: a no-op unless {@code owner} holds the volume's lease. */
         void unlease(String volume, String owner) throws RemoteMemoryException;
+
+        /** As {@link #unlease(String, String)}, with the grant's lease id, checked when given. */
+        default void unlease(String volume, String owner, long leaseId) throws RemoteMemoryException {
+            unlease(volume, owner);
+        }
 
         /**
          * Pins {@code [offset, offset + length)} of a region for one data operation after checking the key and the

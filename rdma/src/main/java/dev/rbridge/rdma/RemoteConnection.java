@@ -57,10 +57,25 @@ public interface RemoteConnection extends AutoCloseable {
     CompletableFuture<Lease> lease(String volume, String owner, java.time.Duration ttl);
 
     /**
+     * As {@link #lease(String, String, java.time.Duration)}, presenting {@code leaseId}, the id of this client's last
+     * grant of the volume on that memserver ({@link Lease#NO_ID} for none): the grant then says whether it continued
+     * that lease with nobody else having the volume in between ({@link Lease#continued}). Providers that carry no id
+     * ignore it.
+     */
+    default CompletableFuture<Lease> lease(String volume, String owner, java.time.Duration ttl, long leaseId) {
+        return lease(volume, owner, ttl);
+    }
+
+    /**
      * Gives a lease this connection holds back (a bridge shutting down cleanly); the next grant is no takeover. Not
      * holding it, or holding it on another connection, is not an error and changes nothing.
      */
     CompletableFuture<Void> unlease(String volume, String owner);
+
+    /** As {@link #unlease(String, String)}, presenting the grant's lease id, which the memserver checks when given. */
+    default CompletableFuture<Void> unlease(String volume, String owner, long leaseId) {
+        return unlease(volume, owner);
+    }
 
     /** The memserver's current capacity and free bytes. */
     CompletableFuture<ServerInfo> info();

@@ -92,6 +92,11 @@ final class LocalConnection implements RemoteConnection {
 
     @Override
     public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
+        return lease(volume, owner, ttl, Lease.NO_ID);
+    }
+
+    @Override
+    public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl, long leaseId) {
         long ttlMillis;
         if (ttl.isNegative() || ttl.isZero()) {
             ttlMillis = ttl.isZero() ? 0 : -1;
@@ -103,13 +108,18 @@ final class LocalConnection implements RemoteConnection {
             }
         }
         long millis = ttlMillis;
-        return call(() -> session.lease(volume, owner, millis));
+        return call(() -> session.lease(volume, owner, millis, leaseId));
     }
 
     @Override
     public CompletableFuture<Void> unlease(String volume, String owner) {
+        return unlease(volume, owner, Lease.NO_ID);
+    }
+
+    @Override
+    public CompletableFuture<Void> unlease(String volume, String owner, long leaseId) {
         return call(() -> {
-            session.unlease(volume, owner);
+            session.unlease(volume, owner, leaseId);
             return null;
         });
     }

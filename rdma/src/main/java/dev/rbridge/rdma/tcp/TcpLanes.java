@@ -128,6 +128,16 @@ final class TcpLanes implements RemoteConnection {
     }
 
     @Override
+    public CompletableFuture<Lease> lease(String volume, String owner, Duration ttl, long leaseId) {
+        return lanes[0].lease(volume, owner, ttl, leaseId);
+    }
+
+    @Override
+    public CompletableFuture<Void> unlease(String volume, String owner, long leaseId) {
+        return flush().thenCompose(done -> lanes[0].unlease(volume, owner, leaseId)); // see unlease(volume, owner)
+    }
+
+    @Override
     public CompletableFuture<Void> unlease(String volume, String owner) {
         // Over one connection an answered UNLEASE means every write before it is done, and the next owner trusts a
         // clean handover for that (it skips the resync). Lane 0 alone cannot say so for the other lanes' writes.

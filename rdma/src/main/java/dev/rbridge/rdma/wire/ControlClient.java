@@ -268,10 +268,16 @@ public final class ControlClient {
     }
 
     public static Operation<Lease> lease(String volume, String owner, Duration ttl) {
+        return lease(volume, owner, ttl, Lease.NO_ID);
+    }
+
+    /** {@code leaseId}: the id of this client's last grant of the volume there, or {@link Lease#NO_ID}. */
+    public static Operation<Lease> lease(String volume, String owner, Duration ttl, long leaseId) {
         long ttlMillis = leaseMillis(ttl);
-        return new Operation<>(id -> new Message.Lease(id, volume, owner, ttlMillis), r -> {
+        return new Operation<>(id -> new Message.Lease(id, volume, owner, ttlMillis, leaseId), r -> {
             Message.LeaseReply l = (Message.LeaseReply) r;
-            return new Lease(volume, owner, l.ttlMillis(), l.tookOver(), l.ownerChanges());
+            return new Lease(volume, owner, l.ttlMillis(), l.tookOver(), l.ownerChanges(), l.epoch(), l.leaseId(),
+                    l.continued());
         });
     }
 
@@ -291,7 +297,11 @@ public final class ControlClient {
     }
 
     public static Operation<Void> unlease(String volume, String owner) {
-        return new Operation<>(id -> new Message.Unlease(id, volume, owner), NOTHING);
+        return unlease(volume, owner, Lease.NO_ID);
+    }
+
+    public static Operation<Void> unlease(String volume, String owner, long leaseId) {
+        return new Operation<>(id -> new Message.Unlease(id, volume, owner, leaseId), NOTHING);
     }
 
     public static Operation<ServerInfo> info() {

@@ -39,12 +39,12 @@ public final class ControlDispatcher {
                 }
                 case Message.Retag r -> new Message.RetagReply(r.id(), s.retag(r.regionId(), r.key(), r.tag()));
                 case Message.Lease l -> {
-                    dev.rbridge.rdma.Lease lease = s.lease(l.volume(), l.owner(), l.ttlMillis());
+                    dev.rbridge.rdma.Lease lease = s.lease(l.volume(), l.owner(), l.ttlMillis(), l.leaseId());
                     yield new Message.LeaseReply(l.id(), lease.ttlMillis(), lease.tookOver(),
-                            lease.ownerChanges());
+                            lease.ownerChanges(), lease.epoch(), lease.leaseId(), lease.continued());
                 }
                 case Message.Unlease u -> {
-                    s.unlease(u.volume(), u.owner());
+                    s.unlease(u.volume(), u.owner(), u.leaseId());
                     yield new Message.UnleaseReply(u.id());
                 }
                 case Message.Info i -> {

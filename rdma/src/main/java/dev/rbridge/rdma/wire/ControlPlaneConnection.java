@@ -65,12 +65,22 @@ public abstract class ControlPlaneConnection implements RemoteConnection {
 
     @Override
     public final CompletableFuture<Lease> lease(String volume, String owner, Duration ttl) {
-        return call(ControlClient.lease(volume, owner, ttl));
+        return call(ControlClient.lease(volume, owner, ttl, Lease.NO_ID));
+    }
+
+    @Override
+    public final CompletableFuture<Lease> lease(String volume, String owner, Duration ttl, long leaseId) {
+        return call(ControlClient.lease(volume, owner, ttl, leaseId));
+    }
+
+    @Override
+    public final CompletableFuture<Void> unlease(String volume, String owner, long leaseId) {
+        return call(ControlClient.unlease(volume, owner, leaseId));
     }
 
     @Override
     public final CompletableFuture<Void> unlease(String volume, String owner) {
-        return call(ControlClient.unlease(volume, owner));
+        return call(ControlClient.unlease(volume, owner, Lease.NO_ID));
     }
 
     @Override

@@ -89,10 +89,19 @@ public sealed interface Message {
         }
     }
 
-    record Lease(long id, String volume, String owner, long ttlMillis) implements Message {
+    /**
+     * On the wire: string volume, string owner, u64 ttl, then u64 lease id (the id of this client's last grant of the
+     * volume there, 0 for none); memservers that predate lease ids ignore it, and requests that predate it (no id) are
+     * read as 0.
+     */
+    record Lease(long id, String volume, String owner, long ttlMillis, long leaseId) implements Message {
         public Lease {
             Objects.requireNonNull(volume, "volume");
             Objects.requireNonNull(owner, "owner");
+        }
+
+        public Lease(long id, String volume, String owner, long ttlMillis) {
+            this(id, volume, owner, ttlMillis, dev.rbridge.rdma.Lease.NO_ID);
         }
 
         public int code() {
@@ -100,10 +109,15 @@ public sealed interface Message {
         }
     }
 
-    record Unlease(long id, String volume, String owner) implements Message {
+    /** On the wire: string volume, string owner, then u64 lease id (0, or absent from older clients: none). */
+    record Unlease(long id, String volume, String owner, long leaseId) implements Message {
         public Unlease {
             Objects.requireNonNull(volume, "volume");
             Objects.requireNonNull(owner, "owner");
+        }
+
+        public Unlease(long id, String volume, String owner) {
+            this(id, volume, owner, dev.rbridge.rdma.Lease.NO_ID);
         }
 
         public int code() {
@@ -322,13 +336,27 @@ public sealed interface Message {
     }
 
     /**
-     * A LEASE granted. On the wire: u64 ttl, u8 took over (0 or 1), u64 owner changes; memservers that predate the
-     * count do not send it (read as {@link dev.rbridge.rdma.Lease#UNKNOWN_OWNER_CHANGES}), and clients that predate it
-     * ignore it.
+     * A LEASE granted. On the wire: u64 ttl, u8 took over (0 or 1), u64 owner changes, u64 epoch, u64 lease id, u8
+     * continued (0 or 1). Each field after took over came later: memservers that predate one do not send it (read as
+     * {@link dev.rbridge.rdma.Lease#UNKNOWN_OWNER_CHANGES}, {@link dev.rbridge.rdma.Lease#NO_EPOCH}, {@link
+     * dev.rbridge.rdma.Lease#NO_ID} and null), and clients that predate it ignore it.
      */
-    record LeaseReply(long id, long ttlMillis, boolean tookOver, long ownerChanges) implements Message {
+    record LeaseReply(long id, long ttlMillis, boolean tookOver, long ownerChanges, long epoch, long leaseId,
+                      Boolean continued) implements Message {
         public LeaseReply(long id, long ttlMillis, boolean tookOver) {
             this(id, ttlMillis, tookOver, dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES);
+        }
+
+        public LeaseReply(long id, long ttlMillis, boolean tookOver, long ownerChanges) {
+            this(id, ttlMillis, tookOver, ownerChanges, dev.rbridge.rdma.Lease.NO_EPOCH, dev.rbridge.rdma.Lease.NO_ID,
+                    null);
+        }
+
+        /** The lease id is a secret: never printed. */
+        @Override
+        public String toString() {
+            return "LeaseReply[id=" + id + ", ttlMillis=" + ttlMillis + ", tookOver=" + tookOver + ", ownerChanges="
+                    + ownerChanges + ", epoch=" + epoch + ", continued=" + continued + "]";
         }
 
         public int code() {

@@ -406,8 +406,10 @@ public final class MessageDecoder {
                 long key = b.getLong();
                 yield new Message.Retag(id, region, key, getTag(b));
             }
-            case LEASE -> new Message.Lease(id, getString(b), getString(b), b.getLong());
-            case UNLEASE -> new Message.Unlease(id, getString(b), getString(b));
+            case LEASE -> new Message.Lease(id, getString(b), getString(b), b.getLong(),
+                    b.remaining() >= 8 ? b.getLong() : dev.rbridge.rdma.Lease.NO_ID);
+            case UNLEASE -> new Message.Unlease(id, getString(b), getString(b),
+                    b.remaining() >= 8 ? b.getLong() : dev.rbridge.rdma.Lease.NO_ID);
             case INFO -> new Message.Info(id);
             case STATE -> new Message.State(id);
             case UCX_CONNECT -> new Message.UcxConnect(id, b.hasRemaining() ? getBytes(b) : ByteBuffer.allocate(0));
@@ -443,8 +445,17 @@ public final class MessageDecoder {
                 yield new Message.ListReply(id, regions);
             }
             case RETAG -> new Message.RetagReply(id, getDescriptor(b));
-            case LEASE -> new Message.LeaseReply(id, b.getLong(), b.get() != 0,
-                    b.remaining() >= 8 ? b.getLong() : dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES);
+            case LEASE -> {
+                long ttl = b.getLong();
+                boolean tookOver = b.get() != 0;
+                long changes = b.remaining() >= 8 ? b.getLong() : dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES;
+                if (b.remaining() < 17) {
+                    yield new Message.LeaseReply(id, ttl, tookOver, changes);
+                }
+                long epoch = b.getLong();
+                long leaseId = b.getLong();
+                yield new Message.LeaseReply(id, ttl, tookOver, changes, epoch, leaseId, b.get() != 0);
+            }
             case INFO -> new Message.InfoReply(id, getString(b), b.getLong(), b.getLong());
             case STATE -> new Message.StateReply(id, b.getInt());
             case UCX_CONNECT -> new Message.UcxConnectReply(id, getBytes(b));

@@ -47,8 +47,8 @@ public final class MessageEncoder {
             case Message.ListRegions l -> 0;
             case Message.Release r -> 16;
             case Message.Retag r -> 16 + tagLength(r.tag());
-            case Message.Lease l -> stringLength(l.volume()) + stringLength(l.owner()) + 8;
-            case Message.Unlease u -> stringLength(u.volume()) + stringLength(u.owner());
+            case Message.Lease l -> stringLength(l.volume()) + stringLength(l.owner()) + 16;
+            case Message.Unlease u -> stringLength(u.volume()) + stringLength(u.owner()) + 8;
             case Message.Info i -> 0;
             case Message.State st -> 0;
             case Message.UcxConnect u -> u.workerAddress().hasRemaining() ? 4 + u.workerAddress().remaining() : 0;
@@ -65,7 +65,7 @@ public final class MessageEncoder {
             case Message.ListReply l -> listBodyLength(l.regions());
             case Message.ReleaseReply r -> 0;
             case Message.RetagReply r -> descriptorLength(r.region());
-            case Message.LeaseReply l -> 17;
+            case Message.LeaseReply l -> l.epoch() == dev.rbridge.rdma.Lease.NO_EPOCH ? 17 : 34;
             case Message.UnleaseReply u -> 0;
             case Message.InfoReply i -> stringLength(i.serverId()) + 16;
             case Message.StateReply st -> 4;
@@ -121,11 +121,12 @@ public final class MessageEncoder {
             case Message.Lease l -> {
                 putString(dst, l.volume());
                 putString(dst, l.owner());
-                dst.putLong(l.ttlMillis());
+                dst.putLong(l.ttlMillis()).putLong(l.leaseId());
             }
             case Message.Unlease u -> {
                 putString(dst, u.volume());
                 putString(dst, u.owner());
+                dst.putLong(u.leaseId());
             }
             case Message.MapRegion r -> dst.putLong(r.regionId()).putLong(r.key()).putLong(r.length());
             case Message.HelloReply h -> {
@@ -141,8 +142,12 @@ public final class MessageEncoder {
                 }
             }
             case Message.RetagReply r -> putDescriptor(dst, r.region());
-            case Message.LeaseReply l -> dst.putLong(l.ttlMillis()).put((byte) (l.tookOver() ? 1 : 0))
-                    .putLong(l.ownerChanges());
+            case Message.LeaseReply l -> {
+                dst.putLong(l.ttlMillis()).put((byte) (l.tookOver() ? 1 : 0)).putLong(l.ownerChanges());
+                if (l.epoch() != dev.rbridge.rdma.Lease.NO_EPOCH) {
+                    dst.putLong(l.epoch()).putLong(l.leaseId()).put((byte) (Boolean.TRUE.equals(l.continued()) ? 1 : 0));
+                }
+            }
             case Message.InfoReply i -> {
                 putString(dst, i.serverId());
                 dst.putLong(i.capacityBytes()).putLong(i.freeBytes());

@@ -35,9 +35,12 @@ class TcpLargeControlRequestTest {
     @RegisterExtension
     static final LoopbackTcpListener memserver = new LoopbackTcpListener(TOKEN);
 
-    /** A LEASE whose body is {@code bodyBytes}: two strings (2 bytes of length each) and the 8-byte ttl. */
+    /**
+     * A LEASE whose body is {@code bodyBytes}: two strings (2 bytes of length each), the 8-byte ttl and the 8-byte
+     * lease id.
+     */
     static CompletableFuture<Lease> leaseOfBody(RemoteConnection c, int bodyBytes) {
-        int strings = bodyBytes - 2 - 2 - 8;
+        int strings = bodyBytes - 2 - 2 - 8 - 8;
         String volume = "v".repeat(strings / 2);
         String owner = "o".repeat(strings - strings / 2);
         return c.lease(volume, owner, Duration.ofSeconds(30));

@@ -116,8 +116,13 @@ class MessageCodecTest {
                 new Case(new Message.Release(5, 42, KEY), message(5, 5, new Bytes().u64(42).u64(KEY))),
                 new Case(new Message.Retag(6, 42, KEY, TAG), message(6, 6, new Bytes().u64(42).u64(KEY).tag(TAG))),
                 new Case(new Message.Lease(7, "vol", "owner-a", 30_000),
-                        message(7, 7, new Bytes().str("vol").str("owner-a").u64(30_000))),
-                new Case(new Message.Unlease(8, "vol", "owner-a"), message(8, 8, new Bytes().str("vol").str("owner-a"))),
+                        message(7, 7, new Bytes().str("vol").str("owner-a").u64(30_000).u64(0))),
+                new Case(new Message.Lease(7, "vol", "owner-a", 30_000, 0x1122334455667788L),
+                        message(7, 7, new Bytes().str("vol").str("owner-a").u64(30_000).u64(0x1122334455667788L))),
+                new Case(new Message.Unlease(8, "vol", "owner-a"),
+                        message(8, 8, new Bytes().str("vol").str("owner-a").u64(0))),
+                new Case(new Message.Unlease(8, "vol", "owner-a", 77),
+                        message(8, 8, new Bytes().str("vol").str("owner-a").u64(77))),
                 new Case(new Message.Info(9), message(9, 9, new Bytes())),
                 new Case(new Message.State(9), message(10, 9, new Bytes())),
                 new Case(new Message.Read(10, 42, KEY, 4096, 65536),
@@ -156,6 +161,10 @@ class MessageCodecTest {
                 new Case(new Message.LeaseReply(7, 30_000, true, 2),
                         message(7, 7, new Bytes().u64(30_000).u8(1).u64(2))),
                 new Case(new Message.LeaseReply(7, 5, false, 0), message(7, 7, new Bytes().u64(5).u8(0).u64(0))),
+                new Case(new Message.LeaseReply(7, 5, false, 3, 12, 0x0102030405060708L, true),
+                        message(7, 7, new Bytes().u64(5).u8(0).u64(3).u64(12).u64(0x0102030405060708L).u8(1))),
+                new Case(new Message.LeaseReply(7, 5, true, 3, 13, 99, false),
+                        message(7, 7, new Bytes().u64(5).u8(1).u64(3).u64(13).u64(99).u8(0))),
                 new Case(new Message.UnleaseReply(8), message(8, 8, new Bytes())),
                 new Case(new Message.InfoReply(9, "server-1", 100, 60),
                         message(9, 9, new Bytes().str("server-1").u64(100).u64(60))),
@@ -337,6 +346,16 @@ class MessageCodecTest {
     @Test
     void everyReplyDecodesHoweverTheBytesArrive() throws Exception {
         decodesTheSameHoweverSplit(MessageDecoder::forClient, replies());
+    }
+
+    @Test
+    void aLeaseRequestFromAClientThatPredatesLeaseIdsPresentsNone() throws Exception {
+        decodesTheSameHoweverSplit(MessageDecoder::forMemserver, List.of(
+                new Case(new Message.Hello(1, "secret", "old"), message(1, 1, new Bytes().str("secret").str("old"))),
+                new Case(new Message.Lease(9, "vol", "old", 5, Lease.NO_ID),
+                        message(7, 9, new Bytes().str("vol").str("old").u64(5))),
+                new Case(new Message.Unlease(10, "vol", "old", Lease.NO_ID),
+                        message(8, 10, new Bytes().str("vol").str("old")))));
     }
 
     @Test
