@@ -23,9 +23,15 @@ import java.util.function.ToIntFunction;
 /**
  * A memserver's volume leases: who may use a volume's regions, by the rules of {@code rdma/README.md} ("Volume leases
  * and fencing"). A lease belongs to the connection that took it ({@link Holder}), not to the owner string it presented:
- * owner strings are names, not secrets. The same connection renews; any other connection takes it over once it
- * expired or its holder's connection ended, whatever owner string it presents; only the holder's connection gives it
- * back. Refusals say how long a lease has left, never who holds it.
+ * owner strings are labels, not secrets. The same connection renews a live lease; any other connection takes it over
+ * once it expired or its holder's connection ended, whatever owner string it presents; only the holder's connection
+ * gives it back. Refusals say how long a lease has left, never who holds it.
+ *
+ * <p>Every grant but the renewal of a live lease by its holder's connection opens a new <em>epoch</em> of the volume
+ * (numbers increasing on this memserver) and rotates its keys, so that every key belongs to one epoch; the memserver
+ * answers such a grant only once every access under an older epoch has ended ({@code MemServer#lease}). Each grant
+ * carries a secret lease id, returned only to the grantee: presented again (on any connection) it continues the lease
+ * ({@link Lease#continued}) as long as nobody else was granted the volume, nor touched its regions, in between.
  *
  * <p>Not thread-safe: the memserver calls it under the lock that also guards the region-table change each check is
  * for, so a key rotation never interleaves with an open that hands out a key or an allocate that adds a region.
@@ -64,9 +70,13 @@ final class Leases {
      */
     private enum State { HELD, RELEASED, GIVEN_BACK }
 
-    /** {@code ownerChanges}: how many grants of this volume went to another owner string than the entry before. */
+    /**
+     * {@code ownerChanges}: how many grants of this volume went to another owner string than the entry before;
+     * {@code epoch} and {@code leaseId}: this grant's; {@code touched}: a client other than the holder used the
+     * volume's regions while the lease bound nobody, so the next grant continues no lease.
+     */
     private record Entry(String owner, Holder holder, long ttlMillis, long expiresAtNanos, State state,
-                         long ownerChanges) {
+                         long ownerChanges, long epoch, long leaseId, boolean touched) {
         boolean live(long now) {
             return state == State.HELD && !holder.ended() && expiresAtNanos - now > 0;
         }
@@ -76,8 +86,16 @@ final class Leases {
         }
 
         Entry in(State s) {
-            return new Entry(owner, holder, ttlMillis, expiresAtNanos, s, ownerChanges);
+            return new Entry(owner, holder, ttlMillis, expiresAtNanos, s, ownerChanges, epoch, leaseId, touched);
         }
+
+        Entry touchedByAnother() {
+            return new Entry(owner, holder, ttlMillis, expiresAtNanos, state, ownerChanges, epoch, leaseId, true);
+        }
+    }
+
+    /** A grant: {@code renewal} when it kept the epoch (a live lease renewed by its holder's connection). */
+    record Grant(Lease lease, boolean renewal) {
     }
 
     /** By volume name. An entry outlives its holder, so a takeover knows to fence. */
@@ -85,6 +103,10 @@ final class Leases {
     /** Leases each connection holds, or held until they expired with nobody taking them since. */
     private final Map<Holder, Integer> held = new IdentityHashMap<>();
     private final LongSupplier clock;
+    /** Lease ids: secrets, so from a strong source. */
+    private final LongSupplier ids;
+    /** The last epoch granted, over all volumes (so every volume's epochs increase). */
+    private long epoch = Lease.NO_EPOCH;
 
     Leases() {
         this(System::nanoTime);
@@ -92,7 +114,12 @@ final class Leases {
 
     /** {@code clock}: nanoseconds, as {@link System#nanoTime()}. */
     Leases(LongSupplier clock) {
+        this(clock, new java.security.SecureRandom()::nextLong);
+    }
+
+    Leases(LongSupplier clock, LongSupplier ids) {
         this.clock = clock;
+        this.ids = ids;
     }
 
     /**
@@ -107,6 +134,9 @@ final class Leases {
                 throw new RemoteMemoryException(Status.ACCESS_DENIED, "volume '" + volume + "' is leased by another "
                         + "client (" + l.remainingMillis(now) + " ms left); only its holder may " + what);
             }
+            if (!l.touched()) {
+                table.put(volume, l.touchedByAnother()); // whoever continues the lease must know
+            }
         }
     }
 
@@ -118,14 +148,17 @@ final class Leases {
 
     /**
      * Grants {@code c} the lease of {@code volume}, or refuses it: {@code LEASE_HELD} while another connection holds a
-     * live one, {@code BAD_REQUEST} for a ttl, owner or volume out of bounds, {@code NO_CAPACITY} at a limit. Every
-     * grant but a renewal by the holder's own connection rotates the keys of the volume's regions ({@code rotateKeys},
-     * which returns how many) and is a takeover when it ends a lease someone held and did not give back. It counts the
-     * grants that went to another owner string than the entry before, in whatever state ({@link Lease#ownerChanges}).
+     * live one, {@code BAD_REQUEST} for a ttl, owner or volume out of bounds or a lease id that is not the live lease's
+     * own, {@code NO_CAPACITY} at a limit. Every grant but a renewal of a live lease by the holder's own connection opens
+     * a new epoch and rotates the keys of the volume's regions ({@code rotateKeys}, which returns how many); it is a
+     * takeover when it ends a lease someone held and did not give back, and it continues the lease whose id {@code
+     * presentedId} is when that is the volume's last grant and nobody touched the volume since. It counts the grants
+     * that went to another owner string than the entry before, in whatever state ({@link Lease#ownerChanges}).
      * {@code volumesWithRegions} is asked only when the table is full.
      */
-    Lease grant(Holder c, String volume, String owner, long ttlMillis, ToIntFunction<String> rotateKeys,
-                Supplier<Set<String>> volumesWithRegions) throws RemoteMemoryException {
+    Grant grant(Holder c, String volume, String owner, long ttlMillis, long presentedId,
+                ToIntFunction<String> rotateKeys, Supplier<Set<String>> volumesWithRegions)
+            throws RemoteMemoryException {
         if (ttlMillis <= 0 || ttlMillis > Lease.MAX_TTL.toMillis()) {
             throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's ttl must be from 1 to "
                     + Lease.MAX_TTL.toMillis() + " ms (5 min), not " + ttlMillis + " ms: renew a lease instead");
@@ -144,42 +177,77 @@ final class Leases {
             throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "' is leased by another "
                     + "client (" + previous.remainingMillis(now) + " ms left)");
         }
-        // The lease is the connection's: the same connection renews (even an expired lease nobody took since), any
-        // other connection takes it over, whatever owner string it presents.
-        boolean renewal = previous != null && previous.holder() == c;
-        boolean tookOver = previous != null && !renewal && previous.state() != State.GIVEN_BACK;
-        boolean heldBefore = renewal && previous.state() == State.HELD;
+        // The lease is the connection's: the same connection renews a live lease, whatever owner string it presents;
+        // anything else (another connection, or this one after its lease lapsed) is a new grant in a new epoch.
+        boolean renewal = previous != null && previous.holder() == c && previous.live(now);
+        if (renewal && presentedId != Lease.NO_ID && presentedId != previous.leaseId()) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "that is not the id of this connection's lease on "
+                    + "volume '" + volume + "'");
+        }
+        boolean tookOver = previous != null && previous.holder() != c && previous.state() != State.GIVEN_BACK;
+        boolean heldBefore = previous != null && previous.holder() == c && previous.state() == State.HELD;
         if (!heldBefore) {
             makeRoom(c, previous == null, now, volumesWithRegions);
         }
         long ownerChanges = previous == null ? 0
                 : previous.ownerChanges() + (previous.owner().equals(owner) ? 0 : 1);
-        table.put(volume, new Entry(owner, c, ttlMillis, now + TimeUnit.MILLISECONDS.toNanos(ttlMillis), State.HELD,
-                ownerChanges));
+        long expires = now + TimeUnit.MILLISECONDS.toNanos(ttlMillis);
+        if (renewal) {
+            table.put(volume, new Entry(owner, c, ttlMillis, expires, State.HELD, ownerChanges, previous.epoch(),
+                    previous.leaseId(), false));
+            return new Grant(new Lease(volume, owner, ttlMillis, false, ownerChanges, previous.epoch(),
+                    previous.leaseId(), true), true);
+        }
+        boolean continued = previous != null && presentedId != Lease.NO_ID && presentedId == previous.leaseId()
+                && !previous.touched();
+        long leaseId = continued ? previous.leaseId() : newLeaseId();
+        long grantEpoch = ++epoch;
+        table.put(volume, new Entry(owner, c, ttlMillis, expires, State.HELD, ownerChanges, grantEpoch, leaseId,
+                false));
         if (!heldBefore) {
             held.merge(c, 1, Integer::sum);
         }
         if (previous != null && previous.holder() != c && previous.state() == State.HELD) {
             held.computeIfPresent(previous.holder(), (h, n) -> n > 1 ? n - 1 : null);
         }
-        if (renewal) {
-            return new Lease(volume, owner, ttlMillis, false, ownerChanges);
-        }
         int rotated = rotateKeys.applyAsInt(volume);
         String v = Printable.cut(volume, RegionTag.MAX_VOLUME_NAME);
         if (tookOver) {
             Holder from = previous.holder();
-            log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); {} region "
-                            + "key(s) rotated", v, Printable.cut(owner, MAX_OWNER), c.id(), c.peer(),
+            log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); epoch {}, {} "
+                            + "region key(s) rotated", v, Printable.cut(owner, MAX_OWNER), c.id(), c.peer(),
                     Printable.cut(previous.owner(), MAX_OWNER), from.id(), from.peer(),
                     previous.state() == State.RELEASED || from.ended() ? "connection ended" : "lease expired "
-                            + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos()) + " ms ago", rotated);
+                            + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos()) + " ms ago",
+                    grantEpoch, rotated);
         } else {
-            log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms{}", v,
-                    Printable.cut(owner, MAX_OWNER), c.id(), c.peer(), ttlMillis,
+            log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms, epoch {}{}{}", v,
+                    Printable.cut(owner, MAX_OWNER), c.id(), c.peer(), ttlMillis, grantEpoch,
+                    heldBefore ? " (its lease had lapsed: a new grant)" : "",
                     rotated == 0 ? "" : "; " + rotated + " region key(s) rotated");
         }
-        return new Lease(volume, owner, ttlMillis, tookOver, ownerChanges);
+        return new Grant(new Lease(volume, owner, ttlMillis, tookOver, ownerChanges, grantEpoch, leaseId,
+                continued), false);
+    }
+
+    private long newLeaseId() {
+        long id;
+        do {
+            id = ids.getAsLong();
+        } while (id == Lease.NO_ID);
+        return id;
+    }
+
+    /**
+     * The grant of {@code epoch} to {@code c} could not be completed (accesses under an older epoch did not end in
+     * time): it binds nobody, and the next grant opens a new epoch and drains again.
+     */
+    void abandon(Holder c, String volume, long epoch) {
+        Entry l = table.get(volume);
+        if (l != null && l.holder() == c && l.epoch() == epoch && l.state() == State.HELD) {
+            table.put(volume, l.in(State.RELEASED).touchedByAnother());
+            held.computeIfPresent(c, (h, n) -> n > 1 ? n - 1 : null);
+        }
     }
 
     /**
@@ -203,10 +271,14 @@ final class Leases {
         }
     }
 
-    /** Only the holder's own connection gives a lease back; anyone else presenting the owner string changes nothing. */
-    void giveBack(Holder c, String volume, String owner) {
+    /**
+     * Only the holder's own connection gives a lease back, presenting its lease id (or, from clients that predate lease
+     * ids, its owner string); anyone else, or another id, changes nothing.
+     */
+    void giveBack(Holder c, String volume, String owner, long leaseId) {
         Entry l = table.get(volume);
-        if (l != null && l.holder() == c && l.state() == State.HELD && l.owner().equals(owner)) {
+        if (l != null && l.holder() == c && l.state() == State.HELD
+                && (leaseId == Lease.NO_ID ? l.owner().equals(owner) : leaseId == l.leaseId())) {
             table.put(volume, l.in(State.GIVEN_BACK));
             held.computeIfPresent(c, (h, n) -> n > 1 ? n - 1 : null);
             log.info("volume '{}': lease of '{}' given back by client {} at {}",

@@ -67,6 +67,8 @@ public final class MemServer implements RegionService, AutoCloseable {
     private final MemServerConfig config;
     private final String serverId = UUID.randomUUID().toString();
     private final Map<Long, Region> regions = new ConcurrentHashMap<>();
+    /** Regions released or revoked whose memory a pin still holds: counted against the capacity until unmapped. */
+    private final Set<Region> lingering = ConcurrentHashMap.newKeySet();
     private final Set<Client> clients = ConcurrentHashMap.newKeySet();
     private final AtomicLong granted = new AtomicLong();
     private final AtomicLong nextRegionId = new AtomicLong(1);
@@ -172,6 +174,12 @@ public final class MemServer implements RegionService, AutoCloseable {
         for (Region r : regions.values()) {
             resident += r.residentBytes();
         }
+        long lingeringBytes = 0;
+        for (Region r : lingering) {
+            long n = r.residentBytes();
+            resident += n;
+            lingeringBytes += r.descriptor.length();
+        }
         ConnectionStats.Snapshot total;
         synchronized (transportTotals) {
             total = departed.snapshot();
@@ -185,7 +193,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         Map<String, Long> refusedNow = new java.util.TreeMap<>();
         refused.forEach((k, v) -> refusedNow.put(k, v.get()));
         return new Stats(config.transport(), config.capacityBytes(), granted.get(), resident, regions.size(),
-                clients.size(), Map.copyOf(refusedNow), draining, total);
+                clients.size(), Map.copyOf(refusedNow), draining, total, lingeringBytes);
     }
 
     /**
@@ -193,10 +201,12 @@ public final class MemServer implements RegionService, AutoCloseable {
      *                transport's ({@code version}, {@code malformed}, {@code hello_timeout}, {@code no_memory},
      *                {@code accept_failed} and the connection limits' reasons of {@link
      *                dev.rbridge.rdma.ConnectionGate})
+     * @param lingeringBytes regions released or revoked whose memory an operation still pins: still counted in
+     *                       {@code grantedBytes} (and their pages in {@code residentBytes}) until it is unmapped
      */
     public record Stats(String transport, long capacityBytes, long grantedBytes, long residentBytes, int regions,
                         int clients, Map<String, Long> refused, boolean draining,
-                        ConnectionStats.Snapshot transportTotals) {
+                        ConnectionStats.Snapshot transportTotals, long lingeringBytes) {
     }
 
     public int regionCount() {
@@ -289,7 +299,7 @@ public final class MemServer implements RegionService, AutoCloseable {
             synchronized (control) {
                 leases.check(c, tag.volume(), "allocate regions of it"); // again: a lease may have been taken meanwhile
                 boolean volumeData = leases.holds(c, tag.volume());
-                region = new Region(d, memory, c.name, c.id, !volumeData);
+                region = new Region(d, memory, c.name, c.id, !volumeData, this::unmapped);
                 regions.put(d.id(), region);
             }
         } catch (RemoteMemoryException e) {
@@ -411,11 +421,30 @@ public final class MemServer implements RegionService, AutoCloseable {
                 return;
             }
         }
-        if (r.release()) {
-            granted.addAndGet(-rounded(r.descriptor.length()));
-            regionSlots.decrementAndGet();
+        if (released(r)) {
             log.debug("released {}", r.descriptor);
         }
+    }
+
+    /**
+     * Drops a region taken out of the table: it counts against the capacity and the region limit until its memory is
+     * really unmapped, when its last pin ends ({@link #unmapped}); meanwhile it is {@linkplain Stats#lingeringBytes
+     * lingering}. True the first time.
+     */
+    private boolean released(Region r) {
+        lingering.add(r); // before the release, whose unmapping (at once when nothing pins it) takes it out again
+        boolean first = r.release();
+        if (r.unmapped()) {
+            lingering.remove(r); // released before, and unmapped since
+        }
+        return first;
+    }
+
+    /** A region's memory was unmapped: what it granted is free again. */
+    private void unmapped(Region r) {
+        lingering.remove(r);
+        granted.addAndGet(-rounded(r.descriptor.length()));
+        regionSlots.decrementAndGet();
     }
 
     private RegionDescriptor retag(Client c, long id, long key, RegionTag tag) throws RemoteMemoryException {
@@ -436,15 +465,84 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     // ------------------------------------------------------------------------------------------------ leases
 
-    private Lease lease(Client c, String volume, String owner, long ttlMillis) throws RemoteMemoryException {
+    /**
+     * Grants {@code c} the lease ({@link Leases#grant}). A grant in a new epoch is answered only once every access to
+     * the volume's regions under an older epoch has ended (the drained takeover): the keys rotate first, so no access
+     * can start with an old key, then every other connection with an operation in flight on the volume is cut off (it
+     * is fenced: whatever it still sends must not land) and its operations end; if they do not within {@link
+     * #DRAIN_MILLIS}, the grant binds nobody and is refused, to be asked again.
+     */
+    private Lease lease(Client c, String volume, String owner, long ttlMillis, long leaseId)
+            throws RemoteMemoryException {
+        Leases.Grant g;
+        List<RegionPin> inFlight;
         synchronized (control) {
-            return leases.grant(c, volume, owner, ttlMillis, this::rotateKeys, this::volumesWithRegions);
+            g = leases.grant(c, volume, owner, ttlMillis, leaseId, this::rotateKeys, this::volumesWithRegions);
+            if (g.renewal()) {
+                return g.lease();
+            }
+            inFlight = inFlight(volume, c);
         }
+        if (!inFlight.isEmpty() && !drained(volume, g.lease().epoch(), inFlight)) {
+            synchronized (control) {
+                leases.abandon(c, volume, g.lease().epoch());
+            }
+            throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "': operations of the previous "
+                    + "holder are still in flight after " + DRAIN_MILLIS + " ms; try again");
+        }
+        return g.lease();
     }
 
-    private void unlease(Client c, String volume, String owner) {
+    /** How long a grant in a new epoch waits for the accesses under older epochs to end. */
+    static final long DRAIN_MILLIS = 10_000;
+
+    /** The operations in flight on {@code volume}'s regions from connections other than {@code c}. */
+    private List<RegionPin> inFlight(String volume, Client c) {
+        List<RegionPin> out = new ArrayList<>();
+        for (Client other : clients) {
+            if (other != c) {
+                for (RegionPin p : other.pins) {
+                    if (p.region.descriptor.tag().volume().equals(volume)) {
+                        out.add(p);
+                    }
+                }
+            }
+        }
+        return out;
+    }
+
+    /**
+     * Cuts off the connections that hold {@code pins} and waits, up to {@link #DRAIN_MILLIS}, for the pins to close: a
+     * transfer blocked on its socket ends when the socket closes. Whether they all closed.
+     */
+    private boolean drained(String volume, long epoch, List<RegionPin> pins) {
+        Set<Client> holders = new HashSet<>();
+        for (RegionPin p : pins) {
+            holders.add(p.client);
+        }
+        String v = Printable.cut(volume, RegionTag.MAX_VOLUME_NAME);
+        for (Client h : holders) {
+            log.info("volume '{}': epoch {} granted; client {} '{}' at {} still has operations in flight on it under "
+                    + "an older epoch: disconnecting it (fenced)", v, epoch, h.id, h.name, h.peer);
+            Runnable cut = h.disconnect;
+            if (cut != null) {
+                cut.run();
+            }
+        }
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(DRAIN_MILLIS);
+        for (RegionPin p : pins) {
+            if (!p.awaitClosed(deadline)) {
+                log.warn("volume '{}': an operation of client {} under an older epoch did not end within {} ms of its "
+                        + "connection being cut; epoch {} not granted", v, p.client.id, DRAIN_MILLIS, epoch);
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private void unlease(Client c, String volume, String owner, long leaseId) {
         synchronized (control) {
-            leases.giveBack(c, volume, owner);
+            leases.giveBack(c, volume, owner, leaseId);
         }
     }
 
@@ -482,9 +580,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         List<Long> gone = new ArrayList<>();
         long bytes = 0;
         for (Region r : regions.values()) {
-            if (r.scratch && r.ownerId == c.id && regions.remove(r.descriptor.id(), r) && r.release()) {
-                granted.addAndGet(-rounded(r.descriptor.length()));
-                regionSlots.decrementAndGet();
+            if (r.scratch && r.ownerId == c.id && regions.remove(r.descriptor.id(), r) && released(r)) {
                 gone.add(r.descriptor.id());
                 bytes += r.descriptor.length();
             }
@@ -510,9 +606,7 @@ public final class MemServer implements RegionService, AutoCloseable {
      */
     public boolean revoke(long id) {
         Region r = regions.remove(id);
-        if (r != null && r.release()) {
-            granted.addAndGet(-rounded(r.descriptor.length()));
-            regionSlots.decrementAndGet();
+        if (r != null && released(r)) {
             log.info("revoked {}", r.descriptor);
             RemoteListener l = listener;
             if (l != null) {
@@ -544,15 +638,38 @@ public final class MemServer implements RegionService, AutoCloseable {
      */
     private static final class RegionPin implements Pin {
         final Region region;
+        /** The connection whose operation this is; the pin is in its {@link Client#pins} while open. */
+        final Client client;
         private final long offset;
         private final MemorySegment slice;
         private boolean closed;
         private boolean deviceHolds;
+        /** Counted down once closed, for a drained takeover waiting on it. */
+        private final java.util.concurrent.CountDownLatch ended = new java.util.concurrent.CountDownLatch(1);
 
-        RegionPin(Region region, long offset, MemorySegment slice) {
+        RegionPin(Region region, Client client, long offset, MemorySegment slice) {
             this.region = region;
+            this.client = client;
             this.offset = offset;
             this.slice = slice;
+        }
+
+        /** Waits until closed or {@code deadline} (System.nanoTime); whether it closed. */
+        boolean awaitClosed(long deadline) {
+            try {
+                return ended.await(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            }
+        }
+
+        /**
+         * A device's registration holds this pin from now on (ucx): the transport withdraws it (INVALIDATE, and
+         * deregistration) when keys rotate, so it is no operation in flight for a drained takeover to wait for.
+         */
+        private void handedToDevice() {
+            client.pins.remove(this);
         }
 
         public MemorySegment memory() {
@@ -577,11 +694,13 @@ public final class MemServer implements RegionService, AutoCloseable {
 
         @Override
         public void exposed() {
+            handedToDevice();
             region.exposed();
         }
 
         @Override
         public void heldByDevice() {
+            handedToDevice();
             if (!deviceHolds && !closed) {
                 deviceHolds = true;
                 region.heldByDevice();
@@ -591,15 +710,22 @@ public final class MemServer implements RegionService, AutoCloseable {
         public void close() {
             if (!closed) {
                 closed = true;
+                client.pins.remove(this);
                 if (deviceHolds) {
                     region.releasedByDevice();
                 }
                 region.unpin();
+                ended.countDown();
             }
         }
     }
 
-    private RegionPin pin(long id, long key, long offset, long length) throws RemoteMemoryException {
+    /**
+     * Pins a range for one operation of {@code c}. The pin joins {@code c}'s operations in flight before the key is
+     * checked a second time, and a grant in a new epoch rotates the key before it looks for operations in flight
+     * ({@link #lease}): so either this sees the new key and refuses, or the grant sees this pin and waits for it.
+     */
+    private RegionPin pin(Client c, long id, long key, long offset, long length) throws RemoteMemoryException {
         Region r = checked(id, key);
         if (offset < 0 || length < 0 || offset > r.descriptor.length() - length) {
             throw new RemoteMemoryException(Status.OUT_OF_RANGE, "range " + offset + "+" + length
@@ -608,11 +734,17 @@ public final class MemServer implements RegionService, AutoCloseable {
         if (!r.pin()) {
             throw new RemoteMemoryException(Status.NO_SUCH_REGION, "region " + id + " was released");
         }
-        return new RegionPin(r, offset, r.memory.segment().asSlice(offset, length));
+        RegionPin p = new RegionPin(r, c, offset, r.memory.segment().asSlice(offset, length));
+        c.pins.add(p);
+        if (r.descriptor.key() != key) {
+            p.close();
+            throw new RemoteMemoryException(Status.ACCESS_DENIED, "wrong access key for region " + id);
+        }
+        return p;
     }
 
-    private void zero(long id, long key, long offset, long length) throws RemoteMemoryException {
-        try (RegionPin p = pin(id, key, offset, length)) {
+    private void zero(Client c, long id, long key, long offset, long length) throws RemoteMemoryException {
+        try (RegionPin p = pin(c, id, key, offset, length)) {
             p.region.zero(offset, length);
         }
     }
@@ -731,6 +863,8 @@ public final class MemServer implements RegionService, AutoCloseable {
         volatile Runnable disconnect;
         /** Its connection ended: its leases bind nobody. */
         volatile boolean ended;
+        /** Its operations in flight: what a grant in a new epoch of their volume waits for. */
+        final Set<RegionPin> pins = ConcurrentHashMap.newKeySet();
 
         Client(long id, String name, String peer) {
             this.id = id;
@@ -788,19 +922,29 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
 
         public Lease lease(String volume, String owner, long ttlMillis) throws RemoteMemoryException {
-            return MemServer.this.lease(this, volume, owner, ttlMillis);
+            return MemServer.this.lease(this, volume, owner, ttlMillis, Lease.NO_ID);
+        }
+
+        @Override
+        public Lease lease(String volume, String owner, long ttlMillis, long leaseId) throws RemoteMemoryException {
+            return MemServer.this.lease(this, volume, owner, ttlMillis, leaseId);
         }
 
         public void unlease(String volume, String owner) {
-            MemServer.this.unlease(this, volume, owner);
+            MemServer.this.unlease(this, volume, owner, Lease.NO_ID);
+        }
+
+        @Override
+        public void unlease(String volume, String owner, long leaseId) {
+            MemServer.this.unlease(this, volume, owner, leaseId);
         }
 
         public Pin pin(long regionId, long key, long offset, long length) throws RemoteMemoryException {
-            return MemServer.this.pin(regionId, key, offset, length);
+            return MemServer.this.pin(this, regionId, key, offset, length);
         }
 
         public void zero(long regionId, long key, long offset, long length) throws RemoteMemoryException {
-            MemServer.this.zero(regionId, key, offset, length);
+            MemServer.this.zero(this, regionId, key, offset, length);
         }
 
         public void attach(ConnectionStats stats, Runnable disconnect) {

@@ -31,13 +31,17 @@ final class Region {
     private boolean released;
     /** Open pins that hand the memory to a device holding its pages (see {@link #zero}); guarded by this. */
     private int deviceHolds;
+    /** Told once the memory is unmapped: what the region granted is free from then on. */
+    private final java.util.function.Consumer<Region> onUnmapped;
 
-    Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner, long ownerId, boolean scratch) {
+    Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner, long ownerId, boolean scratch,
+           java.util.function.Consumer<Region> onUnmapped) {
         this.descriptor = descriptor;
         this.memory = memory;
         this.owner = owner;
         this.ownerId = ownerId;
         this.scratch = scratch;
+        this.onUnmapped = onUnmapped;
     }
 
     boolean pin() {
@@ -55,6 +59,7 @@ final class Region {
     void unpin() {
         if (references.decrementAndGet() == 0) {
             memory.close();
+            onUnmapped.accept(this);
         }
     }
 
@@ -110,6 +115,11 @@ final class Region {
             }
             at = runEnd;
         }
+    }
+
+    /** Whether the memory is unmapped: released and no pin left. */
+    boolean unmapped() {
+        return references.get() == 0;
     }
 
     /** RAM backing this region now; 0 once unmapped. */

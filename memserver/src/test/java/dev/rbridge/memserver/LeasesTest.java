@@ -12,6 +12,7 @@ import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -55,10 +56,23 @@ class LeasesTest {
     final Client b = new Client(2);
 
     Lease grant(Client c, String volume, String owner, long ttlMillis) throws RemoteMemoryException {
-        return leases.grant(c, volume, owner, ttlMillis, v -> {
+        return grant(c, volume, owner, ttlMillis, Lease.NO_ID).lease();
+    }
+
+    Leases.Grant grant(Client c, String volume, String owner, long ttlMillis, long leaseId)
+            throws RemoteMemoryException {
+        return leases.grant(c, volume, owner, ttlMillis, leaseId, v -> {
             rotated.add(v);
             return 3;
         }, Set::of);
+    }
+
+    static void assertGrant(Lease l, long ttlMillis, boolean tookOver, long ownerChanges) {
+        assertEquals(ttlMillis, l.ttlMillis());
+        assertEquals(tookOver, l.tookOver(), "took over");
+        assertEquals(ownerChanges, l.ownerChanges(), "owner changes");
+        assertTrue(l.hasEpoch(), "every grant has an epoch");
+        assertNotEquals(Lease.NO_ID, l.leaseId(), "and a lease id");
     }
 
     void advanceMillis(long millis) {
@@ -75,9 +89,13 @@ class LeasesTest {
 
     @Test
     void aGrantRotatesTheKeysAndARenewalByTheHolderDoesNot() throws Exception {
-        assertEquals(new Lease("vol", "owner-a", 5000, false, 0), grant(a, "vol", "owner-a", 5000));
+        Lease first = grant(a, "vol", "owner-a", 5000);
+        assertGrant(first, 5000, false, 0);
         assertEquals(List.of("vol"), rotated, "a first grant fences whoever opened the volume unleased");
-        assertEquals(new Lease("vol", "owner-a", 7000, false, 0), grant(a, "vol", "owner-a", 7000));
+        Lease renewed = grant(a, "vol", "owner-a", 7000);
+        assertGrant(renewed, 7000, false, 0);
+        assertEquals(first.epoch(), renewed.epoch(), "a renewal keeps the epoch");
+        assertEquals(first.leaseId(), renewed.leaseId());
         assertEquals(List.of("vol"), rotated, "a renewal rotates nothing");
         assertTrue(leases.holds(a, "vol"));
         assertFalse(leases.holds(b, "vol"));
@@ -99,7 +117,7 @@ class LeasesTest {
         assertTrue(denied.getMessage().contains("only its holder may open its regions"), denied.getMessage());
         assertDoesNotThrow(() -> leases.check(a, "vol", "open its regions"));
         assertDoesNotThrow(() -> leases.check(b, "other-vol", "open its regions"), "unleased volumes are open");
-        leases.giveBack(b, "vol", "owner-a"); // not the holder's connection: changes nothing
+        leases.giveBack(b, "vol", "owner-a", Lease.NO_ID); // not the holder's connection: changes nothing
         assertTrue(leases.holds(a, "vol"));
     }
 
@@ -109,7 +127,7 @@ class LeasesTest {
         advanceMillis(301);
         assertDoesNotThrow(() -> leases.check(b, "vol", "open its regions"), "an expired lease binds nobody");
         rotated.clear();
-        assertEquals(new Lease("vol", "owner-b", 30_000, true, 1), grant(b, "vol", "owner-b", 30_000));
+        assertGrant(grant(b, "vol", "owner-b", 30_000), 30_000, true, 1);
         assertEquals(List.of("vol"), rotated);
         assertEquals(Status.LEASE_HELD, refusal(() -> grant(a, "vol", "owner-a", 300)), "the old holder is fenced");
         assertFalse(leases.holds(a, "vol"));
@@ -128,9 +146,9 @@ class LeasesTest {
     @Test
     void aLeaseGivenBackPassesOnWithoutATakeoverButTheKeysStillRotate() throws Exception {
         grant(a, "vol", "owner-a", 30_000);
-        leases.giveBack(a, "vol", "someone-else"); // the owner string must match too
+        leases.giveBack(a, "vol", "someone-else", Lease.NO_ID); // the owner string must match too
         assertTrue(leases.holds(a, "vol"));
-        leases.giveBack(a, "vol", "owner-a");
+        leases.giveBack(a, "vol", "owner-a", Lease.NO_ID);
         assertFalse(leases.holds(a, "vol"));
         rotated.clear();
         Lease next = grant(b, "vol", "owner-b", 30_000);
@@ -138,7 +156,7 @@ class LeasesTest {
         assertEquals(1, next.ownerChanges(), "owner-a had the volume before, even if it gave it back");
         assertEquals(List.of("vol"), rotated);
         assertEquals(1, grant(b, "vol", "owner-b", 30_000).ownerChanges(), "a renewal changes no owner");
-        leases.giveBack(b, "vol", "owner-b");
+        leases.giveBack(b, "vol", "owner-b", Lease.NO_ID);
         assertEquals(2, grant(a, "vol", "owner-a", 30_000).ownerChanges(), "back to owner-a: another change");
         b.ended = true;
         leases.ended(b);
@@ -163,7 +181,7 @@ class LeasesTest {
         }
         assertEquals(Status.NO_CAPACITY, refusal(() -> grant(a, "one-more", "owner-a", 30_000)));
         grant(a, "vol-0", "owner-a", 30_000); // renewing one it holds is no new lease
-        leases.giveBack(a, "vol-1", "owner-a");
+        leases.giveBack(a, "vol-1", "owner-a", Lease.NO_ID);
         grant(a, "one-more", "owner-a", 30_000);
         grant(b, "b-vol", "owner-b", 30_000); // the limit is per connection
     }
@@ -173,7 +191,7 @@ class LeasesTest {
         grant(a, "held", "owner-a", 10_000);
         grant(a, "expired", "owner-a", 100);
         grant(a, "given", "owner-a", 10_000);
-        leases.giveBack(a, "given", "owner-a");
+        leases.giveBack(a, "given", "owner-a", Lease.NO_ID);
         grant(b, "released", "owner-b", 10_000);
         b.ended = true;
         leases.ended(b);
@@ -186,5 +204,79 @@ class LeasesTest {
         MemServer.LeaseView held = views.get(2);
         assertEquals(new MemServer.LeaseView("held", "owner-a", 1, "bridge-1", "10.0.0.1:7000", "held", 10_000,
                 9800), held);
+    }
+
+    @Test
+    void aRenewalAfterALapseIsANewGrantInANewEpochWithNewKeys() throws Exception {
+        Lease first = grant(a, "vol", "owner-a", 300);
+        advanceMillis(301);
+        leases.check(b, "vol", "open its regions"); // an intruder opens a region while the lease binds nobody
+        rotated.clear();
+        Leases.Grant again = grant(a, "vol", "owner-a", 300, first.leaseId());
+        assertFalse(again.renewal(), "the lease had lapsed: the intruder's key must stop working");
+        assertTrue(again.lease().epoch() > first.epoch(), "a new epoch");
+        assertEquals(List.of("vol"), rotated, "new keys");
+        assertEquals(Boolean.FALSE, again.lease().continued(), "someone touched the volume meanwhile");
+        assertNotEquals(first.leaseId(), again.lease().leaseId());
+    }
+
+    @Test
+    void aLapseNobodyUsedContinuesTheLeaseButStillRotatesTheKeys() throws Exception {
+        Lease first = grant(a, "vol", "owner-a", 300);
+        advanceMillis(301);
+        rotated.clear();
+        Leases.Grant again = grant(a, "vol", "owner-a", 300, first.leaseId());
+        assertFalse(again.renewal());
+        assertEquals(List.of("vol"), rotated);
+        assertEquals(Boolean.TRUE, again.lease().continued());
+        assertEquals(first.leaseId(), again.lease().leaseId(), "the lease continues under its id");
+    }
+
+    @Test
+    void theLeaseIdNotTheOwnerStringTellsAReconnectWhetherAnotherHadTheVolume() throws Exception {
+        Lease first = grant(a, "vol", "bridge-owner", 30_000);
+        a.ended = true;
+        leases.ended(a);
+        // An intruder takes the lease under the bridge's own (public) owner string and gives it back.
+        Lease intruder = grant(b, "vol", "bridge-owner", 30_000);
+        assertEquals(first.ownerChanges(), intruder.ownerChanges(), "the owner-string count cannot see it");
+        leases.giveBack(b, "vol", "bridge-owner", intruder.leaseId());
+        Client reconnected = new Client(3);
+        Lease back = grant(reconnected, "vol", "bridge-owner", 30_000, first.leaseId()).lease();
+        assertEquals(Boolean.FALSE, back.continued(), "the id of the bridge's grant is not the volume's last");
+        assertTrue(back.epoch() > intruder.epoch() && intruder.epoch() > first.epoch(), "epochs increase");
+    }
+
+    @Test
+    void aReconnectPresentingItsLeaseIdContinuesIt() throws Exception {
+        Lease first = grant(a, "vol", "owner-a", 30_000);
+        a.ended = true;
+        leases.ended(a);
+        Client reconnected = new Client(3);
+        Lease back = grant(reconnected, "vol", "owner-a", 30_000, first.leaseId()).lease();
+        assertEquals(Boolean.TRUE, back.continued());
+        assertTrue(back.tookOver(), "its previous connection did not give it back");
+        Lease guess = grant(new Client(4), "other", "owner-a", 30_000, first.leaseId() + 1).lease();
+        assertEquals(Boolean.FALSE, guess.continued(), "a guessed id continues nothing");
+    }
+
+    @Test
+    void aWrongLeaseIdNeitherRenewsNorGivesBack() throws Exception {
+        Lease first = grant(a, "vol", "owner-a", 30_000);
+        assertEquals(Status.BAD_REQUEST, refusal(() -> grant(a, "vol", "owner-a", 30_000, first.leaseId() + 1)));
+        leases.giveBack(a, "vol", "owner-a", first.leaseId() + 1);
+        assertTrue(leases.holds(a, "vol"), "a wrong id gives nothing back");
+        leases.giveBack(a, "vol", "owner-a", first.leaseId());
+        assertFalse(leases.holds(a, "vol"));
+    }
+
+    @Test
+    void anAbandonedGrantBindsNobodyAndTheNextOneDrainsAgain() throws Exception {
+        Lease first = grant(a, "vol", "owner-a", 30_000);
+        leases.abandon(a, "vol", first.epoch());
+        assertFalse(leases.holds(a, "vol"));
+        Leases.Grant again = grant(b, "vol", "owner-b", 30_000, Lease.NO_ID);
+        assertFalse(again.renewal());
+        assertTrue(again.lease().epoch() > first.epoch());
     }
 }

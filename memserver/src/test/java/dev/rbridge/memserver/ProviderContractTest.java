@@ -434,22 +434,34 @@ abstract class ProviderContractTest {
         }
     }
 
+    /** A grant as {@code expected} says, with an epoch and a lease id of its own. */
+    static void assertLease(Lease expected, Lease actual) {
+        assertEquals(expected, new Lease(actual.volume(), actual.owner(), actual.ttlMillis(), actual.tookOver(),
+                actual.ownerChanges()));
+        assertTrue(actual.hasEpoch(), "every grant has an epoch: " + actual);
+        assertNotEquals(Lease.NO_ID, actual.leaseId(), "and a lease id");
+    }
+
     @Test
     void aLeaseIsGrantedRenewedAndGivenBackByItsOwner() throws Exception {
         String vol = "lease-renew";
         try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN)) {
-            assertEquals(new Lease(vol, "owner-a", 5000, false, 0),
-                    get(a.lease(vol, "owner-a", Duration.ofSeconds(5))));
-            assertEquals(new Lease(vol, "owner-a", 7000, false, 0), get(a.lease(vol, "owner-a", Duration.ofSeconds(7))),
-                    "renewed by the same owner, with the new ttl");
+            Lease first = get(a.lease(vol, "owner-a", Duration.ofSeconds(5)));
+            assertLease(new Lease(vol, "owner-a", 5000, false, 0), first);
+            Lease renewed = get(a.lease(vol, "owner-a", Duration.ofSeconds(7), first.leaseId()));
+            assertLease(new Lease(vol, "owner-a", 7000, false, 0), renewed); // renewed, with the new ttl
+            assertEquals(first.epoch(), renewed.epoch(), "a renewal keeps the epoch");
+            assertEquals(Boolean.TRUE, renewed.continued());
             assertEquals(Status.BAD_REQUEST, statusOf(a.lease(vol, "owner-a", Duration.ZERO)));
             assertEquals(Status.BAD_REQUEST, statusOf(a.lease(vol, "owner-a", Duration.ofMillis(-5))));
             assertEquals(Status.LEASE_HELD, statusOf(b.lease(vol, "owner-b", Duration.ofSeconds(5))),
                     "a refused renewal leaves the lease held");
-            get(a.unlease(vol, "owner-a"));
-            assertEquals(new Lease(vol, "owner-b", 5000, false, 1),
-                    get(b.lease(vol, "owner-b", Duration.ofSeconds(5))),
-                    "a lease given back passes on at once and is no takeover, but counts as another owner's");
+            get(a.unlease(vol, "owner-a", first.leaseId()));
+            Lease passed = get(b.lease(vol, "owner-b", Duration.ofSeconds(5), first.leaseId()));
+            // a lease given back passes on at once and is no takeover, but counts as another owner's
+            assertLease(new Lease(vol, "owner-b", 5000, false, 1), passed);
+            assertTrue(passed.epoch() > first.epoch(), "a new epoch");
+            assertEquals(Boolean.TRUE, passed.continued(), "the id is the secret, not the connection");
             get(b.unlease(vol, "owner-b"));
         }
     }
@@ -664,7 +676,7 @@ abstract class ProviderContractTest {
             Thread.sleep(450); // a does not renew
 
             Lease taken = get(b.lease(vol, "bridge-b", Duration.ofSeconds(30)));
-            assertEquals(new Lease(vol, "bridge-b", 30_000, true, 1), taken);
+            assertLease(new Lease(vol, "bridge-b", 30_000, true, 1), taken);
 
             // the old holder's data operations are fenced off, its connection stays up
             assertFails(Status.ACCESS_DENIED, a.read(r, 0, arena.allocate(4096)));

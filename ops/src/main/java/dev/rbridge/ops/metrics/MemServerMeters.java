@@ -68,6 +68,8 @@ public final class MemServerMeters {
         gauge(registry, "rbridge.memserver.resident", c, s -> s.stats().residentBytes(), "bytes",
                 "RAM backing the granted regions now: pages written and not released (reads of unwritten pages cost"
                         + " nothing and do not count)");
+        gauge(registry, "rbridge.memserver.lingering", c, s -> s.stats().lingeringBytes(), "bytes",
+                "Bytes of regions released or revoked that an operation still pins: counted as granted until unmapped");
         gauge(registry, "rbridge.memserver.regions", c, s -> s.stats().regions(), null, "Regions granted");
         gauge(registry, "rbridge.memserver.clients", c, s -> s.stats().clients(), null, "Clients connected");
         gauge(registry, "rbridge.memserver.draining", c, s -> s.stats().draining() ? 1 : 0, null,

@@ -43,7 +43,8 @@ import java.util.function.Consumer;
  * holds in memory is not held for long.
  *
  * <p>An error in one request (bad key, out of range, no capacity) is answered and the connection goes on; a message
- * that cannot be framed (bad magic, impossible length) closes this connection only.
+ * that cannot be framed (bad magic, impossible length) closes this connection only. A WRITE's data must arrive within
+ * the hello timeout of its header (the payload deadline), as must a LIST's reader: either holds memory.
  */
 final class TcpServerConnection implements GatedListener.Connection {
     private static final Logger log = LoggerFactory.getLogger(TcpServerConnection.class);
@@ -229,7 +230,17 @@ final class TcpServerConnection implements GatedListener.Connection {
             int buffered = Math.min(in.remaining(), length);
             dst.put(in.slice(in.position(), buffered));
             in.position(in.position() + buffered);
-            TcpSockets.readFully(link, dst); // the rest straight from the socket into region memory
+            if (dst.hasRemaining()) {
+                // The rest straight from the socket into region memory, within a deadline: the pin holds the region's
+                // memory (and a takeover of its volume waits for it), so a client may not keep it by stalling.
+                Future<?> deadline = TcpProvider.TIMER.schedule(this::payloadDeadline, helloTimeoutMillis,
+                        TimeUnit.MILLISECONDS);
+                try {
+                    TcpSockets.readFully(link, dst);
+                } finally {
+                    deadline.cancel(false);
+                }
+            }
             pin.wrote();
         }
         decoder.payloadMoved(length);
@@ -294,6 +305,12 @@ final class TcpServerConnection implements GatedListener.Connection {
                 deadline.cancel(false);
             }
         }
+    }
+
+    private void payloadDeadline() {
+        limited.info("payload_timeout", "client {} did not send the data of its WRITE within {} ms; disconnected",
+                peer, helloTimeoutMillis);
+        close();
     }
 
     private void listingDeadline() {
