@@ -752,7 +752,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
                     continue;
                 }
                 try {
-                    Lease lease = c.lease(v.name(), config.owner(), config.leaseTtl()).get(wait, TimeUnit.MILLISECONDS);
+                    Lease lease = c.lease(v.name(), config.owner(), config.leaseTtl(), leases.leaseId(l, c, v))
+                            .get(wait, TimeUnit.MILLISECONDS);
                     boolean ownersChanged = leases.granted(l, c, v, lease);
                     leased.add(v);
                     attachment.granted(l, v, lease, ownersChanged);

@@ -73,15 +73,28 @@ final class LeaseKeeper implements AutoCloseable {
     private final Thread duty;
     private volatile boolean running = true;
 
-    /** A memserver instance's count of the owner changes of a volume's lease ({@link Lease#ownerChanges}). */
-    private record Seen(String serverId, long ownerChanges) {
+    /**
+     * What a memserver instance said of a volume's lease at this process's last grant there: its count of owner
+     * changes ({@link Lease#ownerChanges}), the grant's epoch and its secret lease id ({@link Lease#NO_EPOCH} and
+     * {@link Lease#NO_ID} from memservers that predate them).
+     */
+    private record Seen(String serverId, long ownerChanges, long epoch, long leaseId) {
         static Seen of(RemoteConnection c, Lease lease) {
-            return new Seen(c.server().serverId(), lease.ownerChanges());
+            return new Seen(c.server().serverId(), lease.ownerChanges(), lease.epoch(), lease.leaseId());
         }
 
         boolean known() {
             return ownerChanges != Lease.UNKNOWN_OWNER_CHANGES;
         }
+    }
+
+    /**
+     * The lease id to present to memserver {@code l} (on connection {@code c}) for volume {@code v}: the id of this
+     * process's last grant there, if that was the same memserver instance; else none.
+     */
+    long leaseId(MemserverLink l, RemoteConnection c, Volume v) {
+        Seen before = seen.getOrDefault(l, Map.of()).get(v);
+        return before != null && before.serverId().equals(c.server().serverId()) ? before.leaseId() : Lease.NO_ID;
     }
 
     /** {@code renewing}: a renewal pass on this connection is under way (sending may block on a full socket). */
@@ -174,13 +187,23 @@ final class LeaseKeeper implements AutoCloseable {
             if (v.fenced() != null || !running) {
                 continue;
             }
-            c.lease(v.name(), config.owner(), config.leaseTtl()).whenComplete((lease, x) -> {
+            Seen before = seen.getOrDefault(l, Map.of()).get(v);
+            c.lease(v.name(), config.owner(), config.leaseTtl(), leaseId(l, c, v)).whenComplete((lease, x) -> {
                 if (x == null) {
                     if (lease.tookOver() || ownersChangedSince(l, c, v, lease)) {
                         // A renewal on the connection that holds the lease is neither: someone held the volume
                         // between this bridge's renewals, and the keys this bridge uses are gone.
                         fence(v, "memserver " + l.label() + " granted this bridge's lease renewal as a new lease: "
                                 + "another client held the volume there since the previous renewal");
+                    } else if (lease.hasEpoch() && before != null && before.epoch() != lease.epoch()) {
+                        // Nobody else had it, but the lease lapsed before this renewal (a pause longer than its
+                        // ttl): the grant is a new one, with new keys. Reconnecting opens the regions for them.
+                        renewed(l, c, v, lease);
+                        if (l.connection() == c) {
+                            linkDown.accept(l, "the lease of volume " + v.name() + " lapsed before this bridge "
+                                    + "renewed it (a pause longer than " + config.leaseTtl().toMillis() + " ms?); "
+                                    + "nobody else had it, and reconnecting opens its regions for their new keys");
+                        }
                     } else {
                         renewed(l, c, v, lease);
                     }
@@ -222,8 +245,15 @@ final class LeaseKeeper implements AutoCloseable {
     private boolean ownersChangedSince(MemserverLink l, RemoteConnection c, Volume v, Lease lease) {
         Seen before = seen.getOrDefault(l, Map.of()).get(v);
         Seen now = Seen.of(c, lease);
-        return before != null && before.known() && now.known() && before.serverId().equals(now.serverId())
-                && before.ownerChanges() != now.ownerChanges();
+        if (before == null || !before.serverId().equals(now.serverId())) {
+            return false;
+        }
+        if (lease.continued() != null && before.leaseId() != Lease.NO_ID) {
+            // The memserver continued the lease whose secret id this bridge presented only if nobody else was
+            // granted the volume, or touched its regions, since: owner strings, which anyone can print, play no part.
+            return !lease.continued();
+        }
+        return before.known() && now.known() && before.ownerChanges() != now.ownerChanges();
     }
 
     /**
@@ -324,7 +354,7 @@ final class LeaseKeeper implements AutoCloseable {
             MemserverLink l = held.getKey();
             RemoteConnection c = held.getValue().connection();
             if (held.getValue().volumes().contains(v) && c.isOpen()) {
-                c.unlease(v.name(), config.owner()).whenComplete((x, e) -> {
+                c.unlease(v.name(), config.owner(), leaseId(l, c, v)).whenComplete((x, e) -> {
                     if (e != null) {
                         log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
                                 Failures.reason(e));
@@ -341,7 +371,7 @@ final class LeaseKeeper implements AutoCloseable {
                 continue;
             }
             try {
-                c.unlease(v.name(), config.owner()).get(1, TimeUnit.SECONDS);
+                c.unlease(v.name(), config.owner(), leaseId(l, c, v)).get(1, TimeUnit.SECONDS);
             } catch (ExecutionException | TimeoutException e) {
                 log.debug("memserver {}: could not give back the lease on {}: {}", l.label(), v.name(),
                         Failures.reason(e));
