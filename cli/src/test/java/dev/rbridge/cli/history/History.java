@@ -58,10 +58,16 @@ public final class History {
         /** One line: {@code write#12 block 7 w2:37 [1.204..1.388 ms ok]}; see {@link History#describe}. */
         String describe(long origin, boolean nanos) {
             String what = isWrite() ? "write#" + id + " block " + block + " " + written
-                    : "read#" + id + " block " + block + (observed == null ? "" : " saw " + observed);
+                    : "read#" + id + " block " + block + (observed == null ? "" : " saw " + seen());
             String end = completed < 0 ? "..never" : ".." + time(completed - origin, nanos);
             return what + " [" + time(invoked - origin, nanos) + end + (nanos ? " ms " : " ")
                     + outcome.name().toLowerCase() + (note == null ? "" : ": " + note) + "]";
+        }
+
+        /** What a read saw, the block left out when it is this one. */
+        private String seen() {
+            return observed instanceof Content.Written w && w.block() == block ? w.version().toString()
+                    : observed.toString();
         }
 
         private static String time(long t, boolean nanos) {

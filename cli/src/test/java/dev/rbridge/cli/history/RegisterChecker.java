@@ -196,6 +196,8 @@ public final class RegisterChecker {
         private final List<Operation> ops;
         private final Function<Operation, String> describe;
         private final List<Violation> out;
+        /** The last write invocation or acknowledged completion: a read begun after it finds the block quiet. */
+        private long quietFrom = Long.MIN_VALUE;
 
         BlockCheck(long block, List<Operation> ops, Function<Operation, String> describe, List<Violation> out) {
             this.block = block;
@@ -205,6 +207,11 @@ public final class RegisterChecker {
         }
 
         void run() {
+            for (Operation o : ops) {
+                if (o.isWrite()) {
+                    quietFrom = Math.max(quietFrom, o.outcome() == Outcome.OK ? o.completed() : o.invoked());
+                }
+            }
             Map<BlockVersion, Cluster> clusters = new LinkedHashMap<>();
             Cluster initial = new Cluster(BlockVersion.INITIAL.toString(), null);
             for (Operation o : ops) {
@@ -311,8 +318,7 @@ public final class RegisterChecker {
                         + ", begun after that read completed, returned " + a.value + " again", a.first, newer, stale);
                 return;
             }
-            boolean quiet = ops.stream().filter(Operation::isWrite).allMatch(w -> w.invoked() < stale.invoked()
-                    && (w.outcome() != Outcome.OK || w.completed() < stale.invoked()));
+            boolean quiet = stale.invoked() > quietFrom;
             String between = b.first == b.last ? d(b.first) + " ran wholly after " + established(a) + " had made it "
                     + a.value + " and before the read"
                     : d(b.first) + " completed before the read began, and " + d(b.last) + " (of " + b.value
@@ -322,7 +328,7 @@ public final class RegisterChecker {
         }
 
         private String established(Cluster a) {
-            return a.first == null ? "the initial zeros" : d(a.first);
+            return a.first == null ? "the start" : d(a.first);
         }
 
         private String d(Operation o) {

@@ -57,7 +57,7 @@ class RegisterCheckerTest {
         Result r = assertRejected(Kind.STALE_READ);
         assertEquals(1, r.violations().size(), r.toString());
         String line = r.violations().getFirst().line();
-        assertTrue(line.startsWith("block 7 STALE_READ: read#2 block 7 saw w1:1"), line);
+        assertTrue(line.startsWith("block 7 STALE_READ: read#2 block 7 saw w1:1 [40..50 ok] returned w1:1"), line);
         assertTrue(line.contains("write#1 block 7 w2:1"), line);
     }
 
