@@ -285,8 +285,8 @@ public final class VersionedWorkload {
         @Override
         public String toString() {
             return "versioned workload: " + writers + " writers, blocks " + firstBlock + ".."
-                    + (firstBlock + blocks - 1) + " of " + blockBytes + " bytes, " + readPercent + "% reads, seed " + seed + "; "
-                    + history.summary();
+                    + (firstBlock + blocks - 1) + " of " + blockBytes + " bytes, " + readPercent + "% reads, seed "
+                    + seed + "; " + history.summary();
         }
     }
 
