@@ -22,9 +22,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * The history workload through a real NBD client (libnbd, {@link LibnbdTarget}) against {@code rbridge serve} in front
  * of two memserver processes, with no fault: four writers for 10 s on 16 blocks across a slab boundary (so writes
- * to one block often overlap), then every block read back. The history must be linearizable, every request
- * acknowledged, every block read at the end and every writer's data read back. This is the baseline the fault tests
- * run the same workload against.
+ * to one block often overlap), then every block read back; once on a volume with one replica, once with two. The
+ * history must be linearizable, every request acknowledged, every block read at the end and every writer's data
+ * read back. This is the baseline the fault tests run the same workload against.
  */
 @Timeout(120)
 @Tag("interop")
@@ -43,6 +43,7 @@ class VersionedWorkloadInteropTest {
         PeerTool.check(30, "/usr/bin/python3", "-I", "-c", "import nbd");
         cluster = LOGS.watch(ServeCluster.builder("history").memservers(2).capacity("256M")
                 .volume("r1,size=16M,replicas=1,slab=4M")
+                .volume("r2,size=16M,replicas=2,slab=4M")
                 .start());
     }
 
@@ -56,6 +57,15 @@ class VersionedWorkloadInteropTest {
     @Test
     void oneReplicaLeavesALinearizableHistory() throws InterruptedException {
         assertLinearizable("r1");
+    }
+
+    /**
+     * As with one replica, on a volume with two: overlapping writes to one block from two connections must leave both
+     * replicas alike, or reads flip between the two values once both writes are acknowledged.
+     */
+    @Test
+    void twoReplicasLeaveALinearizableHistory() throws InterruptedException {
+        assertLinearizable("r2");
     }
 
     private static void assertLinearizable(String volume) throws InterruptedException {
