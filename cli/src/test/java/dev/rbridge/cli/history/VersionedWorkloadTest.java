@@ -10,6 +10,7 @@ import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -146,6 +147,29 @@ class VersionedWorkloadTest {
         assertTrue(result.ok(), result + "\n" + run);
         assertTrue(h.count(Kind.WRITE).get(Outcome.FAILED) > 100, run.toString());
         assertTrue(h.count(Kind.READ).get(Outcome.FAILED) > 100, run.toString());
+    }
+
+    @Test
+    void aConnectorThatFailsFailsTheRequestsUntilItConnects() throws InterruptedException {
+        InMemoryDevice device = new InMemoryDevice(16);
+        AtomicInteger attempts = new AtomicInteger();
+        BlockTarget.Connector atomic = device.atomic();
+        BlockTarget.Connector late = () -> {
+            if (attempts.incrementAndGet() <= 6) {
+                throw new IOException("connection refused (stand-in)");
+            }
+            return atomic.connect();
+        };
+        VersionedWorkload.Running run = VersionedWorkload.builder(late).writers(2).blocks(0, 8).maxOperations(1_000)
+                .seed(5).build().start();
+        run.awaitBudget();
+        History h = run.finish();
+        assertTrue(RegisterChecker.check(h).ok(), RegisterChecker.check(h) + "\n" + run);
+        int failed = h.count(Kind.WRITE).get(Outcome.FAILED) + h.count(Kind.READ).get(Outcome.FAILED);
+        assertEquals(4, failed, "six attempts fail: two at the threads' start, then four requests' " + run);
+        assertTrue(h.operations().stream().filter(o -> o.outcome() == Outcome.FAILED)
+                .allMatch(o -> o.note().equals("connection refused (stand-in)")), run.toString());
+        assertEquals(0, run.finalPassUnread());
     }
 
     @Test
