@@ -42,6 +42,8 @@ public final class Slab {
     /** Data writes issued and in flight: a zeroing only vouches for blocks no write raced with. */
     final AtomicLong dataWritesIssued = new AtomicLong();
     final AtomicInteger dataWritesInFlight = new AtomicInteger();
+    /** Overlapping writes reach every replica in one order ({@link WriteOrder}). */
+    final WriteOrder writeOrder = new WriteOrder();
     /** Bytes copied by the running rebuild, for progress reports. */
     final AtomicLong rebuildCopied = new AtomicLong();
 

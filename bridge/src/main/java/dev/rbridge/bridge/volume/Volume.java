@@ -512,6 +512,15 @@ public final class Volume implements BlockDevice {
                 return afterFailures(s, List.of(only), 1, new Throwable[]{Failures.cause(e)}, zero);
             }).thenCompose(Function.identity());
         }
+        CompletableFuture<?>[] overlapped = new CompletableFuture<?>[1];
+        WriteOrder.Ticket ticket = s.writeOrder.enter(offset, length, overlapped);
+        if (ticket == null) { // an overlapping write is in flight: it must land everywhere before this one is sent
+            if (gate != null) {
+                gate.leave(offset, length);
+            }
+            set.writesInFlight.decrementAndGet();
+            return overlapped[0].thenCompose(x -> mutateSlab(s, offset, length, zero, op));
+        }
         Replica[] targets = new Replica[n];
         for (int i = 0; i < set.live.size(); i++) {
             targets[i] = set.live.get(i);
@@ -530,6 +539,7 @@ public final class Volume implements BlockDevice {
                     errors[k] = Failures.cause(e);
                 }
                 if (pending.decrementAndGet() == 0) {
+                    s.writeOrder.leave(ticket);
                     if (gate != null) {
                         gate.leave(offset, length);
                     }
