@@ -27,7 +27,8 @@ import java.util.function.ToIntFunction;
  * once it expired or its holder's connection ended, whatever owner string it presents; only the holder's connection
  * gives it back. Refusals say how long a lease has left, never who holds it.
  *
- * <p>Every grant but the renewal of a live lease by its holder's connection opens a new <em>epoch</em> of the volume
+ * <p>Every grant but a renewal by the holder's connection (of a live lease, or of a lapsed one that no other connection
+ * touched meanwhile) opens a new <em>epoch</em> of the volume
  * (numbers increasing on this memserver) and rotates its keys, so that every key belongs to one epoch; the memserver
  * answers such a grant only once every access under an older epoch has ended ({@code MemServer#lease}). Each grant
  * carries a secret lease id, returned only to the grantee: presented again (on any connection) it continues the lease
@@ -148,9 +149,9 @@ final class Leases {
 
     /**
      * Grants {@code c} the lease of {@code volume}, or refuses it: {@code LEASE_HELD} while another connection holds a
-     * live one, {@code BAD_REQUEST} for a ttl, owner or volume out of bounds or a lease id that is not the live lease's
-     * own, {@code NO_CAPACITY} at a limit. Every grant but a renewal of a live lease by the holder's own connection opens
-     * a new epoch and rotates the keys of the volume's regions ({@code rotateKeys}, which returns how many); it is a
+     * live one, {@code BAD_REQUEST} for a ttl, owner or volume out of bounds or a lease id that is not the lease's own,
+     * {@code NO_CAPACITY} at a limit. Every grant but a renewal by the holder's own connection (of a live lease, or of a
+     * lapsed one nobody else touched) opens a new epoch and rotates the keys of the volume's regions ({@code rotateKeys}, which returns how many); it is a
      * takeover when it ends a lease someone held and did not give back, and it continues the lease whose id {@code
      * presentedId} is when that is the volume's last grant and nobody touched the volume since. It counts the grants
      * that went to another owner string than the entry before, in whatever state ({@link Lease#ownerChanges}).
@@ -177,9 +178,12 @@ final class Leases {
             throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "' is leased by another "
                     + "client (" + previous.remainingMillis(now) + " ms left)");
         }
-        // The lease is the connection's: the same connection renews a live lease, whatever owner string it presents;
-        // anything else (another connection, or this one after its lease lapsed) is a new grant in a new epoch.
-        boolean renewal = previous != null && previous.holder() == c && previous.live(now);
+        // The lease is the connection's: the same connection renews a live lease, whatever owner string it presents,
+        // and one that lapsed if no other connection touched the volume meanwhile (then nobody else can hold a key of
+        // this epoch: keys are handed out only through check). Anything else (another connection, or this one after
+        // someone else used the volume in its lapse) is a new grant in a new epoch.
+        boolean renewal = previous != null && previous.holder() == c && previous.state() == State.HELD
+                && (previous.live(now) || !previous.touched());
         if (renewal && presentedId != Lease.NO_ID && presentedId != previous.leaseId()) {
             throw new RemoteMemoryException(Status.BAD_REQUEST, "that is not the id of this connection's lease on "
                     + "volume '" + volume + "'");

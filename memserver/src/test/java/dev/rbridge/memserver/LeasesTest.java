@@ -221,15 +221,25 @@ class LeasesTest {
     }
 
     @Test
-    void aLapseNobodyUsedContinuesTheLeaseButStillRotatesTheKeys() throws Exception {
+    void aLapseNobodyUsedIsRenewedInItsEpochWithItsKeys() throws Exception {
         Lease first = grant(a, "vol", "owner-a", 300);
         advanceMillis(301);
         rotated.clear();
         Leases.Grant again = grant(a, "vol", "owner-a", 300, first.leaseId());
-        assertFalse(again.renewal());
-        assertEquals(List.of("vol"), rotated);
+        assertTrue(again.renewal(), "no other connection can hold a key of this epoch");
+        assertEquals(List.of(), rotated);
+        assertEquals(first.epoch(), again.lease().epoch());
         assertEquals(Boolean.TRUE, again.lease().continued());
-        assertEquals(first.leaseId(), again.lease().leaseId(), "the lease continues under its id");
+    }
+
+    @Test
+    void aLapseAnotherConnectionOnlyTriedToUseIsStillTouched() throws Exception {
+        grant(a, "vol", "owner-a", 300);
+        leases.check(a, "vol", "open its regions"); // the holder itself touches nothing
+        assertThrows(RemoteMemoryException.class, () -> leases.check(b, "vol", "open its regions"));
+        advanceMillis(301);
+        leases.check(b, "vol", "open its regions");
+        assertFalse(grant(a, "vol", "owner-a", 300, Lease.NO_ID).renewal());
     }
 
     @Test

@@ -9,9 +9,9 @@ import java.time.Duration;
  * renewal from the holder's own connection, or a grant after the lease was given back with {@code unlease}, is no
  * takeover.
  *
- * <p>{@code epoch} numbers the grants of the volume on that memserver instance: a renewal of a live lease by its holder's
- * connection keeps it, every other grant (another connection, or the same one after its lease lapsed or was given back)
- * gets a higher one, rotates the keys of the volume's regions (every key belongs to one epoch) and is answered only
+ * <p>{@code epoch} numbers the grants of the volume on that memserver instance: a renewal by its holder's connection (of
+ * a live lease, or of a lapsed one no other connection touched) keeps it, every other grant (another connection, or the
+ * same one after another touched the volume in its lapse, or after giving it back) gets a higher one, rotates the keys of the volume's regions (every key belongs to one epoch) and is answered only
  * after every access under an older epoch has ended (the drained takeover). A holder that sees its epoch change on a
  * renewal lost its keys: its lease had lapsed. {@link #NO_EPOCH} from memservers that predate epochs.
  *
