@@ -14,9 +14,14 @@ import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.BitSet;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -32,6 +37,8 @@ import java.util.concurrent.TimeUnit;
  * or {@code timeout}; {@code await MS} waits again for an echo still owed.</li>
  * <li>{@code udp HOST PORT N MS}: sends N numbered datagrams 1 ms apart, then waits up to MS ms after the last;
  * prints {@code replies K}, the number of distinct datagrams echoed back.</li>
+ * <li>{@code get URL [TOKEN]}: an HTTP GET (with {@code Authorization: Bearer TOKEN} if given) from inside the node (5 s timeouts): {@code http STATUS BODY}, the body's line
+ * breaks turned into spaces (a JSON document keeps its meaning), or {@code error ...}.</li>
  * </ul>
  * {@link Remote} starts one in a node and talks to it from the test.
  */
@@ -70,6 +77,7 @@ public final class NetProbe {
             case "send" -> send(w[1], Integer.parseInt(w[2]));
             case "await" -> awaitEcho(Integer.parseInt(w[1]));
             case "udp" -> udp(w[1], Integer.parseInt(w[2]), Integer.parseInt(w[3]), Integer.parseInt(w[4]));
+            case "get" -> get(w[1], w.length > 2 ? w[2] : null);
             default -> "error unknown command " + w[0];
         };
     }
@@ -174,6 +182,20 @@ public final class NetProbe {
             receiver.interrupt();
         }
         return "replies " + replies(seen);
+    }
+
+    private static String get(String url, String token) throws IOException {
+        try (HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build()) {
+            HttpRequest.Builder req = HttpRequest.newBuilder(URI.create(url)).timeout(Duration.ofSeconds(5)).GET();
+            if (token != null) {
+                req.header("Authorization", "Bearer " + token);
+            }
+            HttpResponse<String> r = http.send(req.build(), HttpResponse.BodyHandlers.ofString());
+            return "http " + r.statusCode() + " " + r.body().replace('\r', ' ').replace('\n', ' ');
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException(e);
+        }
     }
 
     private static int replies(BitSet seen) {
