@@ -84,7 +84,8 @@ public final class LabRbridge {
         Path log = lab.logDir().resolve(label + ".log");
         Files.writeString(lab.logDir().resolve(label + ".cmd"), String.join(" ", args) + "\n");
         Process p = lab.start(new ProcessBuilder(lab.command(node, jvm)).redirectOutput(out.toFile())
-                .redirectError(log.toFile()).redirectInput(ProcessBuilder.Redirect.from(Path.of("/dev/null").toFile())));
+                .redirectError(log.toFile())
+                .redirectInput(ProcessBuilder.Redirect.from(Path.of("/dev/null").toFile())));
         return new LabRbridge(label, p, out, log);
     }
 
