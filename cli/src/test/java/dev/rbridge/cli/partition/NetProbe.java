@@ -38,7 +38,8 @@ import java.util.concurrent.TimeUnit;
  * <li>{@code udp HOST PORT N MS}: sends N numbered datagrams 1 ms apart, then waits up to MS ms after the last;
  * prints {@code replies K}, the number of distinct datagrams echoed back.</li>
  * <li>{@code get URL [TOKEN]}: an HTTP GET from inside the node (with {@code Authorization: Bearer TOKEN} if
- * given; 5 s timeouts): {@code http STATUS BODY}, the body's line breaks turned into spaces (a JSON document keeps its meaning), or {@code error ...}.</li>
+ * given; 5 s timeouts): {@code http STATUS BODY}, the body's line breaks turned into spaces (a JSON document
+ * keeps its meaning), or {@code error ...}.</li>
  * </ul>
  * {@link Remote} starts one in a node and talks to it from the test.
  */

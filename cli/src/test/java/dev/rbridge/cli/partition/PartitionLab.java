@@ -2,7 +2,10 @@ package dev.rbridge.cli.partition;
 
 import org.junit.jupiter.api.Assumptions;
 
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -47,7 +50,9 @@ import java.util.regex.Pattern;
  * test; a shutdown hook does the same if the JVM exits first. Needs root, {@code ip netns} and {@code nft}:
  * {@link #assumeAvailable()} skips the calling test with the reason otherwise.
  *
- * <p>No delay: the host kernel has no netem, and a delaying relay is not part of the lab (see docs/testing.md).
+ * <p>Delay without netem (the host kernel has none): {@link #delay} sends new TCP connections from one node to a
+ * port of another through a {@link DelayRelay} in the receiving node, by an nftables redirect there (table
+ * {@value #DELAY_TABLE}); the relay holds each chunk for the delay in each direction. TCP only: UDP is not delayed.
  *
  * <pre>
  * try (PartitionLab lab = PartitionLab.create("m0", "m1", "bridge", "client")) {
@@ -60,6 +65,8 @@ import java.util.regex.Pattern;
 public final class PartitionLab implements AutoCloseable {
     /** The nftables table the lab writes in each node's namespace. */
     static final String TABLE = "rbpart";
+    /** The nftables table of {@link #delay}'s redirects, in the receiving node's namespace. */
+    static final String DELAY_TABLE = "rbpart_delay";
     private static final String PREFIX = "rbpart-";
     private static final Pattern OURS = Pattern.compile("^" + PREFIX + "(\\d+)-\\d+-\\S+");
     private static final String SUBNET = "10.251.0.";
@@ -81,6 +88,8 @@ public final class PartitionLab implements AutoCloseable {
     private final Map<String, Integer> dropPercent = new TreeMap<>();
     private final List<Process> started = new CopyOnWriteArrayList<>();
     private final List<String> namespaces = new ArrayList<>();
+    /** {@link #delay}'s relays, by "CLIENT>SERVER:PORT". */
+    private final Map<String, Relay> relays = new TreeMap<>();
     private boolean closed;
 
     private PartitionLab(String prefix, Path dir) {
@@ -282,6 +291,67 @@ public final class PartitionLab implements AutoCloseable {
             throw new IllegalArgumentException("percent 0..100, not " + percent);
         }
         set(a, b, percent);
+    }
+
+    /** A {@link DelayRelay} in a server node, listening on relayPort, for connections from client to port. */
+    private record Relay(String client, String server, int port, int relayPort, Process process,
+                         PrintStream control, BufferedReader answers) {
+    }
+
+    /**
+     * Delays TCP from {@code client} to {@code server:port} by {@code millis} ms each way (a round trip takes
+     * 2 x millis longer). The first call for a client, server and port starts a {@link DelayRelay} in
+     * {@code server}'s node and redirects there (nftables, table {@value #DELAY_TABLE}) every connection
+     * {@code client} opens to {@code server:port} from then on; connections open before stay direct and undelayed.
+     * Later calls change the delay of everything the relay carries, at once. The server sees the relay's connections,
+     * from its own address.
+     */
+    public synchronized void delay(String client, String server, int port, int millis) throws IOException {
+        pair(client, server);
+        if (millis < 0) {
+            throw new IllegalArgumentException("a delay of " + millis + " ms");
+        }
+        Relay r = relays.get(client + ">" + server + ":" + port);
+        if (r != null) {
+            r.control.println(millis);
+            String ack = r.control.checkError() ? null : r.answers.readLine();
+            if (!("delay " + millis).equals(ack)) {
+                throw new IllegalStateException("the delay relay in " + server + " answered " + ack + " (log in "
+                        + dir + ")");
+            }
+            return;
+        }
+        List<String> jvm = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "-XX:+UseSerialGC", "-Xmx64m", "-cp", System.getProperty("java.class.path"),
+                DelayRelay.class.getName(), address(server), String.valueOf(port), String.valueOf(millis));
+        Process p = start(new ProcessBuilder(command(server, jvm)).redirectError(dir.resolve("delay-" + client + "-"
+                + server + "-" + port + ".log").toFile()));
+        BufferedReader answers = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
+        String ready = answers.readLine();
+        if (ready == null || !ready.startsWith("ready ")) {
+            p.destroyForcibly();
+            throw new IllegalStateException("the delay relay in " + server + " said " + ready + " (log in "
+                    + dir + ")");
+        }
+        r = new Relay(client, server, port, Integer.parseInt(ready.substring(6).strip()), p,
+                new PrintStream(p.getOutputStream(), true, StandardCharsets.UTF_8), answers);
+        relays.put(client + ">" + server + ":" + port, r);
+        // Only ever added: removing a family's last nat hook makes the kernel drop the NAT of every connection it
+        // set up, which resets the ones a relay carries (seen here with a deleted table). Only a SYN is redirected:
+        // conntrack, enabled in the namespace by the first nat rule, picks up a connection already open mid-stream
+        // as new, and redirecting that would reset it too (also seen).
+        nft(node(server), "table inet " + DELAY_TABLE + " {\n"
+                + "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n  }\n}\n"
+                + "add rule inet " + DELAY_TABLE + " prerouting ip saddr " + address(client) + " ip daddr "
+                + address(server) + " tcp dport " + port + " tcp flags & (syn | ack) == syn redirect to :"
+                + r.relayPort + "\n");
+    }
+
+    /** Sets a {@link #delay} back to 0 ms; its relay keeps carrying its connections and takes new ones. */
+    public void undelay(String client, String server, int port) throws IOException {
+        if (relays.containsKey(client + ">" + server + ":" + port)) {
+            delay(client, server, port, 0);
+        }
     }
 
     /** The share of packets now dropped between two nodes (0 when whole, 100 when cut). */

@@ -104,6 +104,34 @@ class PartitionLabTest {
     }
 
     @Test
+    void aDelayHoldsEachWayOfTheConnectionsOpenedSinceAndUndelayReleasesThem() throws Exception {
+        try (PartitionLab lab = PartitionLab.create("a", "b")) {
+            NetProbe.Remote.start(lab, "a", PORT);
+            NetProbe.Remote b = NetProbe.Remote.start(lab, "b", PORT);
+            NetProbe.Remote before = NetProbe.Remote.start(lab, "b", PORT + 1);
+            assertEquals("connected", before.ask("connect " + lab.address("a") + " " + PORT + " 5000"));
+            lab.delay("b", "a", PORT, 1000);
+            assertEquals("connected", b.ask("connect " + lab.address("a") + " " + PORT + " 5000"));
+            assertTrue(roundTrip(b, "slow") >= 2000, "a 1000 ms delay each way must add 2000 ms to a round trip");
+            assertTrue(roundTrip(before, "direct") < 2000, "a connection opened before the delay stays direct");
+
+            lab.undelay("b", "a", PORT);
+            assertTrue(roundTrip(b, "released") < 2000, "after undelay the relayed connection is no longer held");
+            assertEquals("connected", b.ask("connect " + lab.address("a") + " " + PORT + " 5000"));
+            assertTrue(roundTrip(b, "fast") < 2000);
+            lab.delay("b", "a", PORT, 1000);
+            assertTrue(roundTrip(b, "slow-again") >= 2000, "a delay set again holds the relay's connections");
+        }
+    }
+
+    /** The milliseconds from sending a line on the probe's connection to its echo. */
+    private static long roundTrip(NetProbe.Remote probe, String text) throws IOException {
+        long t0 = System.nanoTime();
+        assertEquals("echo " + text, probe.ask("send " + text + " 10000"));
+        return (System.nanoTime() - t0) / 1_000_000;
+    }
+
+    @Test
     void theNamespacesOfAnAbortedRunAreRemovedWhenTheNextLabStarts() throws Exception {
         Process gone = new ProcessBuilder("true").start();
         assertEquals(0, gone.waitFor());
