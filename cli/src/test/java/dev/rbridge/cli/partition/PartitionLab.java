@@ -109,7 +109,7 @@ public final class PartitionLab implements AutoCloseable {
         Assumptions.assumeTrue(ip.code == 0, "`ip netns` is unavailable (Debian package iproute2): " + ip.out);
         Result nft = runQuietly(10, List.of("nft", "--version"));
         Assumptions.assumeTrue(nft.code == 0, "`nft` is unavailable (Debian package nftables): " + nft.out);
-        String probe = PREFIX + ProcessHandle.current().pid() + "-probe";
+        String probe = PREFIX + ProcessHandle.current().pid() + "-0-probe"; // as a leftover, removed like one
         Result add = runQuietly(10, List.of("ip", "netns", "add", probe));
         runQuietly(10, List.of("ip", "netns", "del", probe));
         Assumptions.assumeTrue(add.code == 0, "this kernel or container refuses a network namespace: " + add.out);
