@@ -63,7 +63,7 @@ import java.util.regex.Pattern;
  * </pre>
  */
 public final class PartitionLab implements AutoCloseable {
-    /** The nftables table the lab writes in each node's namespace. */
+    /** The nftables table (bridge family) of the cuts and losses, in the hub's namespace. */
     static final String TABLE = "rbpart";
     /** The nftables table of {@link #delay}'s redirects, in the receiving node's namespace. */
     static final String DELAY_TABLE = "rbpart_delay";
