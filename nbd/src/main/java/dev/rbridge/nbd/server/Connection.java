@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.Printable;
 import dev.rbridge.common.splice.Pipe;
 import dev.rbridge.nbd.device.BlockDevice;
 import dev.rbridge.nbd.device.BlockDeviceException;
@@ -46,6 +47,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
+    /** How much of a name a peer sent a log line shows. */
+    private static final int LOGGED_NAME_BYTES = 128;
     /** Small enough that little of a large WRITE payload is copied through it (the rest goes straight to its buffer). */
     private static final int READ_BUFFER = 64 << 10;
 
@@ -249,8 +252,8 @@ final class Connection implements Runnable {
                     && !(option instanceof OptionRequest.StartTls || option instanceof OptionRequest.Abort)) {
                 if (option instanceof OptionRequest.ExportName) {
                     // EXPORT_NAME has no error reply: the spec's only answer is to close.
-                    log.info("connection {} from {}: asked for an export in clear (EXPORT_NAME) where TLS is "
-                            + "required; closing", id, peer);
+                    server.logLimited("export_name_in_clear", "connection {} from {}: asked for an export in clear "
+                            + "(EXPORT_NAME) where TLS is required; closing", id, peer);
                     return false;
                 }
                 metrics.tlsRefused("tls_required");
@@ -263,8 +266,9 @@ final class Connection implements Runnable {
                     Export e = server.config().export(o.name());
                     if (e == null) {
                         // EXPORT_NAME has no error reply: the spec's only answer is to close.
-                        log.info("connection {} from {}: asked for unknown export '{}' with EXPORT_NAME; closing",
-                                id, peer, o.name());
+                        // The name is the peer's: shown printable and short, and at most a line every few seconds.
+                        server.logLimited("unknown_export", "connection {} from {}: asked for unknown export '{}' "
+                                + "with EXPORT_NAME; closing", id, peer, Printable.cut(o.name(), LOGGED_NAME_BYTES));
                         return false;
                     }
                     int flags = transmissionFlags(e);
