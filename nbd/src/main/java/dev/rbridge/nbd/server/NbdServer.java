@@ -13,6 +13,7 @@ import java.nio.channels.ClosedChannelException;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -40,6 +41,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * shutdown errors, wait up to the drain timeout for in-flight requests, then close every connection.
  */
 public final class NbdServer implements AutoCloseable {
+    /** The file type bits of a stat mode, and a socket's (Linux's S_IFMT and S_IFSOCK). */
+    private static final int S_IFMT = 0170000;
+    private static final int S_IFSOCK = 0140000;
     private static final Logger log = LoggerFactory.getLogger(NbdServer.class);
     /** The send buffer asked for each TCP connection (see {@link #admit}). */
     private static final int SEND_BUFFER = 4 << 20;
@@ -129,10 +133,20 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
-    /** A socket file left by a server that died is removed; one with a live server behind it is an error. */
+    /**
+     * A socket file left by a server that died is removed; one with a live server behind it is an error, and so is
+     * anything at {@code path} that is not a socket (a regular file, a directory, a symbolic link): never deleted.
+     */
     private static void removeStaleSocket(Path path) throws IOException {
-        if (!Files.exists(path)) {
+        if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
             return;
+        }
+        int mode = (Integer) Files.getAttribute(path, "unix:mode", LinkOption.NOFOLLOW_LINKS);
+        if ((mode & S_IFMT) != S_IFSOCK) {
+            throw new IOException("cannot listen on unix:" + path + ": it exists and is not a socket (a "
+                    + (Files.isSymbolicLink(path) ? "symbolic link" : Files.isDirectory(path, LinkOption.NOFOLLOW_LINKS)
+                    ? "directory" : Files.isRegularFile(path, LinkOption.NOFOLLOW_LINKS) ? "regular file"
+                    : "special file") + "), so it is left alone: give --unix another path, or remove it");
         }
         try (SocketChannel probe = SocketChannel.open(StandardProtocolFamily.UNIX)) {
             probe.connect(java.net.UnixDomainSocketAddress.of(path));
