@@ -272,7 +272,9 @@ final class Connection implements Runnable {
                         return false;
                     }
                     int flags = transmissionFlags(e);
-                    enterTransmission(e); // before the client hears it (see info)
+                    if (!enterTransmission(e)) { // before the client hears it (see info)
+                        throw noSlot(); // EXPORT_NAME has no error reply: the answer is to close
+                    }
                     writeFully(HandshakeEncoder.exportNameReply(e.size(), flags, clientFlags.noZeroes()));
                     return true;
                 }
@@ -367,7 +369,10 @@ final class Connection implements Runnable {
         if (o.go()) {
             // In transmission before the client can know it: a client that hears the ACK and opens its next
             // connection must find this one counted as serving, not as a handshake to evict first.
-            enterTransmission(e);
+            if (!enterTransmission(e)) {
+                reply(o, Nbd.REP_ERR_POLICY, "no connection slot is free on this server now; try again later");
+                throw noSlot();
+            }
             writeFully(HandshakeEncoder.ack(o.option()));
             return true;
         }
@@ -431,7 +436,20 @@ final class Connection implements Runnable {
         return f;
     }
 
-    private void enterTransmission(Export e) {
+    /** What ends a connection the server had no slot for at the end of its handshake. */
+    private ClosedChannelException noSlot() {
+        decideToClose("no slot at the end of its handshake (the connection limits)");
+        return new ClosedChannelException();
+    }
+
+    /**
+     * Enters transmission with {@code e}; false, and nothing changed, when the server has no slot for a connection let
+     * in over its limits after all ({@link NbdServer#enterTransmission}): the client must be let go.
+     */
+    private boolean enterTransmission(Export e) {
+        if (!server.enterTransmission(this)) {
+            return false;
+        }
         export = e;
         device = e.device();
         if (metaContextExport != e) {
@@ -443,6 +461,7 @@ final class Connection implements Runnable {
         exportMetrics.connectionOpened();
         log.info("connection {} from {}: serving export '{}' ({} bytes{}{})", id, peer, e.name(), e.size(),
                 e.readOnly() ? ", read-only" : "", structured ? ", structured replies" : "");
+        return true;
     }
 
     // --------------------------------------------------------------------------------------------- transmission
