@@ -1,6 +1,7 @@
 package dev.rbridge.nbd.server;
 
 import dev.rbridge.common.Durations;
+import dev.rbridge.common.PeerGroup;
 import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -385,24 +386,12 @@ public final class NbdServer implements AutoCloseable {
 
     private static String hostOf(SocketChannel ch) {
         try {
-            return ch.getRemoteAddress() instanceof InetSocketAddress i ? peerKey(i.getAddress()) : "unknown";
+            // what the per-peer limits count by: the IPv4 address, or the IPv6 address's /64
+            return ch.getRemoteAddress() instanceof InetSocketAddress i ? PeerGroup.of(i.getAddress()).name()
+                    : "unknown";
         } catch (IOException e) {
             return "unknown";
         }
-    }
-
-    /**
-     * What the per-peer limits count by: the IPv4 address, or the /64 prefix of an IPv6 one (a host usually has a
-     * whole /64, so one per address would give it 2^64 shares).
-     */
-    static String peerKey(java.net.InetAddress a) {
-        if (a instanceof java.net.Inet6Address && !a.isLoopbackAddress()) {
-            byte[] b = a.getAddress();
-            return String.format("%x:%x:%x:%x::/64", ((b[0] & 0xff) << 8) | (b[1] & 0xff),
-                    ((b[2] & 0xff) << 8) | (b[3] & 0xff), ((b[4] & 0xff) << 8) | (b[5] & 0xff),
-                    ((b[6] & 0xff) << 8) | (b[7] & 0xff));
-        }
-        return a.getHostAddress();
     }
 
     private static String portOf(SocketChannel ch) {
