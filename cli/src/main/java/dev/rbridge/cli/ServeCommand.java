@@ -146,8 +146,7 @@ public final class ServeCommand implements Callable<Integer> {
             }
             bridgeConfig = bridgeConfig();
             Endpoints.warnIfOnCommandLine(token);
-            process.limits.validate();
-            process.tls.settings();
+            process.limits.validate(process.tls.settings());
             process.checkExposure("serve");
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
