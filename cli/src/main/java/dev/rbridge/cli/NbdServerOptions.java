@@ -24,15 +24,17 @@ final class NbdServerOptions {
     String nbdMemory;
 
     @Option(names = "--max-connections", paramLabel = "N", defaultValue = "" + NbdServerConfig.MAX_CONNECTIONS,
-            description = "NBD connections at once. When full, a new connection takes the place of the longest-idle"
-                    + " connection of the address holding the most; if none of those is idle, it is refused."
+            description = "NBD connections at once. When full, a new connection takes the place of one still in its"
+                    + " handshake (of the address holding the most), or else, once its own handshake is through, of"
+                    + " the longest-idle session of the address holding the most; if none is idle, it is refused."
                     + " Default ${DEFAULT-VALUE}.")
     int maxConnections;
 
     @Option(names = "--max-connections-per-peer", paramLabel = "N",
             defaultValue = "" + NbdServerConfig.MAX_CONNECTIONS_PER_PEER,
             description = "NBD connections at once from one address (IPv6: one /64); beyond it, a new connection"
-                    + " takes the place of that address's longest-idle one, or is refused when none is idle."
+                    + " takes the place of that address's oldest one still in its handshake, or else, once its own"
+                    + " handshake is through, of its longest-idle session; it is refused when none is idle."
                     + " Default ${DEFAULT-VALUE}.")
     int maxConnectionsPerPeer;
 
