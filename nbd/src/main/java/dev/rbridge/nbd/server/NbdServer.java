@@ -266,12 +266,14 @@ public final class NbdServer implements AutoCloseable {
                 evicted = null; // the housekeeper got to it first: its slot is about to free anyway
             }
             if (reason != null && evicted == null) {
-                if (longestIdle(reason.equals("peer_limit") ? c.peerAddress() : busiestPeer(), null) == null) {
+                String idleFrom = reason.equals("peer_limit") ? c.peerAddress() : busiestPeer();
+                if (longestIdle(idleFrom, null) == null) {
                     config.metrics().connectionRefused(reason);
-                    limitedLog.warn(reason, "refusing connection from {}: {} (none of {} is idle)", c.peer(),
-                            reason.equals("peer_limit") ? "its address already has " + mine + " connections, the limit"
-                                    : "all " + connections.size() + " connection slots are busy",
-                            reason.equals("peer_limit") ? "them" : "the connections of " + from);
+                    limitedLog.warn(reason, "refusing connection from {}: {} (none is in its handshake, none of {}"
+                            + " is idle)", c.peer(), reason.equals("peer_limit") ? "its address already has " + mine
+                                    + " connections, the limit" : "all " + connections.size()
+                                    + " connection slots are busy",
+                            reason.equals("peer_limit") ? "them" : "the connections of " + idleFrom);
                     return false;
                 }
                 probation.put(c, reason);
