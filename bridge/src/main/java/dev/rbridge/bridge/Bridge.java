@@ -281,25 +281,43 @@ public final class Bridge implements SlabHost, AutoCloseable {
      * grown, else why not. The configuration must say the new size too: a bridge started with the old one refuses
      * to discard the new slabs (unless --allow-shrink).
      */
-    public synchronized String growVolume(String name, long size, boolean configSaysIt) {
+    public synchronized GrowRefusal growVolume(String name, long size, boolean configSaysIt) {
         Volume v = volumes.get(name);
         if (v == null) {
-            return "no volume " + name + " (see admin volumes)";
+            return new GrowRefusal(GrowRefusal.Kind.NO_VOLUME, "no volume " + name + " (see admin volumes)");
         }
         if (v.fenced() != null) {
-            return "volume " + name + " is no longer served by this bridge: " + v.fenced();
+            return new GrowRefusal(GrowRefusal.Kind.CONFLICT, "volume " + name + " is no longer served by this bridge: "
+                    + v.fenced());
         }
         long before = v.size();
         try {
             v.grow(size);
         } catch (IllegalArgumentException e) {
-            return e.getMessage();
+            return new GrowRefusal(GrowRefusal.Kind.SIZE_OUT_OF_RANGE, e.getMessage());
+        } catch (IllegalStateException e) {
+            return new GrowRefusal(GrowRefusal.Kind.CONFLICT, e.getMessage());
         }
         log.info("volume {}: grown from {} to {} bytes ({} slabs); NBD connections made from now on see the new size{}",
                 name, before, size, v.slabCount(), configSaysIt ? "" : "; put size=" + size
                         + " in the configuration too, or the next start refuses to drop the new slabs");
         checkCommitment(true); // the provisioned bytes changed: say where they stand now
         return null;
+    }
+
+    /**
+     * Why {@link #growVolume} did not grow a volume: {@code kind} for the caller to act on (the admin's 404, 400 or
+     * 409), {@code why} the sentence for the operator.
+     */
+    public record GrowRefusal(Kind kind, String why) {
+        public enum Kind {
+            /** No volume of that name. */
+            NO_VOLUME,
+            /** The size is none this volume can grow to while serving: too many slabs, not a multiple of its block. */
+            SIZE_OUT_OF_RANGE,
+            /** The volume cannot grow now: fenced, the size not larger, its end inside a slab. */
+            CONFLICT
+        }
     }
 
     /** The link labelled {@code label} (HOST:PORT as admin shows it), or null. */

@@ -181,6 +181,7 @@ final class AdminCommand implements Callable<Integer> {
         String method;
         String path;
         try {
+            Endpoints.warnToolIfOnCommandLine("admin", token);
             secret = Endpoints.token(token, tokenFile);
             var address = bridge != null ? Endpoints.parse(bridge, Defaults.BRIDGE_ADMIN_PORT)
                     : Endpoints.parse(memserver, Defaults.MEMSERVER_ADMIN_PORT);

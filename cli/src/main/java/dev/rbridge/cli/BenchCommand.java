@@ -33,8 +33,10 @@ import java.util.concurrent.atomic.AtomicReference;
                         + "thread is not counted).",
                 "read-bw/write-bw: --tx-depth operations in flight; --duplex mixes reads and writes."},
         footer = {"", "Examples:",
-                "  rbridge bench --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token T --test read-lat --size 4K --iters 20000",
-                "  rbridge bench --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token T --test write-bw --size 1M --tx-depth 8 --time 10"})
+                "  rbridge bench --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token-file /etc/rbridge/token \\",
+                "      --test read-lat --size 4K --iters 20000",
+                "  rbridge bench --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token-file /etc/rbridge/token \\",
+                "      --test write-bw --size 1M --tx-depth 8 --time 10"})
 final class BenchCommand implements Callable<Integer> {
     enum Test { READ_LAT, WRITE_LAT, READ_BW, WRITE_BW }
 

@@ -91,9 +91,8 @@ final class BridgeProcess {
     /** The NBD server's limits and listeners; its sockets get the bridge's TCP congestion control. */
     private NbdServerConfig.Builder nbdLimits() {
         String congestion = bridge.config().tcpCongestion();
-        return options.limits.apply(NbdServerConfig.builder())
+        return options.limits.apply(NbdServerConfig.builder().tls(options.tls.settings()))
                 .payloadMemory(bridge.payloadMemory())
-                .tls(options.tls.settings())
                 .tcpSocketSetup(ch -> TcpCongestion.apply(ch, congestion));
     }
 

@@ -76,8 +76,7 @@ final class DemoCommand implements Callable<Integer> {
         List<VolumeSpec> volumes = new ArrayList<>();
         try {
             long defaultSize = Sizes.parse(size);
-            process.limits.validate();
-            process.tls.settings();
+            process.limits.validate(process.tls.settings());
             process.checkExposure("demo");
             for (String e : exports.isEmpty() ? List.of(Defaults.EXPORT) : exports) {
                 volumes.add(VolumeSpecs.parse("export", e, defaultSize, Defaults.REPLICAS));

@@ -33,16 +33,27 @@ final class Endpoints {
     }
 
     /**
-     * Warns that a {@code --token} given on the command line shows in ps to every user of the host: for the servers,
-     * which stay in ps for days (a tool's few seconds are not worth a line in its output).
+     * Warns that a {@code --token} given on the command line shows in ps to every user of the host: the servers, which
+     * stay in ps for days, in their log.
      */
     static void warnIfOnCommandLine(String token) {
         if (token != null) {
-            org.slf4j.LoggerFactory.getLogger(Endpoints.class).warn("--token on the command line is visible to other"
-                    + " users of this host (ps, /proc): use --token-file FILE or the " + TOKEN_ENV
-                    + " environment variable");
+            org.slf4j.LoggerFactory.getLogger(Endpoints.class).warn(TOKEN_WARNING);
         }
     }
+
+    /**
+     * The same for a client tool (ping, bench, mem, admin): one line on stderr, whatever its --log-level, since it
+     * is the user at the prompt who typed the token.
+     */
+    static void warnToolIfOnCommandLine(String command, String token) {
+        if (token != null) {
+            System.err.println(command + ": warning: " + TOKEN_WARNING);
+        }
+    }
+
+    private static final String TOKEN_WARNING = "--token on the command line is visible to other users of this host"
+            + " (ps, /proc): use --token-file FILE or the " + Endpoints.TOKEN_ENV + " environment variable";
 
     /** The environment variable a token may come from when neither --token nor --token-file is given. */
     static final String TOKEN_ENV = "RBRIDGE_TOKEN";

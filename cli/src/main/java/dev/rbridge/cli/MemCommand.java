@@ -52,8 +52,10 @@ import java.util.concurrent.TimeoutException;
         subcommands = {MemCommand.Read.class, MemCommand.Write.class, MemCommand.ListRegions.class},
         footer = {"", "Examples:",
                 "  rbridge mem list  " + MemCommand.SERVER + " --token-file /etc/rbridge/token",
-                "  rbridge mem read  " + MemCommand.SERVER + " --token T --region 3 --length 256 --hex",
-                "  rbridge mem write " + MemCommand.SERVER + " --token T --region 3 --hex 'de ad be ef'"})
+                "  rbridge mem read  " + MemCommand.SERVER + " --token-file /etc/rbridge/token \\",
+                "      --region 3 --length 256 --hex",
+                "  rbridge mem write " + MemCommand.SERVER + " --token-file /etc/rbridge/token \\",
+                "      --region 3 --hex 'de ad be ef'"})
 final class MemCommand {
     /** The memserver the examples talk to. */
     static final String SERVER = "--server mem1:" + Defaults.MEMSERVER_PORT;
@@ -165,9 +167,10 @@ final class MemCommand {
                     "The hexdump is hexdump -C style; its offset column is the offset in the region.",
                     "Without --file or --hex: a hexdump when stdout is a terminal, raw bytes otherwise."},
             footer = {"", "Examples:",
-                    "  rbridge mem read " + SERVER + " --token T --region 3 --length 64 --hex",
-                    "  rbridge mem read " + SERVER + " --token T --region 3 --offset 1M \\",
-                    "      --length 16M --file region3.bin"})
+                    "  rbridge mem read " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "      --length 64 --hex",
+                    "  rbridge mem read " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "      --offset 1M --length 16M --file region3.bin"})
     static final class Read implements Callable<Integer> {
         @Mixin
         MemServerClientOptions remote;
@@ -320,10 +323,12 @@ final class MemCommand {
                     "Give one of --file, --hex, or --pattern with --length.",
                     "Waits until the memserver holds the bytes, then says how many it wrote where."},
             footer = {"", "Examples:",
-                    "  rbridge mem write " + SERVER + " --token T --region 3 --hex 'de ad be ef'",
-                    "  rbridge mem write " + SERVER + " --token T --region 3 --offset 4K \\",
-                    "      --pattern 0xff --length 64K",
-                    "  rbridge mem write " + SERVER + " --token T --region 3 --file blob.bin"})
+                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "      --hex 'de ad be ef'",
+                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "      --offset 4K --pattern 0xff --length 64K",
+                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "      --file blob.bin"})
     static final class Write implements Callable<Integer> {
         @Mixin
         MemServerClientOptions remote;

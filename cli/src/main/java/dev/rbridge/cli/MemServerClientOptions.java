@@ -80,6 +80,7 @@ final class MemServerClientOptions {
 
     /** The connect parameters, or IllegalArgumentException naming what is wrong with the options. */
     ConnectParams params(String clientName) {
+        Endpoints.warnToolIfOnCommandLine(clientName.replaceFirst("^rbridge[ -]", ""), token);
         if (timeout <= 0) {
             throw new IllegalArgumentException("--timeout must be positive");
         }

@@ -24,15 +24,17 @@ final class NbdServerOptions {
     String nbdMemory;
 
     @Option(names = "--max-connections", paramLabel = "N", defaultValue = "" + NbdServerConfig.MAX_CONNECTIONS,
-            description = "NBD connections at once. When full, a new connection takes the place of the longest-idle"
-                    + " connection of the address holding the most; if none of those is idle, it is refused."
+            description = "NBD connections at once. When full, a new connection takes the place of one still in its"
+                    + " handshake (of the address holding the most), or else, once its own handshake is through, of"
+                    + " the longest-idle session of the address holding the most; if none is idle, it is refused."
                     + " Default ${DEFAULT-VALUE}.")
     int maxConnections;
 
     @Option(names = "--max-connections-per-peer", paramLabel = "N",
             defaultValue = "" + NbdServerConfig.MAX_CONNECTIONS_PER_PEER,
             description = "NBD connections at once from one address (IPv6: one /64); beyond it, a new connection"
-                    + " takes the place of that address's longest-idle one, or is refused when none is idle."
+                    + " takes the place of that address's oldest one still in its handshake, or else, once its own"
+                    + " handshake is through, of its longest-idle session; it is refused when none is idle."
                     + " Default ${DEFAULT-VALUE}.")
     int maxConnectionsPerPeer;
 
@@ -61,9 +63,12 @@ final class NbdServerOptions {
     /** Direct memory outside the payload budget and the connections: memserver links, the JDK's own buffers. */
     private static final long DIRECT_BASE = 64L << 20;
 
-    /** Direct memory outside the payload budget: what every connection holds, plus {@link #DIRECT_BASE}. */
-    private long directReserve() {
-        return DIRECT_BASE + (long) maxConnections * NbdServerConfig.DIRECT_BYTES_PER_CONNECTION;
+    /**
+     * Direct memory outside the payload budget: what every connection may hold (with {@code tls}, its TLS buffers
+     * too, which a connection gets before any certificate or key is checked), plus {@link #DIRECT_BASE}.
+     */
+    private long directReserve(boolean tls) {
+        return DIRECT_BASE + maxConnections * NbdServerConfig.directBytesPerConnection(tls);
     }
 
     /** The JVM's direct memory limit, or 0 when it cannot be told. */
@@ -86,32 +91,38 @@ final class NbdServerOptions {
         return (int) n;
     }
 
-    /** Throws IllegalArgumentException naming the option when one is wrong. */
-    void validate() {
-        apply(NbdServerConfig.builder());
+    /** Throws IllegalArgumentException naming the option when one is wrong; {@code tls}: the NBD TLS settings. */
+    void validate(dev.rbridge.nbd.tls.NbdTls tls) {
+        apply(NbdServerConfig.builder().tls(tls));
     }
 
-    /** Sets every limit on {@code b}; throws IllegalArgumentException naming the option when one is wrong. */
+    /**
+     * Sets every limit on {@code b} (its TLS settings given first: with TLS, connections hold more memory); throws
+     * IllegalArgumentException naming the option when one is wrong.
+     */
     NbdServerConfig.Builder apply(NbdServerConfig.Builder b) {
         if (maxConnections < 1 || maxConnectionsPerPeer < 1) {
             throw new IllegalArgumentException("--max-connections and --max-connections-per-peer must be at least 1");
         }
         long direct = maxDirectMemory();
+        boolean tls = b.tls().enabled();
+        long reserve = directReserve(tls);
+        String connections = Sizes.format(reserve) + " for connections" + (tls ? " (with their TLS buffers)" : "");
         long memory = nbdMemory != null ? Sizes.parse(nbdMemory)
-                : direct > 0 ? Math.min(NbdServerConfig.PAYLOAD_BUDGET, (direct - directReserve()) * 4 / 5)
+                : direct > 0 ? Math.min(NbdServerConfig.PAYLOAD_BUDGET, (direct - reserve) * 4 / 5)
                 : NbdServerConfig.PAYLOAD_BUDGET;
         String given = nbdMemory != null ? nbdMemory : Sizes.format(memory) + " (the default for this JVM)";
         if (memory < maxPayloadBytes()) {
             throw new IllegalArgumentException(nbdMemory != null
                     ? "--nbd-memory " + given + " must be at least --max-payload (" + maxPayload + ")"
                     : "this JVM's " + Sizes.format(direct) + " of direct memory leave too little for NBD payloads"
-                    + " (--max-payload " + maxPayload + " and " + Sizes.format(directReserve()) + " for connections):"
+                    + " (--max-payload " + maxPayload + " and " + connections + "):"
                     + " raise RBRIDGE_MAX_DIRECT (the launcher's -XX:MaxDirectMemorySize), e.g. to 1g");
         }
-        if (direct > 0 && memory + memory / 4 > direct - directReserve()) {
+        if (direct > 0 && memory + memory / 4 > direct - reserve) {
             throw new IllegalArgumentException("--nbd-memory " + given + " (and the quarter more kept idle for"
                     + " reuse) does not fit in this JVM's " + Sizes.format(direct) + " of direct memory, of which "
-                    + Sizes.format(directReserve()) + " is kept for connections and memserver links: lower it, or"
+                    + connections + " and memserver links are kept: lower it, or"
                     + " raise RBRIDGE_MAX_DIRECT (the launcher's -XX:MaxDirectMemorySize)");
         }
         return b.payloadBudget(memory)

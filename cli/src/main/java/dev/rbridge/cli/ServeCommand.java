@@ -146,8 +146,7 @@ public final class ServeCommand implements Callable<Integer> {
             }
             bridgeConfig = bridgeConfig();
             Endpoints.warnIfOnCommandLine(token);
-            process.limits.validate();
-            process.tls.settings();
+            process.limits.validate(process.tls.settings());
             process.checkExposure("serve");
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
@@ -234,11 +233,11 @@ public final class ServeCommand implements Callable<Integer> {
             if (v == null) {
                 log.warn("SIGHUP: volume {} is new in {}: it is served from the next start", want.name(), configFile);
             } else if (want.size() > v.size()) {
-                String why = bridge.growVolume(want.name(), want.size(), true);
-                if (why == null) {
+                var refused = bridge.growVolume(want.name(), want.size(), true);
+                if (refused == null) {
                     grown++;
                 } else {
-                    log.warn("SIGHUP: volume {} not grown: {}", want.name(), why);
+                    log.warn("SIGHUP: volume {} not grown: {}", want.name(), refused.why());
                 }
             } else if (want.size() < v.size()) {
                 log.warn("SIGHUP: volume {} is {} bytes, {} says {}: a volume never shrinks while it serves (a start"

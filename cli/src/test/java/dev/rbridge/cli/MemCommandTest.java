@@ -47,6 +47,7 @@ class MemCommandTest {
     @Test
     void readsWritesAndListsRegionsOfAMemserverProcess() throws Exception {
         dir = Files.createTempDirectory("mem-command");
+        Files.writeString(dir.resolve("token"), "t\n"); // the tools' token from a file: --token would warn
         Path log = dir.resolve("memserver.log");
         Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--admin", "none",
                 "--capacity", "64M", "--token", "t");
@@ -174,7 +175,8 @@ class MemCommandTest {
     }
 
     private Running start(String... args) throws Exception {
-        List<String> all = new ArrayList<>(List.of("mem", args[0], "--server", address, "--token", "t"));
+        List<String> all = new ArrayList<>(List.of("mem", args[0], "--server", address, "--token-file",
+                dir.resolve("token").toString()));
         all.addAll(List.of(args).subList(1, args.length));
         Path log = Files.createTempFile(dir, "mem-", ".log");
         Process p = CliProcess.start(log, all.toArray(String[]::new));

@@ -144,7 +144,8 @@ class MemServerAdminTest {
                 assertTrue(refused.err().startsWith("admin: " + action + " refused: ")
                         && refused.err().contains("--token-file"), refused.err());
             }
-            Result revoke = admin(dir, adminAddress, "--token", "guess", "revoke", "1");
+            Path guess = Files.writeString(dir.resolve("guess"), "guess\n"); // --token would add its warning
+            Result revoke = admin(dir, adminAddress, "--token-file", guess.toString(), "revoke", "1");
             assertTrue(revoke.err().startsWith("admin: revoke refused: ") && revoke.code() == 1, revoke.err());
             assertTrue(m.isAlive(), "nothing was shut down");
             assertTrue(admin(dir, adminAddress, "--json", "stats").out().contains("\"draining\":false"),

@@ -1,5 +1,7 @@
 package dev.rbridge.rdma;
 
+import dev.rbridge.common.PeerGroup;
+
 import java.net.InetAddress;
 import java.util.ArrayDeque;
 import java.util.HashMap;
@@ -26,6 +28,9 @@ import java.util.Objects;
  * out for a whole hello timeout. Authenticated connections are never evicted (an idle bridge is still a bridge): a
  * newcomer is refused only when the places it needs are held by authenticated connections, or by an address holding
  * no more unauthenticated ones than its own.
+ *
+ * <p>An "address" here is a {@link PeerGroup}: an IPv4 address, or an IPv6 /64 (one host's usual share), as on every
+ * listener.
  */
 public final class ConnectionGate {
     /** Refusal and eviction reasons, as {@link RegionService#refused} counts them. */
@@ -39,7 +44,8 @@ public final class ConnectionGate {
     public static final String UNAUTHENTICATED_EVICTED = "unauthenticated_evicted";
 
     private final ConnectionLimits limits;
-    private final Map<InetAddress, Peer> peers = new HashMap<>();
+    /** By {@link PeerGroup}: an IPv4 address, an IPv6 /64. */
+    private final Map<PeerGroup, Peer> peers = new HashMap<>();
     private int total;
     private int unauthenticated;
 
@@ -72,20 +78,21 @@ public final class ConnectionGate {
 
     /** Asks for a place for a new, unauthenticated connection from {@code peer}; {@code close} cuts it off. */
     public synchronized Admission admit(InetAddress peer, Runnable close) {
-        Peer p = peers.get(peer);
+        PeerGroup group = PeerGroup.of(peer);
+        Peer p = peers.get(group);
         int fromPeer = p == null ? 0 : p.total;
         int unauthenticatedFromPeer = p == null ? 0 : p.unauthenticated.size();
         Eviction evicted = null;
         if (fromPeer >= limits.maxPerPeer() || unauthenticatedFromPeer >= limits.maxUnauthenticatedPerPeer()) {
             if (unauthenticatedFromPeer == 0) {
-                return new Refused(PEER_LIMIT, fromPeer + " connections from " + peer.getHostAddress()
+                return new Refused(PEER_LIMIT, fromPeer + " connections from " + group
                         + " already, all authenticated (the limit per address)");
             }
             // Its own oldest makes way; that frees a place under the global limits too.
             evicted = new Eviction(p.unauthenticated.peekFirst(), UNAUTHENTICATED_PEER_LIMIT,
-                    (fromPeer >= limits.maxPerPeer() ? fromPeer + " connections from " + peer.getHostAddress()
+                    (fromPeer >= limits.maxPerPeer() ? fromPeer + " connections from " + group
                             + " (the limit per address), " + unauthenticatedFromPeer + " of them"
-                            : unauthenticatedFromPeer + " connections from " + peer.getHostAddress())
+                            : unauthenticatedFromPeer + " connections from " + group)
                             + " had not authenticated; the newest takes the place of the oldest");
         } else if (total >= limits.maxConnections() || unauthenticated >= limits.maxUnauthenticated()) {
             Slot victim = evictionCandidate(unauthenticatedFromPeer);
@@ -102,8 +109,8 @@ public final class ConnectionGate {
         if (evicted != null) {
             evicted.slot().release();
         }
-        Slot s = new Slot(peer, close);
-        Peer q = peers.computeIfAbsent(peer, k -> new Peer());
+        Slot s = new Slot(peer, group, close);
+        Peer q = peers.computeIfAbsent(group, k -> new Peer());
         q.total++;
         q.unauthenticated.addLast(s);
         total++;
@@ -134,13 +141,15 @@ public final class ConnectionGate {
     /** One admitted connection's place. */
     public final class Slot implements AutoCloseable {
         private final InetAddress peer;
+        private final PeerGroup group;
         private final Runnable close;
         /** Guarded by the gate. */
         private boolean authenticated;
         private boolean released;
 
-        private Slot(InetAddress peer, Runnable close) {
+        private Slot(InetAddress peer, PeerGroup group, Runnable close) {
             this.peer = peer;
+            this.group = group;
             this.close = close;
         }
 
@@ -164,7 +173,7 @@ public final class ConnectionGate {
                 }
                 if (!authenticated) {
                     authenticated = true;
-                    peers.get(peer).unauthenticated.remove(this);
+                    peers.get(group).unauthenticated.remove(this);
                     unauthenticated--;
                 }
                 return true;
@@ -185,14 +194,14 @@ public final class ConnectionGate {
                 return;
             }
             released = true;
-            Peer p = peers.get(peer);
+            Peer p = peers.get(group);
             p.total--;
             if (!authenticated) {
                 p.unauthenticated.remove(this);
                 unauthenticated--;
             }
             if (p.total == 0) {
-                peers.remove(peer);
+                peers.remove(group);
             }
             total--;
         }

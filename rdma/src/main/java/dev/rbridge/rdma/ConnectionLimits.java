@@ -4,7 +4,9 @@ package dev.rbridge.rdma;
  * How many connections a memserver's listener holds at once, so that no peer can take what the others need: in all,
  * per peer address, and, among them, connections that have not authenticated yet (in all and per address). A
  * connection costs a thread and, once authenticated, about half a megabyte of buffers (tcp); one that has not
- * authenticated costs a thread and a few kilobytes, and is dropped at the hello timeout anyway.
+ * authenticated costs a thread and a few kilobytes, and is dropped at the hello timeout anyway. With TLS every
+ * connection, authenticated or not, also holds its {@link dev.rbridge.rdma.link.TlsLink}'s buffers (four records in,
+ * four out, a record's plaintext: about 150 KiB of heap) from its first byte.
  *
  * @param maxConnections             connections at once, authenticated or not
  * @param maxPerPeer                 of them from one address

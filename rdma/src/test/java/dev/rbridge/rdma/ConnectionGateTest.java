@@ -63,6 +63,24 @@ class ConnectionGateTest {
         assertEquals(5, g.connections());
     }
 
+    /**
+     * A host usually has a whole IPv6 /64: counted by address, one host would have 2^64 shares of the per-address
+     * limits. Two addresses of one /64 share them, as they do on the NBD and ops HTTP listeners
+     * ({@link dev.rbridge.common.PeerGroup}); IPv4 addresses and other /64s do not.
+     */
+    @Test
+    void twoAddressesOfOneIpv6SlashSixtyFourShareTheirShare() throws Exception {
+        ConnectionGate g = new ConnectionGate(new ConnectionLimits(10, 2, 10, 2));
+        assertTrue(admitted(g, InetAddress.getByName("fd00:1:2:3::1")).authenticated());
+        assertTrue(admitted(g, InetAddress.getByName("fd00:1:2:3:ffff:ffff:ffff:fffe")).authenticated());
+        assertEquals(ConnectionGate.PEER_LIMIT, refused(g, InetAddress.getByName("fd00:1:2:3:abcd::9")),
+                "a third address of the same /64");
+        admitted(g, InetAddress.getByName("fd00:1:2:4::1")); // the next /64
+        admitted(g, host(1));
+        admitted(g, host(2));
+        assertEquals(5, g.connections());
+    }
+
     @Test
     void anAddressWhoseConnectionsAllAuthenticatedIsRefusedBeyondItsLimit() throws Exception {
         ConnectionGate g = new ConnectionGate(new ConnectionLimits(10, 2, 10, 2));

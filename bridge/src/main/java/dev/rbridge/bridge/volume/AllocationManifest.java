@@ -40,13 +40,18 @@ public final class AllocationManifest {
 
     public AllocationManifest(String volume, int slabs) {
         this.volume = volume;
-        this.bits = new long[(slabs + 63) / 64];
+        this.bits = new long[words(slabs)];
         this.slabs = slabs;
     }
 
     /** Bytes of the manifest region. */
     public synchronized long regionLength() {
         return regionLength(bits.length);
+    }
+
+    /** Words of a bitmap of {@code slabs} bits (up to Integer.MAX_VALUE: counted in long, no overflow). */
+    private static int words(int slabs) {
+        return (int) ((slabs + 63L) / 64);
     }
 
     private static long regionLength(int words) {
@@ -58,7 +63,10 @@ public final class AllocationManifest {
      * false when it would need larger regions.
      */
     public synchronized boolean growTo(int slabs) {
-        int words = (slabs + 63) / 64;
+        if (slabs < 0) {
+            throw new IllegalArgumentException("a volume of " + slabs + " slabs");
+        }
+        int words = words(slabs);
         if (regionLength(words) > regionLength(bits.length)) {
             return false;
         }

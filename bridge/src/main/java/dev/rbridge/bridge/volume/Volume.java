@@ -83,23 +83,25 @@ public final class Volume implements BlockDevice {
     /**
      * Grows the volume while it serves: new slabs past the old end, unallocated until written (like every slab of a new
      * volume). NBD connections made from now on see the new size; connections already open keep the size they were
-     * given. Refused (IllegalArgumentException, a sentence) when the new size is not larger, when the old end cuts a
-     * slab (its regions have that slab's old length), or when the allocation manifest would need a larger region.
+     * given. Refused with a sentence: IllegalArgumentException when no volume can grow to {@code newSize} while serving
+     * (not a size this volume can have, or more slabs than its allocation manifest holds), IllegalStateException when
+     * this volume cannot grow now (the size is not larger, or the old end cuts a slab: its regions have that slab's old
+     * length). Every bound is checked, in long arithmetic, before anything is allocated.
      */
     public synchronized void grow(long newSize) {
         VolumeSpec old = spec;
         if (newSize <= old.size()) {
-            throw new IllegalArgumentException("volume " + old.name() + " is " + old.size() + " bytes; "
+            throw new IllegalStateException("volume " + old.name() + " is " + old.size() + " bytes; "
                     + (newSize == old.size() ? "it already has that size" : "shrinking needs a restart with"
                     + " --allow-shrink, which discards what lies past the new end"));
         }
         if (old.size() % old.slabSize() != 0) {
-            throw new IllegalArgumentException("volume " + old.name() + " ends inside a slab (size " + old.size()
+            throw new IllegalStateException("volume " + old.name() + " ends inside a slab (size " + old.size()
                     + " is not a multiple of its slab size " + old.slabSize() + "), and that slab's regions have its"
                     + " shorter length: it cannot grow");
         }
         VolumeSpec grown = new VolumeSpec(old.name(), newSize, old.slabSize(), old.replicas(), old.readOnly(),
-                old.minimumBlockSize(), old.description());
+                old.minimumBlockSize(), old.description()); // refuses a size of more slabs than an int counts
         if (!manifest.growTo(grown.slabCount())) {
             throw new IllegalArgumentException("volume " + old.name() + " would have " + grown.slabCount() + " slabs,"
                     + " more than its allocation manifest holds while serving; restart the bridge with the new size");

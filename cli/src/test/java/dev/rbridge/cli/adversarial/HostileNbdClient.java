@@ -72,6 +72,16 @@ public final class HostileNbdClient implements Closeable {
         }
     }
 
+    /** Sends the client flags and NBD_OPT_EXPORT_NAME for {@code export}, and reads nothing. */
+    public void exportName(String export) throws IOException {
+        byte[] name = export.getBytes(StandardCharsets.UTF_8);
+        ByteBuffer b = ByteBuffer.allocate(4 + 16 + name.length);
+        b.putInt(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES);
+        b.putLong(Nbd.OPTS_MAGIC).putInt(Nbd.OPT_EXPORT_NAME).putInt(name.length).put(name);
+        out.write(b.array());
+        out.flush();
+    }
+
     /** Reads the server's greeting (and nothing more): the connection is then mid-handshake. */
     public void readGreeting() throws IOException {
         byte[] greeting = new byte[18];

@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.Printable;
 import dev.rbridge.common.splice.Pipe;
 import dev.rbridge.nbd.device.BlockDevice;
 import dev.rbridge.nbd.device.BlockDeviceException;
@@ -46,6 +47,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
+    /** How much of a name a peer sent a log line shows. */
+    private static final int LOGGED_NAME_BYTES = 128;
     /** Small enough that little of a large WRITE payload is copied through it (the rest goes straight to its buffer). */
     private static final int READ_BUFFER = 64 << 10;
 
@@ -249,8 +252,8 @@ final class Connection implements Runnable {
                     && !(option instanceof OptionRequest.StartTls || option instanceof OptionRequest.Abort)) {
                 if (option instanceof OptionRequest.ExportName) {
                     // EXPORT_NAME has no error reply: the spec's only answer is to close.
-                    log.info("connection {} from {}: asked for an export in clear (EXPORT_NAME) where TLS is "
-                            + "required; closing", id, peer);
+                    server.logLimited("export_name_in_clear", "connection {} from {}: asked for an export in clear "
+                            + "(EXPORT_NAME) where TLS is required; closing", id, peer);
                     return false;
                 }
                 metrics.tlsRefused("tls_required");
@@ -263,12 +266,15 @@ final class Connection implements Runnable {
                     Export e = server.config().export(o.name());
                     if (e == null) {
                         // EXPORT_NAME has no error reply: the spec's only answer is to close.
-                        log.info("connection {} from {}: asked for unknown export '{}' with EXPORT_NAME; closing",
-                                id, peer, o.name());
+                        // The name is the peer's: shown printable and short, and at most a line every few seconds.
+                        server.logLimited("unknown_export", "connection {} from {}: asked for unknown export '{}' "
+                                + "with EXPORT_NAME; closing", id, peer, Printable.cut(o.name(), LOGGED_NAME_BYTES));
                         return false;
                     }
                     int flags = transmissionFlags(e);
-                    enterTransmission(e); // before the client hears it (see info)
+                    if (!enterTransmission(e)) { // before the client hears it (see info)
+                        throw noSlot(); // EXPORT_NAME has no error reply: the answer is to close
+                    }
                     writeFully(HandshakeEncoder.exportNameReply(e.size(), flags, clientFlags.noZeroes()));
                     return true;
                 }
@@ -363,7 +369,10 @@ final class Connection implements Runnable {
         if (o.go()) {
             // In transmission before the client can know it: a client that hears the ACK and opens its next
             // connection must find this one counted as serving, not as a handshake to evict first.
-            enterTransmission(e);
+            if (!enterTransmission(e)) {
+                reply(o, Nbd.REP_ERR_POLICY, "no connection slot is free on this server now; try again later");
+                throw noSlot();
+            }
             writeFully(HandshakeEncoder.ack(o.option()));
             return true;
         }
@@ -427,7 +436,20 @@ final class Connection implements Runnable {
         return f;
     }
 
-    private void enterTransmission(Export e) {
+    /** What ends a connection the server had no slot for at the end of its handshake. */
+    private ClosedChannelException noSlot() {
+        decideToClose("no slot at the end of its handshake (the connection limits)");
+        return new ClosedChannelException();
+    }
+
+    /**
+     * Enters transmission with {@code e}; false, and nothing changed, when the server has no slot for a connection let
+     * in over its limits after all ({@link NbdServer#enterTransmission}): the client must be let go.
+     */
+    private boolean enterTransmission(Export e) {
+        if (!server.enterTransmission(this)) {
+            return false;
+        }
         export = e;
         device = e.device();
         if (metaContextExport != e) {
@@ -439,6 +461,7 @@ final class Connection implements Runnable {
         exportMetrics.connectionOpened();
         log.info("connection {} from {}: serving export '{}' ({} bytes{}{})", id, peer, e.name(), e.size(),
                 e.readOnly() ? ", read-only" : "", structured ? ", structured replies" : "");
+        return true;
     }
 
     // --------------------------------------------------------------------------------------------- transmission

@@ -1,6 +1,7 @@
 package dev.rbridge.nbd.server;
 
 import dev.rbridge.common.Durations;
+import dev.rbridge.common.PeerGroup;
 import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -13,6 +14,7 @@ import java.nio.channels.ClosedChannelException;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -31,15 +33,20 @@ import java.util.concurrent.atomic.AtomicLong;
  * the time limits.
  *
  * <p>Slots: at most {@code maxConnections} connections, {@code maxConnectionsPerPeer} from one address. A connection
- * that would pass either takes the slot of the longest-idle connection of that address (for the global limit, of the
- * address holding the most), preferring one still in its handshake; idle connections of clients that finished their
- * handshake are otherwise never closed (the kernel keeps them for days). When no connection is idle, the new one is
- * refused.
+ * that would pass either takes the slot of the oldest connection of that address still in its handshake (for the
+ * global limit, of the address holding the most handshakes). A connection that has not finished its handshake never
+ * costs a session its slot: when none is handshaking, the newcomer is let in on probation and takes the slot of the
+ * longest-idle session of that address (for the global limit, of the address holding the most) only once its own
+ * handshake is through; idle sessions are otherwise never closed (the kernel keeps them for days). When no session is
+ * idle, the new one is refused.
  *
  * <p>{@link #close()} is a graceful shutdown: stop accepting, refuse new options and requests with the spec's
  * shutdown errors, wait up to the drain timeout for in-flight requests, then close every connection.
  */
 public final class NbdServer implements AutoCloseable {
+    /** The file type bits of a stat mode, and a socket's (Linux's S_IFMT and S_IFSOCK). */
+    private static final int S_IFMT = 0170000;
+    private static final int S_IFSOCK = 0140000;
     private static final Logger log = LoggerFactory.getLogger(NbdServer.class);
     /** The send buffer asked for each TCP connection (see {@link #admit}). */
     private static final int SEND_BUFFER = 4 << 20;
@@ -57,6 +64,11 @@ public final class NbdServer implements AutoCloseable {
     private final Set<Connection> connections = ConcurrentHashMap.newKeySet();
     private final Map<String, Integer> perPeer = new HashMap<>();
     private final Object slots = new Object();
+    /**
+     * Connections let in over a limit (the value: which, "peer_limit" or "connection_limit") while still in their
+     * handshake, each waiting to take an idle session's slot when it finishes; guarded by {@link #slots}.
+     */
+    private final Map<Connection, String> probation = new HashMap<>();
     private final Thread housekeeper;
     private final AtomicLong nextId = new AtomicLong(1);
     private final CountDownLatch terminated = new CountDownLatch(1);
@@ -129,10 +141,20 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
-    /** A socket file left by a server that died is removed; one with a live server behind it is an error. */
+    /**
+     * A socket file left by a server that died is removed; one with a live server behind it is an error, and so is
+     * anything at {@code path} that is not a socket (a regular file, a directory, a symbolic link): never deleted.
+     */
     private static void removeStaleSocket(Path path) throws IOException {
-        if (!Files.exists(path)) {
+        if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
             return;
+        }
+        int mode = (Integer) Files.getAttribute(path, "unix:mode", LinkOption.NOFOLLOW_LINKS);
+        if ((mode & S_IFMT) != S_IFSOCK) {
+            throw new IOException("cannot listen on unix:" + path + ": it exists and is not a socket (a "
+                    + (Files.isSymbolicLink(path) ? "symbolic link" : Files.isDirectory(path, LinkOption.NOFOLLOW_LINKS)
+                    ? "directory" : Files.isRegularFile(path, LinkOption.NOFOLLOW_LINKS) ? "regular file"
+                    : "special file") + "), so it is left alone: give --unix another path, or remove it");
         }
         try (SocketChannel probe = SocketChannel.open(StandardProtocolFamily.UNIX)) {
             probe.connect(java.net.UnixDomainSocketAddress.of(path));
@@ -216,7 +238,14 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
-    /** Gives {@code c} a slot, closing the longest-idle connection of the right address if needed; false: refused. */
+    /**
+     * Gives {@code c} a slot, if need be in place of a connection still in its handshake (the oldest of its address for
+     * the per-address limit, of the address holding the most handshakes for the global one): a connection that has
+     * not finished its handshake never costs a session its slot. When none is handshaking but a session is idle,
+     * {@code c} is let in over the limit, on probation: the idle session makes way only once {@code c} finishes its
+     * own handshake ({@link #enterTransmission}), and a newcomer meanwhile takes {@code c}'s place like any other
+     * handshake's. False: refused.
+     */
     private boolean takeSlot(Connection c) {
         Connection evicted;
         String reason;
@@ -227,22 +256,27 @@ public final class NbdServer implements AutoCloseable {
                 reason = "peer_limit";
             } else if (connections.size() >= config.maxConnections()) {
                 reason = "connection_limit";
-                from = busiestPeer();
+                from = mostHandshakes();
             } else {
                 reason = null;
             }
-            evicted = reason == null ? null : longestIdle(from);
-            if (evicted != null && !evicted.decideToClose("closed while idle to make room for a new connection ("
-                    + reason.replace('_', ' ') + ")")) {
+            evicted = reason == null ? null : oldestHandshake(from);
+            if (evicted != null && !evicted.decideToClose("closed in its handshake to make room for a new connection"
+                    + " (" + reason.replace('_', ' ') + ")")) {
                 evicted = null; // the housekeeper got to it first: its slot is about to free anyway
             }
             if (reason != null && evicted == null) {
-                config.metrics().connectionRefused(reason);
-                limitedLog.warn(reason, "refusing connection from {}: {} (none of {} is idle)", c.peer(),
-                        reason.equals("peer_limit") ? "its address already has " + mine + " connections, the limit"
-                                : "all " + connections.size() + " connection slots are busy",
-                        reason.equals("peer_limit") ? "them" : "the connections of " + from);
-                return false;
+                String idleFrom = reason.equals("peer_limit") ? c.peerAddress() : busiestPeer();
+                if (longestIdle(idleFrom, null) == null) {
+                    config.metrics().connectionRefused(reason);
+                    limitedLog.warn(reason, "refusing connection from {}: {} (none is in its handshake, none of {}"
+                            + " is idle)", c.peer(), reason.equals("peer_limit") ? "its address already has " + mine
+                                    + " connections, the limit" : "all " + connections.size()
+                                    + " connection slots are busy",
+                            reason.equals("peer_limit") ? "them" : "the connections of " + idleFrom);
+                    return false;
+                }
+                probation.put(c, reason);
             }
             if (evicted != null) {
                 release(evicted);
@@ -251,11 +285,48 @@ public final class NbdServer implements AutoCloseable {
             perPeer.merge(c.peerAddress(), 1, Integer::sum);
         }
         if (evicted != null) { // decided under the slots lock: nobody else can have claimed it since
-            config.metrics().connectionClosed("idle_evicted");
-            limitedLog.warn("idle_evicted", "connection {} from {}: closed, idle, to make room for a new connection "
-                    + "from {} ({})", evicted.id(), evicted.peer(), c.peer(), reason.replace('_', ' '));
+            config.metrics().connectionClosed("handshake_evicted");
+            limitedLog.warn("handshake_evicted", "connection {} from {}: closed in its handshake to make room for a "
+                    + "new connection from {} ({})", evicted.id(), evicted.peer(), c.peer(), reason.replace('_', ' '));
             evicted.closeChannel();
         }
+        return true;
+    }
+
+    /**
+     * {@code c} finished its handshake and enters transmission. One let in over a limit on probation now takes the
+     * slot of the longest-idle connection of its address (per-address limit) or of the address holding the most
+     * (global limit), unless the limit no longer binds; false when no connection is idle now ({@code c} must close).
+     */
+    boolean enterTransmission(Connection c) {
+        Connection evicted;
+        String reason;
+        synchronized (slots) {
+            reason = probation.remove(c);
+            if (reason == null || !connections.contains(c)) {
+                return true;
+            }
+            boolean over = reason.equals("peer_limit")
+                    ? perPeer.getOrDefault(c.peerAddress(), 0) > config.maxConnectionsPerPeer()
+                    : connections.size() > config.maxConnections();
+            if (!over) {
+                return true;
+            }
+            evicted = longestIdle(reason.equals("peer_limit") ? c.peerAddress() : busiestPeer(), c);
+            if (evicted == null || !evicted.decideToClose("closed while idle to make room for a new connection ("
+                    + reason.replace('_', ' ') + ")")) {
+                config.metrics().connectionRefused(reason);
+                limitedLog.warn(reason, "refusing connection {} from {} at the end of its handshake: {}", c.id(),
+                        c.peer(), "no connection is idle to make room for it (" + reason.replace('_', ' ') + ")");
+                release(c);
+                return false;
+            }
+            release(evicted);
+        }
+        config.metrics().connectionClosed("idle_evicted");
+        limitedLog.warn("idle_evicted", "connection {} from {}: closed, idle, to make room for connection {} from {}"
+                + " ({})", evicted.id(), evicted.peer(), c.id(), c.peer(), reason.replace('_', ' '));
+        evicted.closeChannel();
         return true;
     }
 
@@ -264,30 +335,46 @@ public final class NbdServer implements AutoCloseable {
         return perPeer.entrySet().stream().max(Map.Entry.comparingByValue()).map(Map.Entry::getKey).orElse("");
     }
 
-    /**
-     * The connection of {@code peerAddress} to give up for a new one: one still in its handshake (oldest first), else
-     * the one idle longest; null if none is idle.
-     */
-    private Connection longestIdle(String peerAddress) {
+    /** The address with the most connections still in their handshake, or ""; guarded by {@link #slots}. */
+    private String mostHandshakes() {
+        Map<String, Integer> handshakes = new HashMap<>();
+        for (Connection x : connections) {
+            if (!x.inTransmission() && !x.closing()) {
+                handshakes.merge(x.peerAddress(), 1, Integer::sum);
+            }
+        }
+        return handshakes.entrySet().stream().max(Map.Entry.comparingByValue()).map(Map.Entry::getKey).orElse("");
+    }
+
+    /** The oldest connection of {@code peerAddress} still in its handshake, or null. */
+    private Connection oldestHandshake(String peerAddress) {
         Connection best = null;
         for (Connection x : connections) {
-            if (x.peerAddress().equals(peerAddress) && !x.closing() && x.idle() && (best == null || idler(x, best))) {
+            if (x.peerAddress().equals(peerAddress) && !x.closing() && !x.inTransmission()
+                    && (best == null || x.acceptedNanos() - best.acceptedNanos() < 0)) {
                 best = x;
             }
         }
         return best;
     }
 
-    /** True when {@code a} should go before {@code b}: still handshaking, or idle since longer. */
-    private static boolean idler(Connection a, Connection b) {
-        if (a.inTransmission() != b.inTransmission()) {
-            return !a.inTransmission();
+    /**
+     * The session of {@code peerAddress} (in transmission, not {@code except}) idle the longest, for a connection on
+     * probation that finished its handshake; null if none is idle.
+     */
+    private Connection longestIdle(String peerAddress, Connection except) {
+        Connection best = null;
+        for (Connection x : connections) {
+            if (x != except && x.peerAddress().equals(peerAddress) && !x.closing() && x.inTransmission() && x.idle()
+                    && (best == null || x.lastActiveNanos() - best.lastActiveNanos() < 0)) {
+                best = x;
+            }
         }
-        return a.inTransmission() ? a.lastActiveNanos() - b.lastActiveNanos() < 0
-                : a.acceptedNanos() - b.acceptedNanos() < 0;
+        return best;
     }
 
     private void release(Connection c) {
+        probation.remove(c);
         if (connections.remove(c)) {
             perPeer.computeIfPresent(c.peerAddress(), (k, n) -> n > 1 ? n - 1 : null);
         }
@@ -301,24 +388,12 @@ public final class NbdServer implements AutoCloseable {
 
     private static String hostOf(SocketChannel ch) {
         try {
-            return ch.getRemoteAddress() instanceof InetSocketAddress i ? peerKey(i.getAddress()) : "unknown";
+            // what the per-peer limits count by: the IPv4 address, or the IPv6 address's /64
+            return ch.getRemoteAddress() instanceof InetSocketAddress i ? PeerGroup.of(i.getAddress()).name()
+                    : "unknown";
         } catch (IOException e) {
             return "unknown";
         }
-    }
-
-    /**
-     * What the per-peer limits count by: the IPv4 address, or the /64 prefix of an IPv6 one (a host usually has a
-     * whole /64, so one per address would give it 2^64 shares).
-     */
-    static String peerKey(java.net.InetAddress a) {
-        if (a instanceof java.net.Inet6Address && !a.isLoopbackAddress()) {
-            byte[] b = a.getAddress();
-            return String.format("%x:%x:%x:%x::/64", ((b[0] & 0xff) << 8) | (b[1] & 0xff),
-                    ((b[2] & 0xff) << 8) | (b[3] & 0xff), ((b[4] & 0xff) << 8) | (b[5] & 0xff),
-                    ((b[6] & 0xff) << 8) | (b[7] & 0xff));
-        }
-        return a.getHostAddress();
     }
 
     private static String portOf(SocketChannel ch) {

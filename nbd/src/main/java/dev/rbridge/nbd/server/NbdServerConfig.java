@@ -36,6 +36,17 @@ public final class NbdServerConfig {
      * space (16 KiB), with room for the JDK's own per-thread socket buffers.
      */
     public static final int DIRECT_BYTES_PER_CONNECTION = 128 << 10;
+    /**
+     * Direct memory a connection's TLS adds from the moment its STARTTLS is acknowledged, before any certificate or key
+     * is checked, so any connection slot may hold it: TlsWire's four records in, eight out and one record's plaintext
+     * (JSSE's records of 16709 bytes: 212 KiB), or PskTlsWire's 64 KiB; rounded up.
+     */
+    public static final int TLS_DIRECT_BYTES_PER_CONNECTION = 224 << 10;
+
+    /** Direct memory one connection may hold whatever it does, with TLS offered ({@code tls}) or not. */
+    public static long directBytesPerConnection(boolean tls) {
+        return DIRECT_BYTES_PER_CONNECTION + (tls ? TLS_DIRECT_BYTES_PER_CONNECTION : 0);
+    }
     public static final int MAX_CONNECTIONS = 1024;
     /** A quarter of the slots: one address cannot take them all, and a host with several devices has room. */
     public static final int MAX_CONNECTIONS_PER_PEER = 256;
@@ -234,6 +245,11 @@ public final class NbdServerConfig {
         public Builder tls(dev.rbridge.nbd.tls.NbdTls tls) {
             this.tls = Objects.requireNonNull(tls);
             return this;
+        }
+
+        /** The TLS settings given so far: what the connections' memory is sized with. */
+        public dev.rbridge.nbd.tls.NbdTls tls() {
+            return tls;
         }
 
         public Builder listen(ListenAddress address) {

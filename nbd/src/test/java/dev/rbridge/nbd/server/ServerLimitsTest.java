@@ -279,6 +279,62 @@ class ServerLimitsTest {
         }
     }
 
+    /**
+     * Connections that have not finished their handshake never cost a session its slot, however many: at the global
+     * limit the newcomer used to take the busiest address's longest-idle connection, serving or not, so a flood of
+     * connections that never said a word closed every idle session. Now a newcomer takes only a handshaking
+     * connection's place, or waits for its own handshake to end before an idle session makes way.
+     */
+    @Test
+    void aFloodOfHandshakingConnectionsEvictsNoSession() throws Exception {
+        Recorder m = new Recorder();
+        try (TestServer ts = server(m, b -> b.maxConnections(4).maxConnectionsPerPeer(4))) {
+            RawClient[] sessions = new RawClient[4];
+            try {
+                for (int i = 0; i < sessions.length; i++) {
+                    sessions[i] = RawClient.connectFrom(ts.server, "127.0.0.2");
+                    sessions[i].go("disk", false, false);
+                }
+                for (int i = 0; i < sessions.length; i++) {
+                    assertReads(sessions[i], i + 1);
+                }
+                // Pre-handshake connections from other addresses (one each: the busiest address is the sessions'),
+                // then from the sessions' own address, each held open while the next ones come.
+                java.util.List<RawClient> flood = new java.util.ArrayList<>();
+                try {
+                    for (int i = 0; i < 60; i++) {
+                        String from = i < 40 ? "127.0.1." + (i + 1) : "127.0.0.2";
+                        RawClient f = RawClient.connectFrom(ts.server, from);
+                        flood.add(f);
+                        if (i % 2 == 0) {
+                            f.hello(); // some read the greeting and send their flags, none goes further
+                        }
+                    }
+                    // The acceptor takes connections in order: once this one is greeted, every one before it was
+                    // given its place or refused.
+                    RawClient last = RawClient.connectFrom(ts.server, "127.0.2.1");
+                    flood.add(last);
+                    last.hello();
+                    for (int i = 0; i < sessions.length; i++) {
+                        assertFalse(sessions[i].closedByServer(50), "session " + i + " was closed for the flood");
+                        assertReads(sessions[i], 10 + i);
+                    }
+                } finally {
+                    for (RawClient f : flood) {
+                        f.close();
+                    }
+                }
+                assertEquals(0, m.closed("idle_evicted"), "sessions closed to make room for handshakes");
+            } finally {
+                for (RawClient c : sessions) {
+                    if (c != null) {
+                        c.close();
+                    }
+                }
+            }
+        }
+    }
+
     @Test
     void aRequestThatDoesNotArriveWholeIsTimedOut() throws Exception {
         Recorder m = new Recorder();

@@ -132,9 +132,16 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
         if (bytes <= 0) {
             return HttpResponse.json(400, Map.of("error", "a size in bytes, not '" + r.param("bytes") + "'"));
         }
-        String why = bridge.growVolume(r.param("name"), bytes, false);
-        return why == null ? HttpResponse.json(200, Map.of("volume", r.param("name"), "size", bytes))
-                : HttpResponse.json(why.startsWith("no volume") ? 404 : 409, Map.of("error", why));
+        Bridge.GrowRefusal refused = bridge.growVolume(r.param("name"), bytes, false);
+        if (refused == null) {
+            return HttpResponse.json(200, Map.of("volume", r.param("name"), "size", bytes));
+        }
+        int status = switch (refused.kind()) {
+            case NO_VOLUME -> 404;
+            case SIZE_OUT_OF_RANGE -> 400;
+            case CONFLICT -> 409;
+        };
+        return HttpResponse.json(status, Map.of("error", refused.why()));
     }
 
     private HttpResponse removeMemserver(HttpRequest r) {

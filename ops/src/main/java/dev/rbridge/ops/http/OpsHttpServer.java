@@ -1,12 +1,12 @@
 package dev.rbridge.ops.http;
 
 import dev.rbridge.common.Durations;
+import dev.rbridge.common.PeerGroup;
 import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
@@ -90,7 +90,8 @@ public final class OpsHttpServer implements AutoCloseable {
     /** Workers written off (stuck in a handler past its deadline) and replaced, until their handler returns. */
     private int replaced;
     private final List<Conn> conns = new ArrayList<>();
-    private final Map<InetAddress, Integer> perPeer = new HashMap<>();
+    /** By {@link PeerGroup}: an IPv4 address, an IPv6 /64. */
+    private final Map<PeerGroup, Integer> perPeer = new HashMap<>();
     private long acceptPausedUntil;
     private boolean acceptPaused;
     private volatile boolean running = true;
@@ -236,7 +237,7 @@ public final class OpsHttpServer implements AutoCloseable {
 
     private void admit(SocketChannel ch) throws IOException {
         InetSocketAddress peer = (InetSocketAddress) ch.getRemoteAddress();
-        InetAddress peerAddress = peer.getAddress();
+        PeerGroup peerAddress = PeerGroup.of(peer.getAddress());
         Refusal cap = capMet(peerAddress);
         if (cap != null) {
             // may finish an answer or find its peer gone, freeing a slot
@@ -246,7 +247,7 @@ public final class OpsHttpServer implements AutoCloseable {
                 Conn victim = oldestEvictable(cap == Refusal.PEER_LIMIT ? peerAddress : null, System.nanoTime());
                 if (victim == null) {
                     refuseNew(ch, cap, cap == Refusal.PEER_LIMIT
-                            ? "peer " + peerAddress.getHostAddress() + " has " + config.maxConnectionsPerPeer()
+                            ? "peer " + peerAddress + " has " + config.maxConnectionsPerPeer()
                                     + " connections, all busy"
                             : config.maxConnections() + " connections, all busy");
                     return;
@@ -264,7 +265,7 @@ public final class OpsHttpServer implements AutoCloseable {
     }
 
     /** The cap a newcomer from {@code peer} meets, the per-peer one first; null when it fits. */
-    private Refusal capMet(InetAddress peer) {
+    private Refusal capMet(PeerGroup peer) {
         if (perPeer.getOrDefault(peer, 0) >= config.maxConnectionsPerPeer()) {
             return Refusal.PEER_LIMIT;
         }
@@ -276,7 +277,7 @@ public final class OpsHttpServer implements AutoCloseable {
      * stalled. The kernel reports a socket writable only once a third of its send buffer is free, which a peer
      * reading slowly can take seconds to free: only a write tells it from a peer that reads nothing.
      */
-    private void probeStalledAnswers(InetAddress peer) {
+    private void probeStalledAnswers(PeerGroup peer) {
         long now = System.nanoTime();
         for (Conn c : new ArrayList<>(conns)) {
             if (!c.closed && (peer == null || c.peerAddress.equals(peer)) && c.evictable(now)
@@ -290,8 +291,8 @@ public final class OpsHttpServer implements AutoCloseable {
      * The connection to evict for a newcomer: of {@code peer}'s, or (null) of the peer holding the most evictable
      * ones, the one that has waited longest in its current state; null when none is evictable.
      */
-    private Conn oldestEvictable(InetAddress peer, long now) {
-        Map<InetAddress, Integer> evictable = new HashMap<>();
+    private Conn oldestEvictable(PeerGroup peer, long now) {
+        Map<PeerGroup, Integer> evictable = new HashMap<>();
         List<Conn> candidates = new ArrayList<>();
         for (Conn c : conns) {
             if (c.evictable(now) && (peer == null || c.peerAddress.equals(peer))) {
@@ -384,7 +385,7 @@ public final class OpsHttpServer implements AutoCloseable {
     private final class Conn {
         final SocketChannel ch;
         final InetSocketAddress peer;
-        final InetAddress peerAddress;
+        final PeerGroup peerAddress;
         final InetSocketAddress local;
         final HttpRequestDecoder decoder = new HttpRequestDecoder(config.maxRequestLine(), config.maxHeaderBytes(),
                 config.maxHeaders(), config.maxBody());
@@ -406,7 +407,7 @@ public final class OpsHttpServer implements AutoCloseable {
         Conn(SocketChannel ch, InetSocketAddress peer, InetSocketAddress local) {
             this.ch = ch;
             this.peer = peer;
-            this.peerAddress = peer.getAddress();
+            this.peerAddress = PeerGroup.of(peer.getAddress());
             this.local = local;
         }
 

@@ -30,7 +30,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * rbridge_nbd_protocol_violations_total             sessions closed because the peer broke the protocol
  * rbridge_nbd_connections_refused_total{reason}     new connections turned away: connection_limit, peer_limit
  * rbridge_nbd_connections_closed_total{reason}      connections the server closed: handshake_timeout,
- *                                                   request_timeout, reply_timeout, idle_evicted, stalled_evicted
+ *                                                   request_timeout, reply_timeout, handshake_evicted,
+ *                                                   idle_evicted, stalled_evicted
  * rbridge_nbd_tls_refused_total{reason}             TLS turned away: tls_required (an option in clear where TLS
  *                                                   is required), handshake_failed
  * rbridge_nbd_connections_open                      connections open now, handshaking ones included
@@ -47,7 +48,7 @@ public final class NbdMeters implements NbdServerMetrics {
     private static final int TABLE = Nbd.CMD_BLOCK_STATUS + 1;
     private static final List<String> REFUSALS = List.of("connection_limit", "peer_limit");
     private static final List<String> CLOSINGS = List.of("handshake_timeout", "request_timeout", "reply_timeout",
-            "idle_evicted", "stalled_evicted");
+            "handshake_evicted", "idle_evicted", "stalled_evicted");
 
     private final MeterRegistry registry;
     private final Map<String, Export> exports = new ConcurrentHashMap<>();

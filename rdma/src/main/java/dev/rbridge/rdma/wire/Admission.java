@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.wire;
 
+import dev.rbridge.common.Printable;
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.RegionService;
@@ -38,6 +39,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
 public final class Admission {
     private static final Logger log = LoggerFactory.getLogger(Admission.class);
     private static final RateLimitedLog limited = new RateLimitedLog(log);
+    /** How much of a client's name a log line shows (the memserver keeps as much of it). */
+    private static final int LOGGED_NAME_BYTES = 128;
 
     private final RegionService service;
     private final InetSocketAddress remote;
@@ -163,7 +166,7 @@ public final class Admission {
             case Message.Hello h -> {
                 if (!h.token().isEmpty()) {
                     limited.warn("plain_token", "client {} ('{}') sent the token in clear (a client older than "
-                            + "this memserver): upgrade it", peer, h.clientName());
+                            + "this memserver): upgrade it", peer, Printable.cut(h.clientName(), LOGGED_NAME_BYTES));
                 }
                 yield admit(h, new RegionService.Credential.Token(h.token()), h.clientName(), null);
             }
