@@ -1,5 +1,6 @@
 package dev.rbridge.memserver;
 
+import dev.rbridge.common.Printable;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteMemoryException;

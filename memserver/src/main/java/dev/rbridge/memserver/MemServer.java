@@ -1,5 +1,6 @@
 package dev.rbridge.memserver;
 
+import dev.rbridge.common.Printable;
 import dev.rbridge.memory.AnonymousMemory;
 import dev.rbridge.memory.WrittenPages;
 import dev.rbridge.rdma.ConnectionStats;
@@ -224,7 +225,8 @@ public final class MemServer implements RegionService, AutoCloseable {
     public Session open(Credential credential, String clientName, SocketAddress peer) throws RemoteMemoryException {
         if (draining) {
             refused.computeIfAbsent("draining", k -> new AtomicLong()).incrementAndGet();
-            log.info("refused client '{}' from {}: draining", clientName, peer);
+            limited.info("draining", "refused client '{}' from {}: draining", Printable.cut(clientName,
+                    MAX_CLIENT_NAME), peer);
             throw new RemoteMemoryException(Status.SHUTTING_DOWN, "memserver is draining; no new clients");
         }
         if (config.token() != null && !credential.matches(config.token())) {

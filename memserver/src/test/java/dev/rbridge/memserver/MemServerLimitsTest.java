@@ -1,5 +1,6 @@
 package dev.rbridge.memserver;
 
+import dev.rbridge.common.Printable;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionLimits;
 import dev.rbridge.rdma.RegionInfo;

@@ -53,6 +53,29 @@ class LogForgeryAttackTest extends MemserverAttackTest {
         }
     }
 
+    @Test
+    void aDrainingMemserverLogsTheNamesItRefusesPrintableAndRarely() throws Exception {
+        try (ServeCluster c = start(ServeCluster.builder("log-forgery-drain").memservers(1).capacity("128M")
+                .token(TOKEN).memserverAdmin(true).volume(VOLUME + ",size=64M,slab=16M"))) {
+            ServeCluster.Memserver m = c.memserver(0);
+            java.net.http.HttpResponse<String> drain = java.net.http.HttpClient.newHttpClient().send(
+                    java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://" + m.adminAddress()
+                                    + "/drain")).header("Authorization", "Bearer " + TOKEN)
+                            .POST(java.net.http.HttpRequest.BodyPublishers.noBody()).build(),
+                    java.net.http.HttpResponse.BodyHandlers.ofString());
+            assertEquals(202, drain.statusCode(), drain.body()); // accepted: the bridge stays connected, so it drains on
+            long before = m.process().log().lines().count();
+            for (int i = 0; i < CONNECTIONS; i++) {
+                try (Raw r = Raw.connect(address(m), loopback(2 + i % 40))) {
+                    assertEquals(STATUS_SHUTTING_DOWN, r.hello(TOKEN, NAME + i).status(), "a draining memserver");
+                }
+            }
+            assertNoForgedLine("memserver", m.process().log(), before);
+        }
+    }
+
+    static final int STATUS_SHUTTING_DOWN = 8;
+
     /** The log has no line starting with the forged text, and the attack added at most {@link #LINES_BOUND} lines. */
     static void assertNoForgedLine(String who, String log, long linesBefore) {
         List<String> lines = log.lines().toList();
