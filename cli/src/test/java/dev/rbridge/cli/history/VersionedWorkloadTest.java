@@ -166,7 +166,10 @@ class VersionedWorkloadTest {
         History h = run.finish();
         assertTrue(RegisterChecker.check(h).ok(), RegisterChecker.check(h) + "\n" + run);
         int failed = h.count(Kind.WRITE).get(Outcome.FAILED) + h.count(Kind.READ).get(Outcome.FAILED);
-        assertEquals(4, failed, "six attempts fail: two at the threads' start, then four requests' " + run);
+        // Six attempts fail. A thread's own start takes one; a thread that starts after the sixth connects at once.
+        // So the failed requests are six less the starts that failed: 4, 5 or (never both at once) 6.
+        assertTrue(failed >= 4 && failed <= 6, "six attempts fail, each a thread's start or a request: " + failed
+                + " failed requests; " + run);
         assertTrue(h.operations().stream().filter(o -> o.outcome() == Outcome.FAILED)
                 .allMatch(o -> o.note().equals("connection refused (stand-in)")), run.toString());
         assertEquals(0, run.finalPassUnread());
