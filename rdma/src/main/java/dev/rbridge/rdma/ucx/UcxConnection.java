@@ -797,6 +797,10 @@ final class UcxConnection extends ControlPlaneConnection {
         }
     }
 
+    UcpEndpoint endpointForTests() {
+        return endpoint;
+    }
+
     /** The progress thread's loop (tests: to stall it on purpose). */
     UcxLoop loop() {
         return loop;
