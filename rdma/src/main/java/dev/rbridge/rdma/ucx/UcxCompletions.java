@@ -19,8 +19,11 @@ final class UcxCompletions implements AutoCloseable {
     private final Thread thread;
     private volatile boolean parked;
     private volatile boolean closing;
+    /** Benchmarks only: tasks run on the caller's thread (the progress thread), as before this class. */
+    private final boolean inline;
 
-    UcxCompletions(String name) {
+    UcxCompletions(String name, boolean inline) {
+        this.inline = inline;
         thread = new Thread(this::run, name);
         thread.setDaemon(true);
         thread.start();
@@ -36,7 +39,7 @@ final class UcxCompletions implements AutoCloseable {
      * so this is not the progress thread) on the caller's thread.
      */
     void execute(Runnable task) {
-        if (closing) {
+        if (closing || inline) {
             task.run();
             return;
         }

@@ -192,7 +192,7 @@ final class UcxConnection extends ControlPlaneConnection {
         this.lingerMillis = params.connectTimeout().toMillis();
         this.control = new ControlClient(peer);
         this.loop = loop;
-        this.completions = new UcxCompletions("rdma-ucx-complete-" + peer);
+        this.completions = new UcxCompletions("rdma-ucx-complete-" + peer, completeOnProgressThreadForBench);
         long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
         this.watchdog = UcxListener.TIMER.scheduleWithFixedDelay(this::checkDeadlines, period, period,
                 TimeUnit.MILLISECONDS);
@@ -422,6 +422,12 @@ final class UcxConnection extends ControlPlaneConnection {
      * with its reply, to hold that caller inside the window a fast reply races with.
      */
     static volatile Consumer<Message> afterSendForTests;
+
+    /**
+     * Benchmarks only (UcxHandOffBench): connections made from now on complete on the progress thread, as before
+     * {@link UcxCompletions}, to measure what the hand-off costs.
+     */
+    static volatile boolean completeOnProgressThreadForBench;
 
     /** Tests: the progress spin budget of connections made from now on (negative: the environment's). */
     static volatile long spinBudgetNanosForTests = -1;
