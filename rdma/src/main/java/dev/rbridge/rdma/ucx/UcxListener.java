@@ -348,8 +348,17 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         perClient.forEach((c, ids) -> answers.add(c.invalidate(ids)));
         return CompletableFuture.allOf(answers.toArray(CompletableFuture[]::new)).thenRun(() -> {
             boolean allAnswered = answers.stream().allMatch(CompletableFuture::join);
+            List<Long> kept = new ArrayList<>();
             for (Registration r : victims) {
-                drop(r, allAnswered || enforced(r) ? 0 : GRACE_MILLIS);
+                boolean now = allAnswered || enforced(r);
+                if (!now) {
+                    kept.add(r.id.region());
+                }
+                drop(r, now ? 0 : GRACE_MILLIS);
+            }
+            if (!kept.isEmpty()) {
+                log.info("region(s) {} stay registered for a grace period of {} ms: a client holding their key did "
+                        + "not answer, and withdrawn keys are not NIC-enforced here", kept, GRACE_MILLIS);
             }
         });
     }
@@ -416,6 +425,11 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         boolean enforced = contextKeys.enforced() && c.keys().enforced();
         for (Registration r : orphans) {
             drop(r, enforced ? 0 : GRACE_MILLIS);
+        }
+        if (!orphans.isEmpty() && !enforced) {
+            log.info("client {} is gone: region(s) {} stay registered for a grace period of {} ms (withdrawn keys are "
+                    + "not NIC-enforced for it: {})", c.peer(), orphans.stream().map(r -> r.id.region()).toList(),
+                    GRACE_MILLIS, contextKeys.enforced() ? c.keys().reason() : contextKeys.reason());
         }
         unenforced.remove(c);
     }
