@@ -28,6 +28,14 @@ public interface RemoteListener extends AutoCloseable {
         return CompletableFuture.completedFuture(null);
     }
 
+    /**
+     * Whether the remote keys this listener hands out are enforced by the NIC, and why (see {@link KeyEnforcement});
+     * an operator's view ({@code /readyz} details, a gauge). Transports without remote keys check every operation.
+     */
+    default KeyEnforcement keysEnforced() {
+        return KeyEnforcement.NO_REMOTE_KEYS;
+    }
+
     @Override
     void close();
 }

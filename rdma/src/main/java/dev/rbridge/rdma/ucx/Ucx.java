@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.ucx;
 
+import dev.rbridge.rdma.KeyEnforcement;
 import dev.rbridge.rdma.LocalRegistration;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
@@ -63,6 +64,8 @@ final class Ucx {
     /** The clients' context; the memserver's ({@link #serverContext}) registers memory differently. */
     private static UcpContext context;
     private static UcpContext serverContext;
+    /** Whether the server context's registrations are each their own region on an RDMA NIC, as UCX opened it. */
+    private static KeyEnforcement serverKeys;
     private static boolean loaded;
     private static RemoteMemoryException failure;
     private static Path laneLog;
@@ -114,6 +117,18 @@ final class Ucx {
         return serverContext;
     }
 
+    /**
+     * Whether the NIC refuses the remote keys of the memserver context's registrations once they are deregistered,
+     * read from UCX as it opened the context ({@link UcxKeyCheck#context}): the memory domains and transports it
+     * opened, and the IB memory domain's registration methods in effect then (the environment, ucx.conf, UCX's
+     * default, or this class's {@link #SERVER_REG_METHODS}). Whether a client's GETs and PUTs use them is the
+     * endpoint's business ({@link UcxKeyCheck#endpoint}).
+     */
+    static synchronized KeyEnforcement serverKeys() throws RemoteMemoryException {
+        serverContext();
+        return serverKeys;
+    }
+
     private static UcpContext newContext(boolean server) throws RemoteMemoryException {
         if (failure != null) {
             throw failure;
@@ -145,7 +160,11 @@ final class Ucx {
                 setenvOrWarn("UCX_IB_REG_METHODS", SERVER_REG_METHODS);
             }
             try {
-                return new UcpContext(params);
+                UcpContext made = new UcpContext(params);
+                if (server) {
+                    serverKeys = keyCheck(made); // while UCX_IB_REG_METHODS is as the context saw it
+                }
+                return made;
             } catch (LinkageError e) {
                 throw new RemoteMemoryException(Status.CONNECT_FAILED, loadFailure(e));
             } catch (RuntimeException e) {
@@ -160,6 +179,17 @@ final class Ucx {
         } catch (RemoteMemoryException e) {
             failure = e;
             throw e;
+        }
+    }
+
+    /** What UCX says of {@code context}'s keys; when UCX cannot say, not enforced (and why). */
+    private static KeyEnforcement keyCheck(UcpContext context) {
+        try {
+            return UcxKeyCheck.context(UcxInfo.contextInfo(context), UcxInfo.ibRegMethods());
+        } catch (RuntimeException | LinkageError e) {
+            log.warn("cannot read UCX's configuration to tell whether withdrawn remote keys are enforced: {}",
+                    e.toString());
+            return new KeyEnforcement(false, "UCX's configuration could not be read (" + e.getMessage() + ")");
         }
     }
 
@@ -187,18 +217,6 @@ final class Ucx {
                     + "not RDMA");
         }
         loaded = true;
-    }
-
-    /**
-     * Whether withdrawing a remote key is enforced by the NIC in this process's memserver: the memory is registered
-     * with an RDMA device ({@link #registrationPinsPages}) and each registration is its own memory region
-     * ({@link #SERVER_REG_METHODS}, or UCX_IB_REG_METHODS=direct). Over UCX's tcp and shared-memory transports GET
-     * and PUT are emulated and UCX does not check the key at all: there a withdrawn key is advisory, and only the
-     * client's own forgetting of it (INVALIDATE) keeps it out.
-     */
-    static boolean revocationEnforced(Map<String, String> env, List<String> devices) {
-        String methods = env.getOrDefault("UCX_IB_REG_METHODS", SERVER_REG_METHODS).trim().toLowerCase(Locale.ROOT);
-        return registrationPinsPages(env, devices) && methods.equals(SERVER_REG_METHODS);
     }
 
     /** The message for a JUCX or libucx0 that would not load. */
@@ -374,7 +392,7 @@ final class Ucx {
     }
 
     /** libc's setenv (overwriting), or unsetenv when {@code value} is null: what UCX reads, unlike System.getenv. */
-    private static void setenv(String name, String value) throws Throwable {
+    static void setenv(String name, String value) throws Throwable {
         Linker linker = Linker.nativeLinker();
         try (Arena a = Arena.ofConfined()) {
             int rc;

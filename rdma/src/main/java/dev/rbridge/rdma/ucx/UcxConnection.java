@@ -80,6 +80,8 @@ final class UcxConnection extends ControlPlaneConnection {
     private final long timeoutNanos;
     private final ConnectionStats stats = new ConnectionStats();
     private final UcxLoop loop;
+    /** Where completions run, off the progress thread: the callers' callbacks never hold up the worker. */
+    private final UcxCompletions completions;
     /** Held for the life of the connection: JUCX keeps only a weak reference for its error handler. */
     private UcpEndpoint endpoint;
     private final Object writeLock = new Object();
@@ -137,6 +139,11 @@ final class UcxConnection extends ControlPlaneConnection {
     private static final class MapEntry {
         final CompletableFuture<Mapping> mapping = new CompletableFuture<>();
         volatile boolean revoked;
+        /**
+         * The mapping once its key is unpacked, before {@link #mapping} is completed with it (on the completion
+         * thread, later): the progress thread's only, so an INVALIDATE handled in between still finds the key.
+         */
+        Mapping unpacked;
     }
 
     private enum Kind { GET, PUT, FLUSH }
@@ -185,6 +192,7 @@ final class UcxConnection extends ControlPlaneConnection {
         this.lingerMillis = params.connectTimeout().toMillis();
         this.control = new ControlClient(peer);
         this.loop = loop;
+        this.completions = new UcxCompletions("rdma-ucx-complete-" + peer, completeOnProgressThreadForBench);
         long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
         this.watchdog = UcxListener.TIMER.scheduleWithFixedDelay(this::checkDeadlines, period, period,
                 TimeUnit.MILLISECONDS);
@@ -415,6 +423,12 @@ final class UcxConnection extends ControlPlaneConnection {
      */
     static volatile Consumer<Message> afterSendForTests;
 
+    /**
+     * Benchmarks only (UcxHandOffBench): connections made from now on complete on the progress thread, as before
+     * {@link UcxCompletions}, to measure what the hand-off costs.
+     */
+    static volatile boolean completeOnProgressThreadForBench;
+
     /** Tests: the progress spin budget of connections made from now on (negative: the environment's). */
     static volatile long spinBudgetNanosForTests = -1;
 
@@ -493,16 +507,19 @@ final class UcxConnection extends ControlPlaneConnection {
             }
             loop.execute(() -> {
                 if (mine.revoked) { // withdrawn already: never unpacked; whoever waits asks again
-                    mine.mapping.complete(Mapping.REVOKED);
+                    completions.execute(() -> mine.mapping.complete(Mapping.REVOKED));
                     return;
                 }
                 try {
-                    mine.mapping.complete(new Mapping(r.address(), r.length(),
-                            endpoint.unpackRemoteKey(direct(r.remoteKey()))));
+                    Mapping made = new Mapping(r.address(), r.length(),
+                            endpoint.unpackRemoteKey(direct(r.remoteKey())));
+                    mine.unpacked = made;
+                    completions.execute(() -> mine.mapping.complete(made));
                 } catch (RuntimeException x) {
                     mappings.remove(k, mine);
-                    mine.mapping.completeExceptionally(new RemoteMemoryException(Status.INTERNAL, "UCX could not "
-                            + "unpack the remote key of region " + d.id() + ": " + x.getMessage()));
+                    completions.execute(() -> mine.mapping.completeExceptionally(new RemoteMemoryException(
+                            Status.INTERNAL, "UCX could not unpack the remote key of region " + d.id() + ": "
+                            + x.getMessage())));
                 }
             });
         });
@@ -530,7 +547,7 @@ final class UcxConnection extends ControlPlaneConnection {
         loop.execute(() -> {
             List<Mapping> gone = new ArrayList<>();
             for (MapEntry f : dropped) {
-                Mapping m = doneOrNull(f.mapping);
+                Mapping m = f.unpacked;
                 if (m != null) {
                     synchronized (m) {
                         m.valid = false;
@@ -712,7 +729,7 @@ final class UcxConnection extends ControlPlaneConnection {
 
     private void flushPuts(List<Op> puts) {
         try {
-            endpoint.flushNonBlocking(callback(null, r -> puts.forEach(this::complete)));
+            endpoint.flushNonBlocking(callback(null, r -> completions.execute(() -> puts.forEach(this::complete))));
             loop.posted();
         } catch (RuntimeException e) {
             closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "UCX refused a flush to memserver " + peer
@@ -735,7 +752,7 @@ final class UcxConnection extends ControlPlaneConnection {
                 if (onSuccess != null) {
                     onSuccess.accept(request);
                 } else if (op.kind != Kind.PUT) {
-                    complete(op);
+                    completions.execute(() -> complete(op));
                 }
             }
 
@@ -769,8 +786,11 @@ final class UcxConnection extends ControlPlaneConnection {
         }
     }
 
+    /** Fails {@code op}; on the completion thread when called on the progress thread. */
     private void fail(Op op, RemoteMemoryException e) {
-        if (control.remove(op)) {
+        if (loop.inLoop()) {
+            completions.execute(() -> fail(op, e));
+        } else if (control.remove(op)) {
             op.future().completeExceptionally(e);
         }
     }
@@ -795,6 +815,10 @@ final class UcxConnection extends ControlPlaneConnection {
         } else if (!control.idle()) {
             loop.kick();
         }
+    }
+
+    UcpEndpoint endpointForTests() {
+        return endpoint;
     }
 
     /** The progress thread's loop (tests: to stall it on purpose). */
@@ -886,7 +910,7 @@ final class UcxConnection extends ControlPlaneConnection {
         }
         closeProbeKey();
         for (MapEntry f : mappings.values()) {
-            Mapping m = doneOrNull(f.mapping);
+            Mapping m = f.unpacked;
             if (m != null) {
                 try {
                     m.rkey.close();
@@ -897,9 +921,12 @@ final class UcxConnection extends ControlPlaneConnection {
         }
         mappings.clear();
         // What UCX still holds fails once the worker is gone (its QPs with it): only then may the buffers go back.
-        // Delivered on a thread of its own: callbacks may block, and the timer serves every connection.
-        loop.stopped().whenComplete((v, e) -> Thread.ofPlatform().daemon().name("rdma-ucx-fail-" + peer)
-                .start(() -> failAll(cause)));
+        // Delivered on the completion thread, after the completions handed to it before: callbacks may block, and
+        // the timer serves every connection. Then that thread ends.
+        loop.stopped().whenComplete((v, e) -> completions.execute(() -> {
+            failAll(cause);
+            completions.close();
+        }));
         loop.close();
     }
 

@@ -1,6 +1,7 @@
 package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.rdma.GatedAcceptor;
+import dev.rbridge.rdma.KeyEnforcement;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -40,13 +41,19 @@ import java.util.concurrent.TimeUnit;
  * holding its remote key is told to forget it (INVALIDATE) and answers once nothing it issued with the
  * key is in flight; a client that does not answer within the hello timeout is disconnected.
  *
- * <p>What a withdrawn key is worth depends on the transport ({@link Ucx#revocationEnforced}). On an RDMA device,
- * with each registration its own memory region, deregistering makes the NIC refuse the old rkey: a lease taken over
- * (fencing) deregisters at once, before the new holder hears of its grant, so a bridge cut off on its control
- * connection but not on the fabric gets remote access errors from then on; an unanswered INVALIDATE, or a client gone,
- * deregisters at once too. Where UCX emulates GET and PUT (tcp, shared memory) it never checks keys: there the
- * memserver waits for the clients' answers, and keeps the memory of a client that did not answer, or is gone, mapped
- * for a grace period, so that writes it still had in flight land in memory nobody else has yet.
+ * <p>What a withdrawn key is worth depends on what UCX really does, as UCX itself reports it ({@link UcxKeyCheck}):
+ * the memory domains the context opened and how its IB domain registers ({@link Ucx#serverKeys}), and the lanes of
+ * each client's endpoint. On an RDMA device, with each registration its own memory region, and a client whose GETs
+ * and PUTs go over RDMA lanes, deregistering makes the NIC refuse the old rkey: a lease taken over (fencing)
+ * deregisters at once, before the new holder hears of its grant, so a bridge cut off on its control connection but not
+ * on the fabric gets remote access errors from then on; an unanswered INVALIDATE, or a client gone, deregisters at
+ * once too. Where UCX emulates GET and PUT (tcp), or a client reaches the memory over shared memory or cma, or the IB
+ * domain caches registrations, no key is checked: there the memserver waits for the clients' answers, and keeps the
+ * memory of a client that did not answer, or is gone, mapped for a grace period, so that writes it still had in flight
+ * land in memory nobody else has yet. Such a listener says so once in its log and in {@link #keysEnforced}.
+ *
+ * <p>A fence (a lease taken over, a region revoked) or a disconnect closes the affected clients' UCX endpoints at once,
+ * whatever their keys: on RDMA their queue pairs go with them.
  */
 final class UcxListener extends GatedListener<UcxServerConnection> {
     /** How long registering a region with UCX, or waiting for another connection to, may take. */
@@ -87,10 +94,12 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
     private volatile boolean closed;
     /** Registrations pin pages to an RDMA NIC here (see {@link Ucx#registrationPinsPages}). */
     private final boolean pinsPages = Ucx.registrationPinsPages(System.getenv(), Ucx.rdmaDevices());
-    /** The NIC refuses a deregistered region's rkey here: nothing to wait for once a key is withdrawn. */
-    private final boolean revocationEnforced = Ucx.revocationEnforced(System.getenv(), Ucx.rdmaDevices());
-    /** How long memory stays registered after a client that may still use its key went away or did not answer. */
-    private final long graceMillis = revocationEnforced ? 0 : GRACE_MILLIS;
+    /** Whether the NIC refuses a deregistered region's rkey, as far as this memserver's context goes. */
+    private final KeyEnforcement contextKeys;
+    /** Connections whose endpoint reaches region memory without the NIC checking keys; said once in the log. */
+    private final Set<UcxServerConnection> unenforced = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    private final java.util.concurrent.atomic.AtomicBoolean unenforcedLogged =
+            new java.util.concurrent.atomic.AtomicBoolean();
 
     record RegKey(long region, long key, long length) {
     }
@@ -127,9 +136,11 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         }
     }
 
-    private UcxListener(ListenParams params, RegionService service, UcpContext context) throws Exception {
+    private UcxListener(ListenParams params, RegionService service, UcpContext context, KeyEnforcement contextKeys)
+            throws Exception {
         super("ucx", params, service, TIMER);
         this.context = context;
+        this.contextKeys = contextKeys;
         this.loop = new UcxLoop(context, "rdma-ucx-server-progress");
         try {
             this.workerAddress = loop.call(loop.worker::getAddress, 10_000);
@@ -143,23 +154,28 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
     /** Control connections come through the shared {@link GatedListener}, as the tcp provider's. */
     static UcxListener start(ListenParams params, RegionService service) throws IOException {
         UcpContext context;
+        KeyEnforcement keys;
         try {
             context = Ucx.serverContext();
+            keys = Ucx.serverKeys();
         } catch (RemoteMemoryException e) {
             throw new IOException(e.getMessage(), e);
         }
         ServerSocketChannel ch = GatedAcceptor.bind(params.address());
         UcxListener l;
         try {
-            l = new UcxListener(params, service, context);
+            l = new UcxListener(params, service, context, keys);
         } catch (Exception e) {
             ch.close();
             throw new IOException("UCX could not start a worker: " + e.getMessage(), e);
         }
-        if (!l.revocationEnforced) {
-            log.warn("UCX emulates GET and PUT here (no RDMA device in use): remote keys are not checked, and UCX 1.13 "
-                    + "aborts this memserver when a client goes away with reads outstanding; fine for testing, use "
-                    + "--transport tcp to serve without RDMA");
+        if (!keys.enforced()) {
+            log.warn("withdrawn remote keys are not enforced by a NIC here ({}); this memserver keeps a fenced or "
+                    + "vanished client's memory mapped for {} ms. Where UCX emulates GET and PUT, UCX 1.13 also aborts "
+                    + "this memserver when a client goes away with reads outstanding; fine for testing, use "
+                    + "--transport tcp to serve without RDMA", keys.reason(), GRACE_MILLIS);
+        } else {
+            log.info("withdrawn remote keys: {}", keys.reason());
         }
         l.accept(ch);
         return l;
@@ -289,6 +305,14 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
      * deregistered first and this completes once it is: whoever still writes with the old key fails from then on.
      */
     CompletableFuture<Void> invalidate(Collection<Long> regions, boolean fence) {
+        return invalidate(regions, fence, null);
+    }
+
+    /**
+     * As {@link #invalidate(Collection, boolean)}; a fence also closes the UCX endpoint of every client holding a key
+     * of these regions at once, but {@code spared}'s (the connection whose lease grant fences the others, or null).
+     */
+    CompletableFuture<Void> invalidate(Collection<Long> regions, boolean fence, UcxServerConnection spared) {
         Map<UcxServerConnection, List<Long>> perClient = new HashMap<>();
         List<Registration> victims = new ArrayList<>();
         synchronized (registrations) {
@@ -307,7 +331,15 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         if (victims.isEmpty()) {
             return CompletableFuture.completedFuture(null);
         }
-        if (fence && revocationEnforced) {
+        if (fence) {
+            for (UcxServerConnection c : perClient.keySet()) {
+                if (c != spared) {
+                    c.cutDataPath();
+                }
+            }
+        }
+        boolean enforced = victims.stream().allMatch(this::enforced);
+        if (fence && enforced) {
             CompletableFuture<?>[] gone = victims.stream().map(r -> drop(r, 0)).toArray(CompletableFuture[]::new);
             perClient.forEach(UcxServerConnection::invalidate); // they still forget the keys; nobody waits for it
             return CompletableFuture.allOf(gone);
@@ -316,8 +348,17 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         perClient.forEach((c, ids) -> answers.add(c.invalidate(ids)));
         return CompletableFuture.allOf(answers.toArray(CompletableFuture[]::new)).thenRun(() -> {
             boolean allAnswered = answers.stream().allMatch(CompletableFuture::join);
+            List<Long> kept = new ArrayList<>();
             for (Registration r : victims) {
-                drop(r, allAnswered ? 0 : graceMillis);
+                boolean now = allAnswered || enforced(r);
+                if (!now) {
+                    kept.add(r.id.region());
+                }
+                drop(r, now ? 0 : GRACE_MILLIS);
+            }
+            if (!kept.isEmpty()) {
+                log.info("region(s) {} stay registered for a grace period of {} ms: a client holding their key did "
+                        + "not answer, and withdrawn keys are not NIC-enforced here", kept, GRACE_MILLIS);
             }
         });
     }
@@ -381,9 +422,64 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
                 return false;
             });
         }
+        boolean enforced = contextKeys.enforced() && c.keys().enforced();
         for (Registration r : orphans) {
-            drop(r, graceMillis);
+            drop(r, enforced ? 0 : GRACE_MILLIS);
         }
+        if (!orphans.isEmpty() && !enforced) {
+            log.info("client {} is gone: region(s) {} stay registered for a grace period of {} ms (withdrawn keys are "
+                    + "not NIC-enforced for it: {})", c.peer(), orphans.stream().map(r -> r.id.region()).toList(),
+                    GRACE_MILLIS, contextKeys.enforced() ? c.keys().reason() : contextKeys.reason());
+        }
+        unenforced.remove(c);
+    }
+
+    /**
+     * Whether the NIC refuses {@code r}'s key once it is deregistered, for everyone who was given it: the context
+     * registers each region on its own, and every client holding the key reaches it over RDMA lanes.
+     */
+    private boolean enforced(Registration r) {
+        if (!contextKeys.enforced()) {
+            return false;
+        }
+        synchronized (registrations) {
+            return r.mappers.stream().allMatch(c -> c.keys().enforced());
+        }
+    }
+
+    /** Whether the remote keys of this context are refused by the NIC once withdrawn, as far as it can tell. */
+    KeyEnforcement contextKeys() {
+        return contextKeys;
+    }
+
+    /** A client's endpoint turned out to reach region memory without the NIC checking keys: said once, counted. */
+    void unenforced(UcxServerConnection c, String peer, KeyEnforcement keys) {
+        unenforced.add(c);
+        if (unenforcedLogged.compareAndSet(false, true)) {
+            log.warn("client {}: withdrawn remote keys are not enforced by the NIC for it ({}); its memory stays "
+                    + "mapped for {} ms after it is fenced or gone (further such clients are logged at debug level)",
+                    peer, keys.reason(), GRACE_MILLIS);
+        } else {
+            log.debug("client {}: withdrawn remote keys are not enforced by the NIC for it ({})", peer, keys.reason());
+        }
+    }
+
+    /**
+     * Whether the remote keys handed out here are refused by the NIC once withdrawn: not when the context does not
+     * register one region per registration on an RDMA NIC, nor while any connected client reaches the memory over
+     * lanes that check no key (the first such client is named).
+     */
+    @Override
+    public KeyEnforcement keysEnforced() {
+        if (!contextKeys.enforced()) {
+            return contextKeys;
+        }
+        for (UcxServerConnection c : unenforced) {
+            KeyEnforcement k = c.keys();
+            return new KeyEnforcement(false, unenforced.size() + " client(s) reach region memory over lanes that "
+                    + "check no remote key, e.g. " + c.peer() + ": " + k.reason());
+        }
+        return contextKeys;
     }
 
     /** Deregisters (on the registration thread) and then unpins, after {@code delayMillis}; completes when done. */

@@ -2,6 +2,7 @@ package dev.rbridge.rdma.ucx;
 
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.KeyEnforcement;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -31,6 +32,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -68,6 +70,14 @@ final class UcxServerConnection implements GatedListener.Connection {
     /** This memserver's endpoint to the client's worker (see {@link #connectBack}); held: JUCX's handler ref is weak. */
     private volatile UcpEndpoint endpoint;
     private boolean endpointMade;
+    /** Set once the endpoint is to go (a fence, a disconnect, the end of the connection); it may not be made yet. */
+    private final AtomicBoolean dataPathCut = new AtomicBoolean();
+    /** The endpoint was closed: the progress thread's only, so nothing asks UCX about it afterwards. */
+    private boolean endpointClosed;
+    /** Whether the NIC checks the keys this client uses, found at its first MAP ({@link #checkKeys}). */
+    private volatile KeyEnforcement keys;
+    /** What {@link #keys} says before the first MAP: unknown, so not enforced. */
+    private static final KeyEnforcement UNCHECKED = new KeyEnforcement(false, "not checked yet (no MAP so far)");
 
     UcxServerConnection(UcxListener listener, SocketChannel channel, Admission admission) {
         this.listener = listener;
@@ -76,6 +86,11 @@ final class UcxServerConnection implements GatedListener.Connection {
         this.peer = admission.peer();
     }
 
+    /**
+     * Closes the control connection and, at once, the UCX endpoint to the client: the hello guard, a timeout, the
+     * listener's close and the memserver's disconnect (an operator's, or a drained takeover fencing this client) all
+     * cut the data path too, without waiting for this connection's thread to notice.
+     */
     @Override
     public void close() {
         try {
@@ -83,6 +98,24 @@ final class UcxServerConnection implements GatedListener.Connection {
         } catch (IOException e) {
             log.debug("close failed", e);
         }
+        closeEndpoint();
+    }
+
+    /** A fence: the client's UCX endpoint goes now (on RDMA, its queue pairs); its control connection stays. */
+    void cutDataPath() {
+        log.info("client {}: closing its UCX endpoint (fenced: a lease taken over, or a region revoked)", peer);
+        closeEndpoint();
+    }
+
+    /** The client's address, for log lines and operators. */
+    String peer() {
+        return peer;
+    }
+
+    /** Whether the NIC checks the remote keys this client uses; not enforced until its first MAP tells. */
+    KeyEnforcement keys() {
+        KeyEnforcement k = keys;
+        return k == null ? UNCHECKED : k;
     }
 
     @Override
@@ -105,7 +138,6 @@ final class UcxServerConnection implements GatedListener.Connection {
             }
         } finally {
             close();
-            closeEndpoint();
             pushes.values().forEach(f -> f.complete(false));
             listener.ended(this);
             admission.closed();
@@ -186,7 +218,7 @@ final class UcxServerConnection implements GatedListener.Connection {
                     if (stale.isEmpty()) {
                         send(reply);
                     } else {
-                        listener.invalidate(stale, true).whenComplete((v, e) -> sendLater(reply));
+                        listener.invalidate(stale, true, this).whenComplete((v, e) -> sendLater(reply));
                     }
                 }
                 case Message.UcxConnect u -> {
@@ -226,21 +258,60 @@ final class UcxServerConnection implements GatedListener.Connection {
         } catch (Exception e) {
             throw new IOException("UCX could not make an endpoint to client " + peer + ": " + e.getMessage(), e);
         }
+        if (dataPathCut.get()) { // cut while it was being made: whoever cut it may have found no endpoint yet
+            closeEndpoint();
+        }
     }
 
-    /** Closes the endpoint to the client, forcibly, on the progress thread: its transport connections go with it. */
+    /**
+     * Closes the endpoint to the client, forcibly, on the progress thread: its transport connections go with it.
+     * Once: later calls, and a check of its lanes queued behind, find it closed.
+     */
     private void closeEndpoint() {
+        dataPathCut.set(true);
         UcpEndpoint ep = endpoint;
         if (ep == null) {
             return;
         }
         listener.loop.execute(() -> {
+            if (endpointClosed) {
+                return;
+            }
+            endpointClosed = true;
             try {
                 ep.closeNonBlockingForce();
             } catch (RuntimeException e) {
                 log.debug("closing the UCX endpoint to {} failed: {}", peer, e.toString());
             }
         });
+    }
+
+    /**
+     * Finds, once, whether the NIC checks the keys this client uses: the lanes UCX chose for this memserver's endpoint
+     * to it, which UCX pairs with the client's own and selects from the same transports ({@link UcxKeyCheck#endpoint}).
+     * Called before the client's first MAP is answered, when its wire-up is over.
+     */
+    private void checkKeys() {
+        if (keys != null) {
+            return;
+        }
+        UcpEndpoint ep = endpoint;
+        KeyEnforcement k;
+        if (ep == null) {
+            k = new KeyEnforcement(false, "the client made no UCX_CONNECT endpoint for the memserver to inspect");
+        } else {
+            try {
+                k = listener.loop.call(() -> endpointClosed ? new KeyEnforcement(false, "its endpoint is closed")
+                        : UcxKeyCheck.endpoint(UcxInfo.endpointInfo(ep)), listener.helloTimeoutMillis());
+            } catch (Exception e) {
+                k = new KeyEnforcement(false, "UCX's description of the endpoint could not be read ("
+                        + e.getMessage() + ")");
+            }
+        }
+        keys = k;
+        if (!k.enforced() && listener.contextKeys().enforced()) {
+            listener.unenforced(this, peer, k);
+        }
     }
 
     /** READ and WRITE are UCX GET and PUT on this transport, never control messages. */
@@ -251,6 +322,7 @@ final class UcxServerConnection implements GatedListener.Connection {
     }
 
     private void map(RegionService.Session s, Message.MapRegion r) throws IOException {
+        checkKeys();
         // Under the write lock, so an INVALIDATE of this registration cannot overtake the reply.
         synchronized (writeLock) {
             UcxListener.Registration reg;

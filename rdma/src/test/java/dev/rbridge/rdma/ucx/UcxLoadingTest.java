@@ -71,16 +71,4 @@ class UcxLoadingTest {
             assertTrue(Ucx.registrationPinsPages(Map.of("UCX_TLS", tls), nic), "UCX_TLS=" + tls);
         }
     }
-
-    @Test
-    void withdrawnKeysAreEnforcedOnlyOnAnRdmaDeviceWithARegionPerRegistration() {
-        List<String> rxe = List.of("rxe0");
-        assertTrue(Ucx.revocationEnforced(Map.of("UCX_TLS", "rc_verbs"), rxe), "the memserver's own default");
-        assertTrue(Ucx.revocationEnforced(Map.of("UCX_IB_REG_METHODS", " Direct "), rxe));
-        assertFalse(Ucx.revocationEnforced(Map.of("UCX_IB_REG_METHODS", "rcache,odp,direct"), rxe),
-                "a registration cache keeps deregistered regions, and their rkeys, alive");
-        assertFalse(Ucx.revocationEnforced(Map.of("UCX_IB_REG_METHODS", "odp"), rxe), "one implicit region for all");
-        assertFalse(Ucx.revocationEnforced(Map.of("UCX_TLS", "tcp"), rxe), "emulated GET and PUT check no key");
-        assertFalse(Ucx.revocationEnforced(Map.of(), List.of()), "no RDMA device");
-    }
 }

@@ -15,6 +15,8 @@ import java.time.Duration;
 final class UcxLoopback implements AutoCloseable {
     private final String token;
     final UcxListener listener;
+    /** The listener's sessions and regions: a test cuts a session off as an operator's disconnect would. */
+    final ArenaRegionServiceForTests service;
 
     UcxLoopback(String token) throws Exception {
         this(token, new ListenParams().address(new InetSocketAddress("127.0.0.1", 0)));
@@ -23,7 +25,8 @@ final class UcxLoopback implements AutoCloseable {
     /** With the listener's settings given ({@code params} must name the address, a loopback one). */
     UcxLoopback(String token, ListenParams params) throws Exception {
         this.token = token;
-        this.listener = UcxListener.start(params, new ArenaRegionServiceForTests(token));
+        this.service = new ArenaRegionServiceForTests(token);
+        this.listener = UcxListener.start(params, service);
     }
 
     /** A new client connection, named {@code name}. */

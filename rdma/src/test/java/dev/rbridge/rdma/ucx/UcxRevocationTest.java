@@ -219,4 +219,69 @@ class UcxRevocationTest {
             assertEquals(Status.CONNECTION_LOST, failed.status());
         }
     }
+
+    /**
+     * A fence (here a region withdrawn, as an operator's revoke or a lease taken over does) closes the UCX endpoint of
+     * every client holding the region's key at once. The client is cut off on its control connection, so it neither
+     * reads the INVALIDATE nor is disconnected before the (long) hello timeout: only the closed endpoint stops it.
+     * Its reads used to go on until its control connection ended.
+     */
+    @Test
+    void aFenceClosesTheFencedClientsEndpointAtOnce() throws Exception {
+        loopback = new UcxLoopback(TOKEN, new ListenParams().address(new InetSocketAddress("127.0.0.1", 0))
+                .helloTimeout(Duration.ofSeconds(90)));
+        UcxListener listener = loopback.listener;
+        try (FreezingRelay control = new FreezingRelay(listener.address());
+             UcxConnection a = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
+                     .token(TOKEN).clientName("fenced").operationTimeout(Duration.ofSeconds(60)));
+             Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = a.allocate(RegionTag.scratch("fenced"), 1 << 20).get(30, TimeUnit.SECONDS);
+            a.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS); // mapped, wired up
+
+            control.freeze();
+            CompletableFuture<Void> withdrawn = listener.withdraw(List.of(r.id()));
+            assertEquals(Status.CONNECTION_LOST, readsUntilFailure(a, r, arena, 5).status());
+            assertFalse(withdrawn.isDone() && withdrawn.isCompletedExceptionally());
+        }
+    }
+
+    /**
+     * The memserver's disconnect (an operator's, or a drained takeover cutting off a fenced client) closes the
+     * client's UCX endpoint itself, not only its control connection: a client cut off on its control connection (which
+     * then never sees it close) loses its data path within seconds.
+     */
+    @Test
+    void aDisconnectClosesTheClientsEndpoint() throws Exception {
+        loopback = new UcxLoopback(TOKEN, new ListenParams().address(new InetSocketAddress("127.0.0.1", 0))
+                .helloTimeout(Duration.ofSeconds(90)));
+        UcxListener listener = loopback.listener;
+        try (HoldingRelay control = new HoldingRelay(listener.address());
+             UcxConnection a = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
+                     .token(TOKEN).clientName("disconnected").operationTimeout(Duration.ofSeconds(60)));
+             Arena arena = Arena.ofShared()) {
+            RegionDescriptor r = a.allocate(RegionTag.scratch("cut"), 1 << 20).get(30, TimeUnit.SECONDS);
+            a.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS);
+
+            control.hold();
+            long session = loopback.service.sessions().stream().filter(s -> s.name().equals("disconnected"))
+                    .findFirst().orElseThrow().id();
+            assertTrue(loopback.service.disconnect(session));
+            assertEquals(Status.CONNECTION_LOST, readsUntilFailure(a, r, arena, 5).status());
+        }
+    }
+
+    /** Reads the region's first block every 100 ms until a read fails (its failure) or {@code seconds} pass (fails). */
+    private static RemoteMemoryException readsUntilFailure(UcxConnection c, RegionDescriptor r, Arena arena,
+                                                           int seconds) throws Exception {
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        while (System.nanoTime() < until) {
+            try {
+                c.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS);
+                Thread.sleep(100);
+            } catch (ExecutionException e) {
+                return assertInstanceOf(RemoteMemoryException.class, e.getCause());
+            }
+        }
+        throw new AssertionError("the client still read the region " + seconds + " s later");
+    }
 }
