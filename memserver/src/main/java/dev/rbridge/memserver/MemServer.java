@@ -844,6 +844,12 @@ public final class MemServer implements RegionService, AutoCloseable {
         return config.capacityBytes();
     }
 
+    /** Whether the NIC refuses the remote keys this memserver withdraws (the ucx transport on RDMA), and why. */
+    public dev.rbridge.rdma.KeyEnforcement keysEnforced() {
+        RemoteListener l = listener;
+        return l == null ? dev.rbridge.rdma.KeyEnforcement.NO_REMOTE_KEYS : l.keysEnforced();
+    }
+
     // ---------------------------------------------------------------------------------------------- lifecycle
 
     @Override

@@ -71,6 +71,9 @@ public final class MemServerMeters {
         gauge(registry, "rbridge.memserver.lingering", c, s -> s.stats().lingeringBytes(), "bytes",
                 "Bytes of regions released or revoked that an operation still pins: counted as granted until unmapped");
         gauge(registry, "rbridge.memserver.regions", c, s -> s.stats().regions(), null, "Regions granted");
+        gauge(registry, "rbridge.memserver.keys.enforced", c, s -> s.server.keysEnforced().enforced() ? 1 : 0, null,
+                "1 when the NIC refuses withdrawn remote keys (or the transport hands out none); 0 when UCX emulates "
+                        + "GET and PUT or shares registrations, and fencing keeps a grace period");
         gauge(registry, "rbridge.memserver.clients", c, s -> s.stats().clients(), null, "Clients connected");
         gauge(registry, "rbridge.memserver.draining", c, s -> s.stats().draining() ? 1 : 0, null,
                 "1 while the memserver drains (refuses new grants and clients)");

@@ -71,10 +71,22 @@ public final class Readiness {
                 .map(e -> Problem.fatal("NBD server: the " + e.getKey() + " ended: " + e.getValue())).toList();
     }
 
-    /** A memserver is ready unless it says why not (draining, a listener that takes no new clients). */
+    /**
+     * A memserver is ready unless it says why not (draining, a listener that takes no new clients); one whose remote keys
+     * the NIC does not enforce is ready, with a warning: fencing there waits a grace period (docs/transports.md).
+     */
     public static List<Problem> memserver(MemServer server) {
+        List<Problem> out = new ArrayList<>(2);
         String why = server.notReadyReason();
-        return why == null ? List.of() : List.of(Problem.fatal(why));
+        if (why != null) {
+            out.add(Problem.fatal(why));
+        }
+        dev.rbridge.rdma.KeyEnforcement keys = server.keysEnforced();
+        if (!keys.enforced()) {
+            out.add(Problem.warning("remote keys not NIC-enforced (a grace period is kept after fencing): "
+                    + keys.reason()));
+        }
+        return out;
     }
 
     /** A process that is shutting down is not ready, so that probes stop sending work before its listeners close. */
