@@ -2,7 +2,6 @@ package dev.rbridge.memserver;
 
 import dev.rbridge.common.Printable;
 import dev.rbridge.memory.AnonymousMemory;
-import dev.rbridge.memory.WrittenPages;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.ListenParams;
@@ -22,11 +21,8 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
-import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
 import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -70,7 +66,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     private final Map<Long, Region> regions = new ConcurrentHashMap<>();
     /** Regions released or revoked whose memory a pin still holds: counted against the capacity until unmapped. */
     private final Set<Region> lingering = ConcurrentHashMap.newKeySet();
-    private final Set<Client> clients = ConcurrentHashMap.newKeySet();
+    private final Set<ClientSession> clients = ConcurrentHashMap.newKeySet();
     private final AtomicLong granted = new AtomicLong();
     private final AtomicLong nextRegionId = new AtomicLong(1);
     private final AtomicLong nextClientId = new AtomicLong(1);
@@ -184,7 +180,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         ConnectionStats.Snapshot total;
         synchronized (transportTotals) {
             total = departed.snapshot();
-            for (Client c : clients) {
+            for (ClientSession c : clients) {
                 ConnectionStats st = c.stats;
                 if (st != null) {
                     total = total.plus(st.snapshot());
@@ -238,7 +234,8 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
         String address = peer instanceof InetSocketAddress i ? i.getHostString() + ":" + i.getPort()
                 : String.valueOf(peer);
-        Client c = new Client(nextClientId.getAndIncrement(), Printable.cut(clientName, MAX_CLIENT_NAME), address);
+        ClientSession c = new ClientSession(this, nextClientId.getAndIncrement(), Printable.cut(clientName,
+                MAX_CLIENT_NAME), address);
         clients.add(c);
         log.info("client {} '{}' connected from {}", c.id, c.name, peer);
         return c;
@@ -247,11 +244,11 @@ public final class MemServer implements RegionService, AutoCloseable {
     /** Client names are cut to this many bytes (UTF-8): they are listed with every region the client allocated. */
     public static final int MAX_CLIENT_NAME = 128;
 
-    private ServerInfo info() {
+    ServerInfo info() {
         return new ServerInfo(serverId, 1, config.capacityBytes(), config.capacityBytes() - granted.get());
     }
 
-    private RegionDescriptor allocate(Client c, RegionTag tag, long length) throws RemoteMemoryException {
+    RegionDescriptor allocate(ClientSession c, RegionTag tag, long length) throws RemoteMemoryException {
         if (draining) {
             throw new RemoteMemoryException(Status.SHUTTING_DOWN, "memserver is draining; no new regions");
         }
@@ -321,7 +318,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         return (length + page - 1) & -page; // no overflow: length is at most the capacity, at most 2^62
     }
 
-    private RegionDescriptor openRegion(Client c, long id) throws RemoteMemoryException {
+    RegionDescriptor openRegion(ClientSession c, long id) throws RemoteMemoryException {
         synchronized (control) {
             Region r = regions.get(id);
             if (r == null) {
@@ -349,7 +346,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     }
 
     /** For use in this process: the place is given back once the list is built. */
-    private List<RegionInfo> list() {
+    List<RegionInfo> list() {
         listings.acquireUninterruptibly();
         try {
             return listRegions();
@@ -363,7 +360,7 @@ public final class MemServer implements RegionService, AutoCloseable {
      * client that does not read them within the hello timeout), so the listings in memory at once stay
      * {@value #CONCURRENT_LISTINGS}, not one per client that asked and never read.
      */
-    private RegionService.Listing listing() throws RemoteMemoryException {
+    RegionService.Listing listing() throws RemoteMemoryException {
         boolean placed;
         try {
             placed = listings.tryAcquire(LISTING_WAIT_MILLIS, TimeUnit.MILLISECONDS);
@@ -414,7 +411,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         return CONCURRENT_LISTINGS - listings.availablePermits();
     }
 
-    private void release(Client c, long id, long key) throws RemoteMemoryException {
+    void release(ClientSession c, long id, long key) throws RemoteMemoryException {
         Region r;
         synchronized (control) {
             r = checked(id, key);
@@ -449,7 +446,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         regionSlots.decrementAndGet();
     }
 
-    private RegionDescriptor retag(Client c, long id, long key, RegionTag tag) throws RemoteMemoryException {
+    RegionDescriptor retag(ClientSession c, long id, long key, RegionTag tag) throws RemoteMemoryException {
         synchronized (control) {
             Region r = checked(id, key);
             RegionDescriptor d = r.descriptor;
@@ -474,7 +471,7 @@ public final class MemServer implements RegionService, AutoCloseable {
      * is fenced: whatever it still sends must not land) and its operations end; if they do not within {@link
      * #DRAIN_MILLIS}, the grant binds nobody and is refused, to be asked again.
      */
-    private Lease lease(Client c, String volume, String owner, long ttlMillis, long leaseId)
+    Lease lease(ClientSession c, String volume, String owner, long ttlMillis, long leaseId)
             throws RemoteMemoryException {
         Leases.Grant g;
         List<RegionPin> inFlight;
@@ -483,9 +480,9 @@ public final class MemServer implements RegionService, AutoCloseable {
             if (g.renewal()) {
                 return g.lease();
             }
-            inFlight = inFlight(volume, c);
+            inFlight = TakeoverDrain.inFlight(clients, volume, c);
         }
-        if (!inFlight.isEmpty() && !drained(volume, g.lease().epoch(), inFlight)) {
+        if (!inFlight.isEmpty() && !TakeoverDrain.drained(volume, g.lease().epoch(), inFlight, DRAIN_MILLIS)) {
             synchronized (control) {
                 leases.abandon(c, volume, g.lease().epoch());
             }
@@ -498,51 +495,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     /** How long a grant in a new epoch waits for the accesses under older epochs to end. */
     static final long DRAIN_MILLIS = 10_000;
 
-    /** The operations in flight on {@code volume}'s regions from connections other than {@code c}. */
-    private List<RegionPin> inFlight(String volume, Client c) {
-        List<RegionPin> out = new ArrayList<>();
-        for (Client other : clients) {
-            if (other != c) {
-                for (RegionPin p : other.pins) {
-                    if (p.region.descriptor.tag().volume().equals(volume)) {
-                        out.add(p);
-                    }
-                }
-            }
-        }
-        return out;
-    }
-
-    /**
-     * Cuts off the connections that hold {@code pins} and waits, up to {@link #DRAIN_MILLIS}, for the pins to close: a
-     * transfer blocked on its socket ends when the socket closes. Whether they all closed.
-     */
-    private boolean drained(String volume, long epoch, List<RegionPin> pins) {
-        Set<Client> holders = new HashSet<>();
-        for (RegionPin p : pins) {
-            holders.add(p.client);
-        }
-        String v = Printable.cut(volume, RegionTag.MAX_VOLUME_NAME);
-        for (Client h : holders) {
-            log.info("volume '{}': epoch {} granted; client {} '{}' at {} still has operations in flight on it under "
-                    + "an older epoch: disconnecting it (fenced)", v, epoch, h.id, h.name, h.peer);
-            Runnable cut = h.disconnect;
-            if (cut != null) {
-                cut.run();
-            }
-        }
-        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(DRAIN_MILLIS);
-        for (RegionPin p : pins) {
-            if (!p.awaitClosed(deadline)) {
-                log.warn("volume '{}': an operation of client {} under an older epoch did not end within {} ms of its "
-                        + "connection being cut; epoch {} not granted", v, p.client.id, DRAIN_MILLIS, epoch);
-                return false;
-            }
-        }
-        return true;
-    }
-
-    private void unlease(Client c, String volume, String owner, long leaseId) {
+    void unlease(ClientSession c, String volume, String owner, long leaseId) {
         synchronized (control) {
             leases.giveBack(c, volume, owner, leaseId);
         }
@@ -578,7 +531,7 @@ public final class MemServer implements RegionService, AutoCloseable {
      * A connection ended: the regions it allocated without holding their volume's lease were its scratch memory
      * (ping's, bench's) and nobody else's; they go now, as a client that vanished cannot release them.
      */
-    private void scratchEnded(Client c) {
+    private void scratchEnded(ClientSession c) {
         List<Long> gone = new ArrayList<>();
         long bytes = 0;
         for (Region r : regions.values()) {
@@ -635,99 +588,11 @@ public final class MemServer implements RegionService, AutoCloseable {
     }
 
     /**
-     * A pinned range of one region; closing it (once) drops the pin, and a device's hold on the region. Used by one
-     * thread at a time (a transfer's, or a registration handed on with a happens-before).
-     */
-    private static final class RegionPin implements Pin {
-        final Region region;
-        /** The connection whose operation this is; the pin is in its {@link Client#pins} while open. */
-        final Client client;
-        private final long offset;
-        private final MemorySegment slice;
-        private boolean closed;
-        private boolean deviceHolds;
-        /** Counted down once closed, for a drained takeover waiting on it. */
-        private final java.util.concurrent.CountDownLatch ended = new java.util.concurrent.CountDownLatch(1);
-
-        RegionPin(Region region, Client client, long offset, MemorySegment slice) {
-            this.region = region;
-            this.client = client;
-            this.offset = offset;
-            this.slice = slice;
-        }
-
-        /** Waits until closed or {@code deadline} (System.nanoTime); whether it closed. */
-        boolean awaitClosed(long deadline) {
-            try {
-                return ended.await(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                return false;
-            }
-        }
-
-        /**
-         * A device's registration holds this pin from now on (ucx): the transport withdraws it (INVALIDATE, and
-         * deregistration) when keys rotate, so it is no operation in flight for a drained takeover to wait for.
-         */
-        private void handedToDevice() {
-            client.pins.remove(this);
-        }
-
-        public MemorySegment memory() {
-            return slice;
-        }
-
-        @Override
-        public void wrote() {
-            region.memory.writtenPages().mark(offset, slice.byteSize());
-        }
-
-        @Override
-        public void runs(RegionService.RunVisitor visitor) {
-            WrittenPages written = region.memory.writtenPages();
-            long end = offset + slice.byteSize();
-            for (long at = offset; at < end; ) {
-                long runEnd = written.runEnd(at, end);
-                visitor.run(at - offset, runEnd - at, written.isWritten(at));
-                at = runEnd;
-            }
-        }
-
-        @Override
-        public void exposed() {
-            handedToDevice();
-            region.exposed();
-        }
-
-        @Override
-        public void heldByDevice() {
-            handedToDevice();
-            if (!deviceHolds && !closed) {
-                deviceHolds = true;
-                region.heldByDevice();
-            }
-        }
-
-        public void close() {
-            if (!closed) {
-                closed = true;
-                client.pins.remove(this);
-                if (deviceHolds) {
-                    region.releasedByDevice();
-                }
-                region.unpin();
-                ended.countDown();
-            }
-        }
-    }
-
-    /**
      * Pins a range for one operation of {@code c}. The pin joins {@code c}'s operations in flight before the key is
      * checked a second time, and a grant in a new epoch rotates the key before it looks for operations in flight
      * ({@link #lease}): so either this sees the new key and refuses, or the grant sees this pin and waits for it.
      */
-    private RegionPin pin(Client c, long id, long key, long offset, long length) throws RemoteMemoryException {
+    RegionPin pin(ClientSession c, long id, long key, long offset, long length) throws RemoteMemoryException {
         Region r = checked(id, key);
         if (offset < 0 || length < 0 || offset > r.descriptor.length() - length) {
             throw new RemoteMemoryException(Status.OUT_OF_RANGE, "range " + offset + "+" + length
@@ -745,7 +610,7 @@ public final class MemServer implements RegionService, AutoCloseable {
         return p;
     }
 
-    private void zero(Client c, long id, long key, long offset, long length) throws RemoteMemoryException {
+    void zero(ClientSession c, long id, long key, long offset, long length) throws RemoteMemoryException {
         try (RegionPin p = pin(c, id, key, offset, length)) {
             p.region.zero(offset, length);
         }
@@ -760,7 +625,7 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     public List<ClientView> clients() {
         List<ClientView> out = new ArrayList<>();
-        for (Client c : clients) {
+        for (ClientSession c : clients) {
             int n = 0;
             long bytes = 0;
             for (Region r : regions.values()) {
@@ -798,7 +663,7 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /** Operator action: cuts a client's connection. Its regions stay (it may reconnect and reattach). */
     public boolean disconnect(long clientId) {
-        for (Client c : clients) {
+        for (ClientSession c : clients) {
             if (c.id == clientId && c.disconnect != null) {
                 log.info("disconnecting client {} '{}' at an operator's request", c.id, c.name);
                 c.disconnect.run();
@@ -862,121 +727,22 @@ public final class MemServer implements RegionService, AutoCloseable {
         log.info("memserver {} stopped", serverId);
     }
 
-    /** A connected client. Its regions outlive it: a restarted bridge reattaches to them. */
-    private final class Client implements Session, Leases.Holder {
-        final long id;
-        final String name;
-        final String peer;
-        volatile ConnectionStats stats;
-        volatile Runnable disconnect;
-        /** Its connection ended: its leases bind nobody. */
-        volatile boolean ended;
-        /** Its operations in flight: what a grant in a new epoch of their volume waits for. */
-        final Set<RegionPin> pins = ConcurrentHashMap.newKeySet();
-
-        Client(long id, String name, String peer) {
-            this.id = id;
-            this.name = name;
-            this.peer = peer;
+    /** {@code c}'s connection ended: its leases bind nobody, its scratch regions go, its counters move to the totals. */
+    void ended(ClientSession c) {
+        synchronized (control) {
+            leases.ended(c);
         }
-
-        public long id() {
-            return id;
-        }
-
-        public String name() {
-            return name;
-        }
-
-        public String peer() {
-            return peer;
-        }
-
-        public boolean ended() {
-            return ended;
-        }
-
-        public ServerInfo serverInfo() {
-            return info();
-        }
-
-        @Override
-        public dev.rbridge.rdma.ServerState state() {
-            return new dev.rbridge.rdma.ServerState(draining);
-        }
-
-        public RegionDescriptor allocate(RegionTag tag, long length) throws RemoteMemoryException {
-            return MemServer.this.allocate(this, tag, length);
-        }
-
-        public RegionDescriptor open(long regionId) throws RemoteMemoryException {
-            return openRegion(this, regionId);
-        }
-
-        public List<RegionInfo> list() {
-            return MemServer.this.list();
-        }
-
-        public RegionService.Listing listing() throws RemoteMemoryException {
-            return MemServer.this.listing();
-        }
-
-        public void release(long regionId, long key) throws RemoteMemoryException {
-            MemServer.this.release(this, regionId, key);
-        }
-
-        public RegionDescriptor retag(long regionId, long key, RegionTag tag) throws RemoteMemoryException {
-            return MemServer.this.retag(this, regionId, key, tag);
-        }
-
-        public Lease lease(String volume, String owner, long ttlMillis) throws RemoteMemoryException {
-            return MemServer.this.lease(this, volume, owner, ttlMillis, Lease.NO_ID);
-        }
-
-        @Override
-        public Lease lease(String volume, String owner, long ttlMillis, long leaseId) throws RemoteMemoryException {
-            return MemServer.this.lease(this, volume, owner, ttlMillis, leaseId);
-        }
-
-        public void unlease(String volume, String owner) {
-            MemServer.this.unlease(this, volume, owner, Lease.NO_ID);
-        }
-
-        @Override
-        public void unlease(String volume, String owner, long leaseId) {
-            MemServer.this.unlease(this, volume, owner, leaseId);
-        }
-
-        public Pin pin(long regionId, long key, long offset, long length) throws RemoteMemoryException {
-            return MemServer.this.pin(this, regionId, key, offset, length);
-        }
-
-        public void zero(long regionId, long key, long offset, long length) throws RemoteMemoryException {
-            MemServer.this.zero(this, regionId, key, offset, length);
-        }
-
-        public void attach(ConnectionStats stats, Runnable disconnect) {
-            this.stats = stats;
-            this.disconnect = disconnect;
-        }
-
-        public void closed() {
-            ended = true;
-            synchronized (control) {
-                leases.ended(this);
+        scratchEnded(c);
+        synchronized (transportTotals) {
+            ConnectionStats st = c.stats;
+            if (st != null) {
+                departed.add(st.snapshot());
             }
-            scratchEnded(this);
-            synchronized (transportTotals) {
-                ConnectionStats st = stats;
-                if (st != null) {
-                    departed.add(st.snapshot());
-                }
-                clients.remove(this);
-            }
-            log.info("client {} '{}' from {} disconnected", id, name, peer);
-            if (draining && clients.isEmpty()) {
-                drained.complete(null);
-            }
+            clients.remove(c);
+        }
+        log.info("client {} '{}' from {} disconnected", c.id, c.name, c.peer);
+        if (draining && clients.isEmpty()) {
+            drained.complete(null);
         }
     }
 }
