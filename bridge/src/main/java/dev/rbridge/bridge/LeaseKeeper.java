@@ -196,13 +196,14 @@ final class LeaseKeeper implements AutoCloseable {
                         fence(v, "memserver " + l.label() + " granted this bridge's lease renewal as a new lease: "
                                 + "another client held the volume there since the previous renewal");
                     } else if (lease.hasEpoch() && before != null && before.epoch() != lease.epoch()) {
-                        // Nobody else had it, but the lease lapsed before this renewal (a pause longer than its
-                        // ttl): the grant is a new one, with new keys. Reconnecting opens the regions for them.
+                        // Nobody else had the volume, but the memserver granted the renewal in a new epoch (the
+                        // lease was no longer this connection's to renew): the keys rotated. Reconnecting opens the
+                        // regions for the new ones.
                         renewed(l, c, v, lease);
                         if (l.connection() == c) {
-                            linkDown.accept(l, "the lease of volume " + v.name() + " lapsed before this bridge "
-                                    + "renewed it (a pause longer than " + config.leaseTtl().toMillis() + " ms?); "
-                                    + "nobody else had it, and reconnecting opens its regions for their new keys");
+                            linkDown.accept(l, "the renewal of volume " + v.name() + "'s lease was granted in a new "
+                                    + "epoch (new keys), though nobody else had the volume; reconnecting opens its "
+                                    + "regions for the new keys");
                         }
                     } else {
                         renewed(l, c, v, lease);
