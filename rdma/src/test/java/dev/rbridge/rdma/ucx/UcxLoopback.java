@@ -24,6 +24,7 @@ final class UcxLoopback implements AutoCloseable {
 
     /** With the listener's settings given ({@code params} must name the address, a loopback one). */
     UcxLoopback(String token, ListenParams params) throws Exception {
+        UcxPresent.assume();
         this.token = token;
         this.service = new ArenaRegionServiceForTests(token);
         this.listener = UcxListener.start(params, service);
