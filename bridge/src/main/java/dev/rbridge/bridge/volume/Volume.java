@@ -252,8 +252,9 @@ public final class Volume implements BlockDevice {
         Slab s = slabs[first];
         ReplicaSet set = s.set;
         if (set == null || set.lost() || s.resyncWanted.get()
-                || (host.hedger() != null && set.live.size() > 1 && length <= ReadHedger.MAX_HEDGED_BYTES)) {
-            return null;
+                || (host.hedger() != null && set.live.size() > 1 && length <= ReadHedger.MAX_HEDGED_BYTES)
+                || (set.live.size() > 1 && s.writeOrder.landing(offset - s.start, length) != null)) {
+            return null; // a write landing on the range: the usual path waits for it (readSlab)
         }
         return s;
     }
@@ -292,6 +293,12 @@ public final class Volume implements BlockDevice {
         }
         if (set.lost()) {
             return CompletableFuture.failedFuture(lostError(s));
+        }
+        if (set.live.size() > 1) {
+            CompletableFuture<Void> landing = s.writeOrder.landing(offset, dst.byteSize());
+            if (landing != null) { // a write is reaching the replicas one by one: read once it is on all of them
+                return landing.thenCompose(x -> readSlab(s, offset, dst, attempt));
+            }
         }
         ReadHedger hedger = host.hedger();
         if (hedger != null && set.live.size() > 1 && dst.byteSize() <= ReadHedger.MAX_HEDGED_BYTES

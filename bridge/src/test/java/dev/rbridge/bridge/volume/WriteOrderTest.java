@@ -35,4 +35,17 @@ class WriteOrderTest {
         assertNotNull(order.enter(4096, 16384, wait), "goes once both landed everywhere");
         assertEquals(1, order.inFlight());
     }
+
+    @Test
+    void aReadOfARangeAWriteIsLandingOnWaitsForItAndOthersDoNot() {
+        assertNull(order.landing(0, 4096), "nothing in flight");
+        WriteOrder.Ticket w = order.enter(8192, 4096, wait);
+        assertNull(order.landing(0, 4096), "another range");
+        CompletableFuture<Void> landing = order.landing(4096, 8192);
+        assertNotNull(landing);
+        assertFalse(landing.isDone());
+        order.leave(w);
+        assertTrue(landing.isDone());
+        assertNull(order.landing(4096, 8192));
+    }
 }
