@@ -4,7 +4,6 @@ import dev.rbridge.cli.history.BlockTarget;
 import dev.rbridge.cli.history.BlockVersion;
 import dev.rbridge.cli.history.History;
 import dev.rbridge.cli.history.LibnbdTarget;
-import dev.rbridge.cli.history.RegisterChecker;
 
 import java.io.IOException;
 
@@ -40,10 +39,5 @@ final class LabHistory {
             }
         }
         return unread;
-    }
-
-    /** The checker's verdict on {@code history}, with its report and the history's summary when it fails. */
-    static String verdict(RegisterChecker.Result result, History history) {
-        return result.report(20) + "\n" + history.summary();
     }
 }
