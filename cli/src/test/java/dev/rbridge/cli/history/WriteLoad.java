@@ -34,11 +34,11 @@ public final class WriteLoad {
      */
     public static WriteLoad start(BlockTarget.Connector connector, int firstWriter, int writers, long first,
                                   long count, int blockBytes, long seed) {
-        if (writers < 1 || firstWriter < 1 || first < 0 || count < 1) {
+        if (writers < 1 || firstWriter < 1 || first < 0 || count < 1 || blockBytes < BlockVersion.MIN_BLOCK_BYTES
+                || blockBytes % BlockVersion.MIN_BLOCK_BYTES != 0) {
             throw new IllegalArgumentException("writers " + firstWriter + "+" + writers + ", blocks " + first + "+"
-                    + count);
+                    + count + " of " + blockBytes + " bytes");
         }
-        new BlockVersion(1, 1).encode(0, blockBytes); // checks the block size
         WriteLoad load = new WriteLoad();
         for (int w = firstWriter; w < firstWriter + writers; w++) {
             int writer = w;
