@@ -92,6 +92,7 @@ class PartitionFaultTest {
             Process fio = lab.start(new ProcessBuilder(lab.command("client", fio(bridge.uri("disk"), "--rate=4m")))
                     .redirectErrorStream(true).redirectOutput(fioOut.toFile()));
             BlockTarget.Connector clients = LabHistory.connector(lab, "client", bridge.uri("disk"));
+            long historyStart = System.nanoTime();
             VersionedWorkload.Running history = VersionedWorkload.builder(clients).writers(4)
                     .blocks(HISTORY_FIRST, HISTORY_BLOCKS).blockBytes(BLOCK).readPercent(50)
                     .duration(Duration.ofSeconds(120)).build().start();
@@ -114,6 +115,7 @@ class PartitionFaultTest {
             assertTrue(m1.isAlive() && bridge.isAlive(), "a partition is not a kill: both sides still run");
             assertTrue(fio.isAlive(), "the writes went on through the cut: " + Files.readString(fioOut));
             lab.heal("bridge", "m1");
+            long healAt = System.nanoTime();
 
             LabAdmin.await("the bridge seeing m1 again", Duration.ofSeconds(30),
                     () -> admin.memserverState(bridge, m1).equals("up"), all);
@@ -144,7 +146,9 @@ class PartitionFaultTest {
 
             RegisterChecker.Result result = RegisterChecker.check(h);
             System.out.println("PartitionFaultTest (a): " + history + "\n" + result.report(5));
-            assertTrue(result.ok(), result + "\n" + history);
+            assertTrue(result.ok(), result + "\n" + history + String.format("%ncut at %.0f ms of the history, healed"
+                    + " at %.0f ms%n", (cutAt - historyStart) / 1e6, (healAt - historyStart) / 1e6)
+                    + LabHistory.excerpt(h.operations(), result, h::describe, 3));
             assertEquals(0, history.finalPassUnread(), "the final pass read every block: " + history);
             assertEquals(0, unreadFromM1, "every block read from m1 alone: " + history);
             long ok = h.count(Kind.WRITE).get(Outcome.OK);

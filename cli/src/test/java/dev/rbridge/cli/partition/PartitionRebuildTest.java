@@ -82,6 +82,7 @@ class PartitionRebuildTest {
             VersionedWorkload.Running coldReads = VersionedWorkload.builder(clients).writers(2)
                     .blocks(COLD_FIRST, COLD_BLOCKS).blockBytes(BLOCK).readPercent(100)
                     .duration(Duration.ofSeconds(120)).build().start();
+            long hotStart = System.nanoTime();
             VersionedWorkload.Running run = VersionedWorkload.builder(clients).writers(4).blocks(FIRST, BLOCKS)
                     .blockBytes(BLOCK).readPercent(50).duration(Duration.ofSeconds(120)).build().start();
             History h = run.history();
@@ -118,6 +119,7 @@ class PartitionRebuildTest {
             assertTrue(victim.isAlive() && bridge.isAlive(), "a partition is not a kill: both sides still run");
             long okBeforeHeal = h.count(Kind.WRITE).get(Outcome.OK);
             lab.heal("bridge", victim.node());
+            long healAt = System.nanoTime();
             LabAdmin.await("the bridge seeing " + victim.node() + " again", Duration.ofSeconds(30),
                     () -> admin.memserverState(bridge, victim).equals("up"), all);
             LabAdmin.await("more history writes after the heal", Duration.ofSeconds(30),
@@ -133,13 +135,15 @@ class PartitionRebuildTest {
             List<History.Operation> cold = new ArrayList<>(coldWrites.history().operations());
             cold.addAll(coldReads.history().operations());
             RegisterChecker.Result coldResult = RegisterChecker.check(cold, coldWrites.history()::describe);
-            String story = String.format("%s cut; rebuilt after %.1f s on %s; %d writes acknowledged during the cut;"
-                    + " %s%n%s%ncold blocks: %s; %s%n%s", victim.node(), rebuiltAfter, rebuilt,
+            String story = String.format("%s cut at %.0f ms of the hot history, healed at %.0f ms; rebuilt after"
+                    + " %.1f s on %s; %d writes acknowledged during the cut; %s%n%s%ncold blocks: %s; %s%n%s",
+                    victim.node(), (cutAt - hotStart) / 1e6, (healAt - hotStart) / 1e6, rebuiltAfter, rebuilt,
                     okBeforeHeal - okWhenDown, run, result.report(10), coldWrites.history().summary(), coldReads,
                     coldResult.report(10));
             System.out.println("PartitionRebuildTest: " + story);
-            assertTrue(result.ok(), story);
-            assertTrue(coldResult.ok(), story);
+            assertTrue(result.ok(), story + "\n" + LabHistory.excerpt(h.operations(), result, h::describe, 3));
+            assertTrue(coldResult.ok(), story + "\n" + LabHistory.excerpt(cold, coldResult,
+                    coldWrites.history()::describe, 3));
             assertEquals(0, run.finalPassUnread() + coldWrites.finalPassUnread() + coldReads.finalPassUnread(),
                     "the final passes read every block: " + story);
             assertTrue(okBeforeHeal - okWhenDown >= 10, "the writes went on during the cut: " + story);

@@ -138,7 +138,8 @@ class PartitionTakeoverTest {
 
             assertTrue(merged.fencingViolations().isEmpty(), "A's writes landed after B's grant:\n"
                     + String.join("\n", merged.fencingViolations()) + "\n" + story);
-            assertTrue(result.ok(), story);
+            assertTrue(result.ok(), story + "\n" + LabHistory.excerpt(merged.operations(), result,
+                    aHistory::describe, 3));
             assertEquals(0, bClients.finalPassUnread(), "B's final pass read every block: " + story);
             assertTrue(bHistory.count(Kind.WRITE).get(Outcome.OK) - okBefore >= 10,
                     "B's clients went on writing after the heal: " + story);

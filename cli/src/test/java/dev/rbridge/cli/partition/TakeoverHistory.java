@@ -74,6 +74,11 @@ final class TakeoverHistory {
         return fencingViolations;
     }
 
+    /** The merged history's operations. */
+    List<Operation> operations() {
+        return List.copyOf(operations);
+    }
+
     /** The merged history's verdict. */
     RegisterChecker.Result check() {
         return RegisterChecker.check(operations, old::describe);
