@@ -9,6 +9,8 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
@@ -76,13 +78,15 @@ public final class LibnbdTarget implements BlockTarget {
 
     private final String uri;
     private final Duration timeout;
+    private final List<String> launcher;
     private volatile Process process;
     private OutputStream toChild;
     private InputStream fromChild;
 
-    private LibnbdTarget(String uri, Duration timeout) {
+    private LibnbdTarget(String uri, Duration timeout, List<String> launcher) {
         this.uri = uri;
         this.timeout = timeout;
+        this.launcher = List.copyOf(launcher);
     }
 
     /** Targets on {@code uri} (such as {@code nbd://127.0.0.1:10809/disk}) with the default deadline. */
@@ -92,7 +96,15 @@ public final class LibnbdTarget implements BlockTarget {
 
     /** Targets on {@code uri}, each operation failing after {@code timeout}. Connecting happens on first use. */
     public static Connector connector(String uri, Duration timeout) {
-        return () -> new LibnbdTarget(uri, timeout);
+        return connector(uri, timeout, List.of());
+    }
+
+    /**
+     * As {@link #connector(String, Duration)}, the child started through {@code launcher}, a command that runs the
+     * rest of its arguments (such as {@code ip netns exec NODE}, to run the client in a network namespace).
+     */
+    public static Connector connector(String uri, Duration timeout, List<String> launcher) {
+        return () -> new LibnbdTarget(uri, timeout, launcher);
     }
 
     @Override
@@ -144,8 +156,9 @@ public final class LibnbdTarget implements BlockTarget {
     }
 
     private void start(AtomicBoolean expired) throws IOException {
-        Process p = new ProcessBuilder("/usr/bin/python3", "-I", "-u", "-c", CLIENT, uri)
-                .redirectError(ProcessBuilder.Redirect.DISCARD).start();
+        List<String> command = new ArrayList<>(launcher);
+        command.addAll(List.of("/usr/bin/python3", "-I", "-u", "-c", CLIENT, uri));
+        Process p = new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.DISCARD).start();
         process = p;
         toChild = new BufferedOutputStream(p.getOutputStream(), 1 << 16);
         fromChild = new BufferedInputStream(p.getInputStream(), 1 << 16);

@@ -19,40 +19,46 @@ import java.util.regex.Pattern;
  * in the lab's log folder. The lab kills it on close; {@link #terminate} stops it gracefully first.
  *
  * <p>A memserver listens on its node's lab address; a bridge serves NBD on its node's lab address (so clients in
- * other nodes reach it through the lab, and a cut between them is a cut) and its admin interface on its node's
- * loopback, which no cut touches: an operator on the bridge's host, read with a {@link NetProbe} in that node.
+ * other nodes reach it through the lab, and a cut between them is a cut). Both have their admin interface on their
+ * node's loopback, which no cut touches: an operator on that host, read with a {@link NetProbe} in that node
+ * ({@link LabAdmin}).
  */
 public final class LabRbridge {
-    private static final Pattern LENDING = Pattern.compile("rbridge memserver: lending \\S+ at (\\S+:\\d+)");
+    private static final Pattern LENDING = Pattern.compile(
+            "rbridge memserver: lending \\S+ at (\\S+:\\d+) admin (\\S+:\\d+)");
     private static final Pattern SERVING = Pattern.compile("rbridge serve: serving (nbd://\\S+)");
     private static final Pattern ADMIN = Pattern.compile("rbridge serve: admin (http://[^/\\s]+/)");
     private static final Duration START_TIMEOUT = Duration.ofSeconds(60);
 
     private final String label;
+    private final String node;
     private final Process process;
     private final Path out;
     private final Path log;
     private String address;
     private String adminUrl;
 
-    private LabRbridge(String label, Process process, Path out, Path log) {
+    private LabRbridge(String label, String node, Process process, Path out, Path log) {
         this.label = label;
+        this.node = node;
         this.process = process;
         this.out = out;
         this.log = log;
     }
 
     /**
-     * {@code rbridge memserver --listen NODE_ADDRESS:0 --capacity CAPACITY} (no admin, no metrics, tcp) in
-     * {@code node}; returns once it prints where it lends.
+     * {@code rbridge memserver --listen NODE_ADDRESS:0 --capacity CAPACITY} (admin on the node's loopback, no metrics,
+     * tcp) in {@code node}; returns once it prints where it lends.
      */
     public static LabRbridge memserver(PartitionLab lab, String node, String capacity, String... more)
             throws IOException {
         List<String> args = new ArrayList<>(List.of("memserver", "--listen", lab.address(node) + ":0", "--capacity",
-                capacity, "--admin", "none", "--metrics", "none", "--transport", "tcp"));
+                capacity, "--admin", "127.0.0.1:0", "--metrics", "none", "--transport", "tcp"));
         args.addAll(List.of(more));
         LabRbridge m = start(lab, node, "memserver-" + node, args);
-        m.address = m.await(LENDING).group(1);
+        Matcher lending = m.await(LENDING);
+        m.address = lending.group(1);
+        m.adminUrl = "http://" + lending.group(2) + "/";
         return m;
     }
 
@@ -86,7 +92,7 @@ public final class LabRbridge {
         Process p = lab.start(new ProcessBuilder(lab.command(node, jvm)).redirectOutput(out.toFile())
                 .redirectError(log.toFile())
                 .redirectInput(ProcessBuilder.Redirect.from(Path.of("/dev/null").toFile())));
-        return new LabRbridge(label, p, out, log);
+        return new LabRbridge(label, node, p, out, log);
     }
 
     /** A memserver's {@code host:port} (as the bridge's --memserver and its admin JSON name it). */
@@ -99,7 +105,12 @@ public final class LabRbridge {
         return address.substring(0, address.lastIndexOf('/') + 1) + volume;
     }
 
-    /** A bridge's admin base URL on its node's loopback ({@code http://127.0.0.1:PORT/}). */
+    /** The node it runs in. */
+    public String node() {
+        return node;
+    }
+
+    /** Its admin base URL on its node's loopback ({@code http://127.0.0.1:PORT/}). */
     public String adminUrl() {
         return adminUrl;
     }
