@@ -19,8 +19,10 @@ final class RegionPin implements RegionService.Pin {
     private final MemorySegment slice;
     private boolean closed;
     private boolean deviceHolds;
-    /** Counted down once closed, for a drained takeover waiting on it. */
-    private final CountDownLatch ended = new CountDownLatch(1);
+    /** Set once closed, for a drained takeover looking on from another thread. */
+    private volatile boolean ended;
+    /** Made only when a drained takeover waits for this pin (rarely): counted down once closed. */
+    private volatile CountDownLatch waiter;
 
     RegionPin(Region region, ClientSession client, long offset, MemorySegment slice) {
         this.region = region;
@@ -32,7 +34,16 @@ final class RegionPin implements RegionService.Pin {
     /** Waits until closed or {@code deadline} (System.nanoTime); whether it closed. */
     boolean awaitClosed(long deadline) {
         try {
-            return ended.await(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            CountDownLatch w;
+            synchronized (this) {
+                w = waiter;
+                if (w == null) {
+                    waiter = w = new CountDownLatch(1);
+                }
+            }
+            // close() sets ended before it looks at waiter, and this set waiter before it looks at ended (both
+            // volatile): either close sees the latch and counts it down, or this sees the pin ended.
+            return ended || w.await(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             return false;
@@ -90,7 +101,11 @@ final class RegionPin implements RegionService.Pin {
                 region.releasedByDevice();
             }
             region.unpin();
-            ended.countDown();
+            ended = true;
+            CountDownLatch w = waiter;
+            if (w != null) {
+                w.countDown();
+            }
         }
     }
 }
