@@ -86,6 +86,12 @@ final class LeaseKeeper implements AutoCloseable {
         boolean known() {
             return ownerChanges != Lease.UNKNOWN_OWNER_CHANGES;
         }
+
+        /** The lease id is a secret: never printed. */
+        @Override
+        public String toString() {
+            return "Seen[serverId=" + serverId + ", ownerChanges=" + ownerChanges + ", epoch=" + epoch + "]";
+        }
     }
 
     /**

@@ -91,6 +91,13 @@ final class Leases {
             return new Entry(owner, holder, ttlMillis, expiresAtNanos, s, ownerChanges, epoch, leaseId, touched);
         }
 
+        /** The lease id is a secret: never printed. */
+        @Override
+        public String toString() {
+            return "Entry[owner=" + owner + ", holder=" + holder.id() + ", state=" + state + ", epoch=" + epoch
+                    + ", touched=" + touched + "]";
+        }
+
         Entry touchedByAnother() {
             return new Entry(owner, holder, ttlMillis, expiresAtNanos, state, ownerChanges, epoch, leaseId, true);
         }
@@ -201,7 +208,7 @@ final class Leases {
             table.put(volume, new Entry(owner, c, ttlMillis, expires, State.HELD, ownerChanges, previous.epoch(),
                     previous.leaseId(), false));
             return new Grant(new Lease(volume, owner, ttlMillis, false, ownerChanges, previous.epoch(),
-                    previous.leaseId(), true), true);
+                    previous.leaseId(), presentedId != Lease.NO_ID), true); // continued: the id presented, if any
         }
         boolean continued = previous != null && presentedId != Lease.NO_ID && presentedId == previous.leaseId()
                 && !previous.touched();
@@ -245,12 +252,13 @@ final class Leases {
 
     /**
      * The grant of {@code epoch} to {@code c} could not be completed (accesses under an older epoch did not end in
-     * time): it binds nobody, and the next grant opens a new epoch and drains again.
+     * time): it binds nobody, and the next grant opens a new epoch and drains again (so it is answered only once those
+     * accesses have ended). Nobody else touched the volume for it: a retry presenting the id still continues it.
      */
     void abandon(Holder c, String volume, long epoch) {
         Entry l = table.get(volume);
         if (l != null && l.holder() == c && l.epoch() == epoch && l.state() == State.HELD) {
-            table.put(volume, l.in(State.RELEASED).touchedByAnother());
+            table.put(volume, l.in(State.RELEASED));
             held.computeIfPresent(c, (h, n) -> n > 1 ? n - 1 : null);
         }
     }

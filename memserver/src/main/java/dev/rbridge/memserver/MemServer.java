@@ -482,18 +482,29 @@ public final class MemServer implements RegionService, AutoCloseable {
             }
             inFlight = TakeoverDrain.inFlight(clients, volume, c);
         }
-        if (!inFlight.isEmpty() && !TakeoverDrain.drained(volume, g.lease().epoch(), inFlight, DRAIN_MILLIS)) {
-            synchronized (control) {
-                leases.abandon(c, volume, g.lease().epoch());
+        boolean drained = false;
+        try {
+            drained = inFlight.isEmpty() || TakeoverDrain.drained(volume, g.lease().epoch(), inFlight, DRAIN_MILLIS);
+        } finally {
+            if (!drained) { // timed out, or failed: the grant binds nobody, and the next one drains again
+                synchronized (control) {
+                    leases.abandon(c, volume, g.lease().epoch());
+                }
             }
+        }
+        if (!drained) {
             throw new RemoteMemoryException(Status.LEASE_HELD, "volume '" + volume + "': operations of the previous "
                     + "holder are still in flight after " + DRAIN_MILLIS + " ms; try again");
         }
         return g.lease();
     }
 
-    /** How long a grant in a new epoch waits for the accesses under older epochs to end. */
-    static final long DRAIN_MILLIS = 10_000;
+    /**
+     * How long a grant in a new epoch waits for the accesses under older epochs to end, once their connections are cut
+     * (a transfer blocked on a closed socket ends at once): well within a bridge's operation timeout (5 s), which the
+     * grantee's LEASE is waiting under.
+     */
+    static final long DRAIN_MILLIS = 3_000;
 
     void unlease(ClientSession c, String volume, String owner, long leaseId) {
         synchronized (control) {

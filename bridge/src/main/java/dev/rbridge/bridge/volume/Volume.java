@@ -548,7 +548,6 @@ public final class Volume implements BlockDevice {
                     errors[k] = Failures.cause(e);
                 }
                 if (pending.decrementAndGet() == 0) {
-                    s.writeOrder.leave(ticket);
                     if (gate != null) {
                         gate.leave(offset, length);
                     }
@@ -560,6 +559,9 @@ public final class Volume implements BlockDevice {
                     CompletableFuture<Void> done = failed
                             ? afterFailures(s, List.of(targets), set.live.size(), errors, zero).thenCompose(x -> set.tagged)
                             : set.tagged;
+                    // Only now: a replica that missed the write is out of the live set (afterFailures takes it out
+                    // at once), so no read that waits for this write can be served by it afterwards.
+                    s.writeOrder.leave(ticket);
                     done.whenComplete((x, y) -> {
                         if (y == null) {
                             result.complete(null);

@@ -205,7 +205,8 @@ final class UcxServerConnection implements GatedListener.Connection {
                         send(reply);
                     } else {
                         // Every client that holds the region's remote key forgets it before the memory may go.
-                        listener.invalidate(List.of(r.regionId()), false).whenComplete((v, e) -> sendLater(reply));
+                        listener.invalidate(List.of(r.regionId()), false)
+                                .whenComplete((v, e) -> replyAfterWithdrawal(reply, e));
                     }
                 }
                 case Message.Lease l -> {
@@ -218,7 +219,8 @@ final class UcxServerConnection implements GatedListener.Connection {
                     if (stale.isEmpty()) {
                         send(reply);
                     } else {
-                        listener.invalidate(stale, true, this).whenComplete((v, e) -> sendLater(reply));
+                        listener.invalidate(stale, true, this)
+                                .whenComplete((v, e) -> replyAfterWithdrawal(reply, e));
                     }
                 }
                 case Message.UcxConnect u -> {
@@ -231,6 +233,14 @@ final class UcxServerConnection implements GatedListener.Connection {
                 default -> send(ControlDispatcher.answer(s, m));
             }
         }
+    }
+
+    /** Sends a reply that waited for remote keys to be withdrawn; a withdrawal that failed is said, not swallowed. */
+    private void replyAfterWithdrawal(Message reply, Throwable failure) {
+        if (failure != null) {
+            log.warn("client {}: withdrawing remote keys failed: {}", peer, failure.toString());
+        }
+        sendLater(reply);
     }
 
     /**

@@ -104,6 +104,12 @@ public sealed interface Message {
             this(id, volume, owner, ttlMillis, dev.rbridge.rdma.Lease.NO_ID);
         }
 
+        /** The lease id is a secret: never printed. */
+        @Override
+        public String toString() {
+            return "Lease[id=" + id + ", volume=" + volume + ", owner=" + owner + ", ttlMillis=" + ttlMillis + "]";
+        }
+
         public int code() {
             return Opcode.LEASE.code();
         }
@@ -118,6 +124,12 @@ public sealed interface Message {
 
         public Unlease(long id, String volume, String owner) {
             this(id, volume, owner, dev.rbridge.rdma.Lease.NO_ID);
+        }
+
+        /** The lease id is a secret: never printed. */
+        @Override
+        public String toString() {
+            return "Unlease[id=" + id + ", volume=" + volume + ", owner=" + owner + "]";
         }
 
         public int code() {
