@@ -52,6 +52,10 @@ class LocalProviderContractTest extends ProviderContractTest {
                 return m.stats().residentBytes();
             }
 
+            public long lingeringBytes() {
+                return m.stats().lingeringBytes();
+            }
+
             public Map<String, Long> refused() {
                 return m.stats().refused();
             }

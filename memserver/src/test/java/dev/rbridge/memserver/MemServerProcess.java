@@ -117,6 +117,11 @@ final class MemServerProcess implements AutoCloseable {
         return counters().get("resident_bytes");
     }
 
+    /** Regions released or revoked whose memory is still mapped (pinned), counted against the capacity. */
+    long lingeringBytes() throws IOException, InterruptedException {
+        return counters().get("lingering_bytes");
+    }
+
     /**
      * An operator's revoke, asked on the process's stdin ({@link StandaloneMemServer}'s stand-in for the admin
      * interface, which lives in ops); returns once the memserver has revoked the region.

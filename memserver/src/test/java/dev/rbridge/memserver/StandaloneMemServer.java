@@ -32,6 +32,7 @@ public final class StandaloneMemServer {
         stats.createContext("/", exchange -> {
             MemServer.Stats s = server.stats();
             StringBuilder b = new StringBuilder("resident_bytes " + s.residentBytes() + "\n");
+            b.append("lingering_bytes ").append(s.lingeringBytes()).append('\n');
             b.append("connections ").append(server.connectionCount()).append('\n');
             s.refused().forEach((reason, n) -> b.append("refused.").append(reason).append(' ').append(n).append('\n'));
             byte[] body = b.toString().getBytes(StandardCharsets.UTF_8);

@@ -300,19 +300,27 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
 
     /**
      * Withdraws every registration of these regions: the clients holding their keys forget them (or are
-     * disconnected), then the memory is deregistered and unpinned; completes when the clients have answered. When
-     * {@code fence} (a lease taken over, a region revoked) and the NIC enforces withdrawn keys, the memory is
-     * deregistered first and this completes once it is: whoever still writes with the old key fails from then on.
+     * disconnected), then the memory is deregistered and unpinned; completes when the clients have answered and what
+     * goes at once is unpinned. When {@code fence} (a lease taken over, a region revoked) and the NIC enforces
+     * withdrawn keys, the memory is deregistered first and this completes once it is: whoever still writes with the
+     * old key fails from then on.
      */
     CompletableFuture<Void> invalidate(Collection<Long> regions, boolean fence) {
-        return invalidate(regions, fence, null);
+        return invalidate(regions, fence, false, null);
     }
 
     /**
-     * As {@link #invalidate(Collection, boolean)}; a fence also closes the UCX endpoint of every client holding a key
-     * of these regions at once, but {@code spared}'s (the connection whose lease grant fences the others, or null).
+     * A lease taken over: as {@link #invalidate(Collection, boolean)} with {@code fence}, and it also closes the UCX
+     * endpoint of every client holding a key of these regions at once, but {@code grantee}'s (the connection whose
+     * grant fences the others, or null): a fenced client moves no more data, whatever keys it holds. A region revoked
+     * by an operator is no fence of its client, which goes on with its other regions.
      */
-    CompletableFuture<Void> invalidate(Collection<Long> regions, boolean fence, UcxServerConnection spared) {
+    CompletableFuture<Void> fence(Collection<Long> regions, UcxServerConnection grantee) {
+        return invalidate(regions, true, true, grantee);
+    }
+
+    private CompletableFuture<Void> invalidate(Collection<Long> regions, boolean fence, boolean cutHolders,
+                                               UcxServerConnection spared) {
         Map<UcxServerConnection, List<Long>> perClient = new HashMap<>();
         List<Registration> victims = new ArrayList<>();
         synchronized (registrations) {
@@ -331,7 +339,7 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         if (victims.isEmpty()) {
             return CompletableFuture.completedFuture(null);
         }
-        if (fence) {
+        if (cutHolders) {
             for (UcxServerConnection c : perClient.keySet()) {
                 if (c != spared) {
                     c.cutDataPath();
@@ -346,20 +354,27 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         }
         List<CompletableFuture<Boolean>> answers = new ArrayList<>();
         perClient.forEach((c, ids) -> answers.add(c.invalidate(ids)));
-        return CompletableFuture.allOf(answers.toArray(CompletableFuture[]::new)).thenRun(() -> {
+        return CompletableFuture.allOf(answers.toArray(CompletableFuture[]::new)).thenCompose(x -> {
             boolean allAnswered = answers.stream().allMatch(CompletableFuture::join);
             List<Long> kept = new ArrayList<>();
+            List<CompletableFuture<Void>> droppedNow = new ArrayList<>();
             for (Registration r : victims) {
                 boolean now = allAnswered || enforced(r);
-                if (!now) {
+                if (now) {
+                    droppedNow.add(drop(r, 0));
+                } else {
                     kept.add(r.id.region());
+                    drop(r, GRACE_MILLIS);
                 }
-                drop(r, now ? 0 : GRACE_MILLIS);
             }
             if (!kept.isEmpty()) {
                 log.info("region(s) {} stay registered for a grace period of {} ms: a client holding their key did "
                         + "not answer, and withdrawn keys are not NIC-enforced here", kept, GRACE_MILLIS);
             }
+            // Complete once what goes now is deregistered and unpinned: a RELEASE answered after this finds the
+            // region's memory unmapped and its bytes back in the capacity (memory kept for a grace period stays
+            // counted, as lingering, until then).
+            return CompletableFuture.allOf(droppedNow.toArray(CompletableFuture[]::new));
         });
     }
 

@@ -219,8 +219,7 @@ final class UcxServerConnection implements GatedListener.Connection {
                     if (stale.isEmpty()) {
                         send(reply);
                     } else {
-                        listener.invalidate(stale, true, this)
-                                .whenComplete((v, e) -> replyAfterWithdrawal(reply, e));
+                        listener.fence(stale, this).whenComplete((v, e) -> replyAfterWithdrawal(reply, e));
                     }
                 }
                 case Message.UcxConnect u -> {

@@ -221,8 +221,8 @@ class UcxRevocationTest {
     }
 
     /**
-     * A fence (here a region withdrawn, as an operator's revoke or a lease taken over does) closes the UCX endpoint of
-     * every client holding the region's key at once. The client is cut off on its control connection, so it neither
+     * A fence (a lease taken over: here its withdrawal alone, as the new holder's grant makes it) closes the UCX
+     * endpoint of every client holding the region's key at once. The client is cut off on its control connection, so it neither
      * reads the INVALIDATE nor is disconnected before the (long) hello timeout: only the closed endpoint stops it.
      * Its reads used to go on until its control connection ended.
      */
@@ -239,7 +239,7 @@ class UcxRevocationTest {
             a.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS); // mapped, wired up
 
             control.freeze();
-            CompletableFuture<Void> withdrawn = listener.withdraw(List.of(r.id()));
+            CompletableFuture<Void> withdrawn = listener.fence(List.of(r.id()), null);
             assertEquals(Status.CONNECTION_LOST, readsUntilFailure(a, r, arena, 5).status());
             assertFalse(withdrawn.isDone() && withdrawn.isCompletedExceptionally());
         }
