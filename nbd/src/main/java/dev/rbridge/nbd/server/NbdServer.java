@@ -34,7 +34,7 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>Slots: at most {@code maxConnections} connections, {@code maxConnectionsPerPeer} from one address. A connection
  * that would pass either takes the slot of the oldest connection of that address still in its handshake (for the
- * global limit, of the address holding the most handshakes). A connection that has not finished its handshake never
+ * global limit, of the address holding the most connections). A connection that has not finished its handshake never
  * costs a session its slot: when none is handshaking, the newcomer is let in on probation and takes the slot of the
  * longest-idle session of that address (for the global limit, of the address holding the most) only once its own
  * handshake is through; idle sessions are otherwise never closed (the kernel keeps them for days). When no session is
@@ -240,7 +240,7 @@ public final class NbdServer implements AutoCloseable {
 
     /**
      * Gives {@code c} a slot, if need be in place of a connection still in its handshake (the oldest of its address for
-     * the per-address limit, of the address holding the most handshakes for the global one): a connection that has
+     * the per-address limit, of the address holding the most connections for the global one): a connection that has
      * not finished its handshake never costs a session its slot. When none is handshaking but a session is idle,
      * {@code c} is let in over the limit, on probation: the idle session makes way only once {@code c} finishes its
      * own handshake ({@link #enterTransmission}), and a newcomer meanwhile takes {@code c}'s place like any other
@@ -256,11 +256,14 @@ public final class NbdServer implements AutoCloseable {
                 reason = "peer_limit";
             } else if (connections.size() >= config.maxConnections()) {
                 reason = "connection_limit";
-                from = mostHandshakes();
+                from = busiestPeer(); // the address holding the most pays, as for idle sessions
             } else {
                 reason = null;
             }
             evicted = reason == null ? null : oldestHandshake(from);
+            if (evicted == null && reason != null && probation.size() >= maxProbation()) {
+                evicted = oldestOnProbation(); // newcomers over the limit still handshaking make way for each other
+            }
             if (evicted != null && !evicted.decideToClose("closed in its handshake to make room for a new connection"
                     + " (" + reason.replace('_', ' ') + ")")) {
                 evicted = null; // the housekeeper got to it first: its slot is about to free anyway
@@ -335,15 +338,24 @@ public final class NbdServer implements AutoCloseable {
         return perPeer.entrySet().stream().max(Map.Entry.comparingByValue()).map(Map.Entry::getKey).orElse("");
     }
 
-    /** The address with the most connections still in their handshake, or ""; guarded by {@link #slots}. */
-    private String mostHandshakes() {
-        Map<String, Integer> handshakes = new HashMap<>();
-        for (Connection x : connections) {
-            if (!x.inTransmission() && !x.closing()) {
-                handshakes.merge(x.peerAddress(), 1, Integer::sum);
+    /**
+     * Connections let in over the limits on probation at once, at most: past it the oldest of them (still in its
+     * handshake) makes way for a newcomer, so a flood that never finishes its handshakes holds no more than this over
+     * the limit, and costs no session its slot.
+     */
+    private int maxProbation() {
+        return Math.max(4, config.maxConnections() / 16);
+    }
+
+    /** The connection on probation accepted first (still in its handshake), or null; guarded by {@link #slots}. */
+    private Connection oldestOnProbation() {
+        Connection best = null;
+        for (Connection x : probation.keySet()) {
+            if (!x.closing() && !x.inTransmission() && (best == null || x.acceptedNanos() - best.acceptedNanos() < 0)) {
+                best = x;
             }
         }
-        return handshakes.entrySet().stream().max(Map.Entry.comparingByValue()).map(Map.Entry::getKey).orElse("");
+        return best;
     }
 
     /** The oldest connection of {@code peerAddress} still in its handshake, or null. */
