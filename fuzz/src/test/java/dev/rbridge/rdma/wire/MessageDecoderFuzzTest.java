@@ -163,6 +163,29 @@ class MessageDecoderFuzzTest {
                         check(l.ownerChanges() == dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES,
                                 () -> m + " read a count from a body of " + length);
                     }
+                    // Its epoch, lease id and continued flag came later still: all three, or none (read as none).
+                    if (length >= 34) {
+                        check(Arrays.equals(enc.array(), Protocol.HEADER + 17, Protocol.HEADER + 33, stream, at + 17,
+                                at + 33), () -> m + " re-encodes to another epoch or lease id");
+                        check(Boolean.valueOf(stream[at + 33] != 0).equals(l.continued()),
+                                () -> m + " read its continued flag from " + stream[at + 33]);
+                    } else {
+                        check(l.epoch() == dev.rbridge.rdma.Lease.NO_EPOCH && l.continued() == null,
+                                () -> m + " read an epoch from a body of " + length);
+                    }
+                } else if (m instanceof Message.Lease || m instanceof Message.Unlease) {
+                    // A lease id ends them, absent from older clients' requests (read as none, written as 0).
+                    long leaseId = m instanceof Message.Lease l ? l.leaseId() : ((Message.Unlease) m).leaseId();
+                    int withoutId = fixed - 8;
+                    check(Arrays.equals(enc.array(), Protocol.HEADER, Protocol.HEADER + withoutId, stream, at,
+                            at + withoutId), () -> m + " re-encodes to another body");
+                    if (length >= fixed) {
+                        check(Arrays.equals(enc.array(), Protocol.HEADER + withoutId, Protocol.HEADER + fixed, stream,
+                                at + withoutId, at + fixed), () -> m + " re-encodes to another lease id");
+                    } else {
+                        check(leaseId == dev.rbridge.rdma.Lease.NO_ID, () -> m + " read a lease id from a body of "
+                                + length);
+                    }
                 } else {
                     check(encLength <= length, () -> m + " re-encodes to a body of " + encLength + ", it came in "
                             + length);

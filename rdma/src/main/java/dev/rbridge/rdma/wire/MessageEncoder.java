@@ -21,6 +21,15 @@ public final class MessageEncoder {
     }
 
     /** Bytes {@link #encode(Message, ByteBuffer)} writes: the header and the body, without WRITE or READ data. */
+    /**
+     * Whether a LEASE reply carries its epoch, lease id and continued flag (a memserver that predates them sends 17
+     * bytes; one that knows them sends all three, even an epoch of 0).
+     */
+    private static boolean hasGrantFields(Message.LeaseReply l) {
+        return l.epoch() != dev.rbridge.rdma.Lease.NO_EPOCH || l.leaseId() != dev.rbridge.rdma.Lease.NO_ID
+                || l.continued() != null;
+    }
+
     public static int size(Message m) {
         return switch (m) {
             case Message.Write w -> Protocol.HEADER + Protocol.DATA_ADDRESS;
@@ -65,7 +74,7 @@ public final class MessageEncoder {
             case Message.ListReply l -> listBodyLength(l.regions());
             case Message.ReleaseReply r -> 0;
             case Message.RetagReply r -> descriptorLength(r.region());
-            case Message.LeaseReply l -> l.epoch() == dev.rbridge.rdma.Lease.NO_EPOCH ? 17 : 34;
+            case Message.LeaseReply l -> hasGrantFields(l) ? 34 : 17;
             case Message.UnleaseReply u -> 0;
             case Message.InfoReply i -> stringLength(i.serverId()) + 16;
             case Message.StateReply st -> 4;
@@ -144,7 +153,7 @@ public final class MessageEncoder {
             case Message.RetagReply r -> putDescriptor(dst, r.region());
             case Message.LeaseReply l -> {
                 dst.putLong(l.ttlMillis()).put((byte) (l.tookOver() ? 1 : 0)).putLong(l.ownerChanges());
-                if (l.epoch() != dev.rbridge.rdma.Lease.NO_EPOCH) {
+                if (hasGrantFields(l)) {
                     dst.putLong(l.epoch()).putLong(l.leaseId()).put((byte) (Boolean.TRUE.equals(l.continued()) ? 1 : 0));
                 }
             }
