@@ -80,8 +80,10 @@ echo "B verify: exit $verify_rc"
 head -5 fio-b-verify.err
 
 kill -INT $fio_a 2>/dev/null || true
-# fio writes its summary as it stops; one stuck in I/O on the fenced device is killed after 60 s rather than waited on
-(sleep 60; kill -KILL $fio_a 2>/dev/null) &
+# fio writes its summary as it stops, once its I/O returns. A's requests may wait in A's bridge until its 120 s
+# watchdog fails them (the memserver closed A's endpoint, so no completion comes): fio is killed only after longer.
+# (The watchdog lets go of the job's output: a sleep left holding it would keep the guest up until it ends.)
+(exec >/dev/null 2>&1; sleep 170; kill -KILL $fio_a) &
 dog=$!
 wait $fio_a 2>/dev/null || true
 kill $dog 2>/dev/null || true
@@ -90,6 +92,9 @@ echo "A writes: errors $(grep -m1 '"total_err"' fio-a.json | tr -dc 0-9), writte
 # The NIC answers a PUT with a deregistered rkey with a remote access error, which puts A's RC queue pair in the error
 # state; UCX reports that as "Connection reset by remote peer (status -25)" for whatever was in flight on it.
 echo "A log: $(grep -c 'failed in UCX' a.log) UCX failure(s)"
+# The memserver also closes the endpoint of a client whose lease was taken over: its queue pair is gone, so nothing A
+# sends on it later lands, whatever rkey it carries.
+echo "memserver: $(grep -c "client $ip:$(echo $ports | cut -d' ' -f1): closing its UCX endpoint (fenced" ms.log) fenced endpoint(s) of A closed"
 grep -m 3 'failed in UCX\|stops serving' a.log | cut -c1-240 || true
 nft delete table inet cut
 nbd-client -d /dev/nbd1 || true
