@@ -30,7 +30,7 @@ import org.junit.jupiter.params.provider.MethodSource;
  */
 @Tag("fuzz")
 class FuzzBrieflyTest {
-    static final int SECONDS = 10;
+    static final int SECONDS = 5;
     private static final Pattern DONE = Pattern.compile("Done (\\d+) runs in");
 
     /** All targets, or those named in {@code -Drbridge.fuzz.targets=a,b} (to try one without the others' minutes). */
