@@ -3,6 +3,8 @@ package dev.rbridge.bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.common.Failures;
+import dev.rbridge.common.duty.Duty;
+import dev.rbridge.common.duty.DutyCycle;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -19,7 +21,6 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.locks.LockSupport;
 import java.util.function.BiConsumer;
 
 /**
@@ -70,7 +71,7 @@ final class LeaseKeeper implements AutoCloseable {
     private final Map<MemserverLink, Holding> holdings = new ConcurrentHashMap<>();
     /** Per memserver and volume, what the memserver said of the volume's owners at this process's last grant there. */
     private final Map<MemserverLink, Map<Volume, Seen>> seen = new ConcurrentHashMap<>();
-    private final Thread duty;
+    private volatile DutyCycle cycle;
     private volatile boolean running = true;
 
     /**
@@ -115,41 +116,42 @@ final class LeaseKeeper implements AutoCloseable {
         this.config = config;
         this.volumes = volumes;
         this.linkDown = linkDown;
-        this.duty = Thread.ofPlatform().name("bridge-lease").daemon().unstarted(this::run);
     }
 
-    /** Starts renewing; before the first lease is taken. */
+    /** Starts renewing, every third of the lease's time to live; before the first lease is taken. */
     void start() {
-        duty.start();
+        Duration every = config.leaseTtl().dividedBy(3);
+        cycle = DutyCycle.start(new Duty() {
+            @Override
+            public String role() {
+                return "bridge-lease";
+            }
+
+            @Override
+            public long doWork() {
+                renew();
+                return every.toNanos();
+            }
+        }, every);
     }
 
     /** Stops renewing (the leases lapse, or are given back by {@link #giveBack}). */
     @Override
     public void close() {
         running = false;
-        duty.interrupt();
         // A renewal sent after the leases are given back would take them again, and the next start would find them
         // taken over rather than given back (a needless resynchronization): wait, briefly, for the passes under way.
         long deadline = System.nanoTime() + CLOSE_WAIT_NANOS;
+        DutyCycle c = cycle;
+        if (c != null) {
+            c.close(Duration.ofNanos(CLOSE_WAIT_NANOS));
+        }
         try {
-            duty.join(Duration.ofNanos(CLOSE_WAIT_NANOS));
             while (holdings.values().stream().anyMatch(h -> h.renewing().get()) && System.nanoTime() < deadline) {
                 Thread.sleep(5);
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-        }
-    }
-
-    private void run() {
-        long every = config.leaseTtl().toNanos() / 3;
-        while (running) {
-            try {
-                renew();
-            } catch (RuntimeException e) {
-                log.error("renewing the leases failed", e);
-            }
-            LockSupport.parkNanos(every);
         }
     }
 

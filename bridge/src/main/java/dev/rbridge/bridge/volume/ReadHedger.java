@@ -1,11 +1,13 @@
 package dev.rbridge.bridge.volume;
 
+import dev.rbridge.common.duty.Duty;
+import dev.rbridge.common.duty.DutyCycle;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.time.Duration;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.locks.LockSupport;
 
 /**
  * Hedged reads: Hydra's late binding applied to replicas. A read piece of up to {@link #MAX_HEDGED_BYTES} on a slab
@@ -14,7 +16,7 @@ import java.util.concurrent.locks.LockSupport;
  * whichever answers first is the one returned ({@link HedgedRead}). Writes are acknowledged only once every live
  * replica has them, so either answer holds every write acknowledged before the read was sent.
  *
- * <p>One thread per bridge with one duty (Aeron's duty cycle): it watches the reads that may need a hedge in the
+ * <p>One thread per bridge with one duty ({@link DutyCycle}): it watches the reads that may need a hedge in the
  * order they were sent, hedges those whose deadline has passed, and sleeps until the next deadline (at least
  * {@link #MIN_SLEEP_NANOS}). With nothing watched it goes on waking every {@link #EMPTY_TICK_NANOS} for
  * {@link #IDLE_AFTER_NANOS}, then parks until a read arrives: a busy volume's reads cost no wake-up, and a read is
@@ -28,7 +30,7 @@ import java.util.concurrent.locks.LockSupport;
  * in use (beyond either a read is not hedged), and hedges are rationed to {@link #HEDGE_SHARE} of reads (a tenth of a
  * token per read, bursts of {@link #HEDGE_BURST}), so a memserver that is slow for good doubles no one's load.
  */
-public final class ReadHedger implements AutoCloseable {
+public final class ReadHedger implements Duty, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(ReadHedger.class);
 
     /** Larger reads are bandwidth, not latency: they go straight into the caller's buffer and are never hedged. */
@@ -53,8 +55,11 @@ public final class ReadHedger implements AutoCloseable {
     private final ConcurrentLinkedQueue<HedgedRead> watched = new ConcurrentLinkedQueue<>();
     private final AtomicInteger watchedCount = new AtomicInteger();
     private final ScratchBuffers scratch = new ScratchBuffers(MAX_HEDGED_BYTES, MAX_SCRATCH_BYTES);
-    private final Thread thread;
+    private final DutyCycle cycle;
+    /** Parked with nothing watched: a read watched now wakes the hedger. */
     private volatile boolean idle;
+    /** Since when nothing has been watched (System.nanoTime), 0 while something is; the hedger's own. */
+    private long emptySince;
     private volatile boolean closed;
     /** Hedge tokens: a tenth per read watched, one spent per hedge; touched by the hedger only. */
     private double tokens = HEDGE_BURST;
@@ -62,7 +67,7 @@ public final class ReadHedger implements AutoCloseable {
     private final AtomicInteger readsSinceRefill = new AtomicInteger();
 
     public ReadHedger() {
-        thread = Thread.ofPlatform().name("rbridge-read-hedger").daemon().start(this::run);
+        cycle = DutyCycle.start(this, Duration.ofNanos(EMPTY_TICK_NANOS));
     }
 
     ScratchBuffers scratch() {
@@ -81,37 +86,37 @@ public final class ReadHedger implements AutoCloseable {
         readsSinceRefill.incrementAndGet();
         watched.add(read);
         if (idle) {
-            LockSupport.unpark(thread);
+            cycle.wake();
         }
         return true;
     }
 
-    private void run() {
-        long emptySince = 0;
-        while (!closed) {
-            long now = System.nanoTime();
-            long sleep;
-            try {
-                sleep = doWork(now);
-            } catch (RuntimeException | Error e) {
-                log.error("the read hedger's duty cycle failed; it goes on", e);
-                sleep = EMPTY_TICK_NANOS;
-            }
-            if (sleep >= 0) {
-                emptySince = 0;
-                LockSupport.parkNanos(this, sleep);
-            } else if (emptySince == 0 || now - emptySince < IDLE_AFTER_NANOS) {
-                emptySince = emptySince == 0 ? now : emptySince;
-                LockSupport.parkNanos(this, EMPTY_TICK_NANOS);
-            } else {
-                idle = true;
-                if (watched.isEmpty() && !closed) { // re-checked after idle is visible: a watch now unparks us
-                    LockSupport.park(this);
-                }
-                idle = false;
-                emptySince = 0;
-            }
+    @Override
+    public String role() {
+        return "rbridge-read-hedger";
+    }
+
+    /** A duty cycle now; then ticks while nothing is watched, and parks (idle) once that lasted a while. */
+    @Override
+    public long doWork() {
+        idle = false;
+        long now = System.nanoTime();
+        long sleep = doWork(now);
+        if (sleep >= 0) {
+            emptySince = 0;
+            return sleep;
         }
+        if (emptySince == 0 || now - emptySince < IDLE_AFTER_NANOS) {
+            emptySince = emptySince == 0 ? now : emptySince;
+            return EMPTY_TICK_NANOS;
+        }
+        idle = true;
+        if (!watched.isEmpty() || closed) { // re-checked after idle is visible: a watch from now on wakes us
+            idle = false;
+            return 0;
+        }
+        emptySince = 0;
+        return UNTIL_WOKEN;
     }
 
     /**
@@ -140,13 +145,7 @@ public final class ReadHedger implements AutoCloseable {
     @Override
     public void close() {
         closed = true;
-        LockSupport.unpark(thread);
-        try {
-            thread.join(2000);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-        if (thread.isAlive()) {
+        if (!cycle.close(Duration.ofSeconds(2))) {
             log.warn("the read hedger did not stop in time");
         }
     }
