@@ -1,5 +1,7 @@
 package dev.rbridge.rdma;
 
+import dev.rbridge.common.Checks;
+
 import javax.net.ssl.SSLContext;
 import java.net.InetSocketAddress;
 import java.time.Duration;
@@ -45,13 +47,13 @@ public final class ConnectParams {
     }
 
     public ConnectParams connectTimeout(Duration d) {
-        this.connectTimeout = positive(d);
+        this.connectTimeout = Checks.positive("connect timeout", d);
         return this;
     }
 
     /** Longest time any operation may stay unanswered before the peer is declared dead. */
     public ConnectParams operationTimeout(Duration d) {
-        this.operationTimeout = positive(d);
+        this.operationTimeout = Checks.positive("operation timeout", d);
         return this;
     }
 
@@ -155,12 +157,5 @@ public final class ConnectParams {
 
     public Duration operationTimeout() {
         return operationTimeout;
-    }
-
-    private static Duration positive(Duration d) {
-        if (d == null || d.isNegative() || d.isZero()) {
-            throw new IllegalArgumentException("timeouts must be positive");
-        }
-        return d;
     }
 }

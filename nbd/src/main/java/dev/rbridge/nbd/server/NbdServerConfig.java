@@ -1,5 +1,7 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.Checks;
+
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -95,11 +97,11 @@ public final class NbdServerConfig {
         if (!exports.containsKey(defaultExport)) {
             throw new IllegalArgumentException("default export '" + defaultExport + "' is not one of " + b.exports.keySet());
         }
-        this.handshakeTimeout = positive("handshake timeout", b.handshakeTimeout);
-        this.drainTimeout = positive("drain timeout", b.drainTimeout);
-        this.requestTimeout = positive("request timeout", b.requestTimeout);
-        this.replyTimeout = positive("reply timeout", b.replyTimeout);
-        this.stalledGrace = positive("stalled grace", b.stalledGrace);
+        this.handshakeTimeout = Checks.positive("handshake timeout", b.handshakeTimeout);
+        this.drainTimeout = Checks.positive("drain timeout", b.drainTimeout);
+        this.requestTimeout = Checks.positive("request timeout", b.requestTimeout);
+        this.replyTimeout = Checks.positive("reply timeout", b.replyTimeout);
+        this.stalledGrace = Checks.positive("stalled grace", b.stalledGrace);
         if (b.maxConnections < 1 || b.maxInFlightPerConnection < 1 || b.maxConnectionsPerPeer < 1) {
             throw new IllegalArgumentException("connection and in-flight limits must be at least 1");
         }
@@ -126,13 +128,6 @@ public final class NbdServerConfig {
 
     public dev.rbridge.nbd.tls.NbdTls tls() {
         return tls;
-    }
-
-    private static Duration positive(String what, Duration d) {
-        if (d == null || d.isNegative() || d.isZero()) {
-            throw new IllegalArgumentException(what + " must be positive");
-        }
-        return d;
     }
 
     public static Builder builder() {
