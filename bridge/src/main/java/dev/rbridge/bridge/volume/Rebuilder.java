@@ -2,12 +2,15 @@ package dev.rbridge.bridge.volume;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.common.Failures;
+import dev.rbridge.common.duty.Duty;
+import dev.rbridge.common.duty.DutyCycle;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
+import java.time.Duration;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
@@ -25,16 +28,20 @@ import java.util.concurrent.atomic.LongAdder;
  * behind a {@link RebuildGate} (a chunk of zeroes as ZERO, so a sparse slab costs the new memserver only its data),
  * and finally tag it with the slab's current generation and make it live.
  */
-public final class Rebuilder implements Runnable, AutoCloseable {
+public final class Rebuilder implements Duty, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Rebuilder.class);
+    /** The rest after a rebuild that could not make progress (no room, a failure) before the next is tried. */
+    private static final Duration BACKOFF = Duration.ofSeconds(1);
 
     private final SlabHost host;
     private final int chunkSize;
     /** A chunk of zeroes, to tell chunks that hold nothing (never written, or trimmed) from the rest. */
     private final MemorySegment zeroChunk;
     private final LinkedBlockingQueue<Slab> queue = new LinkedBlockingQueue<>();
-    private final Thread thread;
+    private volatile DutyCycle cycle;
     private volatile boolean running = true;
+    /** The copy buffer, one chunk; the duty thread's own, allocated on its first copy. */
+    private ByteBuffer buffer;
     private volatile Slab current;
     private volatile long backoffUntilNanos;
     /** Totals since start, for metrics: bytes copied into new or resynchronized replicas, copies done and failed. */
@@ -49,11 +56,10 @@ public final class Rebuilder implements Runnable, AutoCloseable {
         this.host = host;
         this.chunkSize = chunkSize;
         this.zeroChunk = Arena.ofAuto().allocate(chunkSize);
-        this.thread = Thread.ofPlatform().name("bridge-rebuild").daemon().unstarted(this);
     }
 
     public void start() {
-        thread.start();
+        cycle = DutyCycle.start(this, BACKOFF);
     }
 
     /** Queues a slab to have its replicas made identical again (after an unclean exit of the previous bridge). */
@@ -66,6 +72,10 @@ public final class Rebuilder implements Runnable, AutoCloseable {
     public void offer(Slab s) {
         if (s.rebuildQueued.compareAndSet(false, true)) {
             queue.add(s);
+            DutyCycle c = cycle;
+            if (c != null) {
+                c.wake();
+            }
         }
     }
 
@@ -129,37 +139,42 @@ public final class Rebuilder implements Runnable, AutoCloseable {
     }
 
     @Override
-    public void run() {
-        ByteBuffer buffer = ByteBuffer.allocateDirect(chunkSize);
-        while (running) {
-            Slab s;
-            try {
-                long wait = backoffUntilNanos - System.nanoTime();
-                if (wait > 0) {
-                    TimeUnit.NANOSECONDS.sleep(wait);
-                }
-                s = queue.poll(200, TimeUnit.MILLISECONDS);
-            } catch (InterruptedException e) {
-                return;
-            }
-            if (s == null) {
-                continue;
-            }
-            s.rebuildQueued.set(false);
-            current = s;
-            try {
-                if (!rebuild(s, buffer)) {
-                    backoffUntilNanos = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
-                }
-            } catch (InterruptedException e) {
-                return;
-            } catch (RuntimeException e) {
-                log.error("rebuild of volume {} slab {} failed unexpectedly", s.volume.name(), s.index, e);
-                backoffUntilNanos = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
-            } finally {
-                current = null;
-            }
+    public String role() {
+        return "bridge-rebuild";
+    }
+
+    /** Copies the next queued slab, if any and not backing off; rests until {@link #offer} wakes it otherwise. */
+    @Override
+    public long doWork() {
+        if (!running) {
+            return UNTIL_WOKEN;
         }
+        long wait = backoffUntilNanos - System.nanoTime();
+        if (wait > 0) {
+            return wait;
+        }
+        Slab s = queue.poll();
+        if (s == null) {
+            return UNTIL_WOKEN;
+        }
+        s.rebuildQueued.set(false);
+        current = s;
+        if (buffer == null) {
+            buffer = ByteBuffer.allocateDirect(chunkSize);
+        }
+        try {
+            if (!rebuild(s, buffer)) {
+                backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
+            }
+        } catch (InterruptedException e) {
+            return UNTIL_WOKEN; // closing: close() interrupts the copy's wait and ends the cycles
+        } catch (RuntimeException e) {
+            log.error("rebuild of volume {} slab {} failed unexpectedly", s.volume.name(), s.index, e);
+            backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
+        } finally {
+            current = null;
+        }
+        return 0;
     }
 
     /** Returns false when it could not make progress (no room anywhere, or a failure), so the loop backs off. */
@@ -372,6 +387,12 @@ public final class Rebuilder implements Runnable, AutoCloseable {
     @Override
     public void close() {
         running = false;
-        thread.interrupt();
+        DutyCycle c = cycle;
+        if (c != null) {
+            // A copy waits on the memservers' futures, never on a channel of its own: the interrupt only ends the
+            // wait (DutyCycle itself never interrupts).
+            c.thread().interrupt();
+            c.close(Duration.ofSeconds(5));
+        }
     }
 }
