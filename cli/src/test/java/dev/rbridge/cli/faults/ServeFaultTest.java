@@ -1,6 +1,10 @@
 package dev.rbridge.cli.faults;
 
 import dev.rbridge.cli.Main;
+import dev.rbridge.cli.history.History;
+import dev.rbridge.cli.history.LibnbdTarget;
+import dev.rbridge.cli.history.RegisterChecker;
+import dev.rbridge.cli.history.VersionedWorkload;
 import dev.rbridge.cli.serve.ServeCluster;
 import dev.rbridge.nbd.interop.PeerTool;
 import org.junit.jupiter.api.BeforeAll;
@@ -58,6 +62,9 @@ class ServeFaultTest {
         }
     }
 
+    /** The versioned workload's first block: 192 MiB, past fio's 160 MiB; its 64 blocks end in the next slab. */
+    private static final long HISTORY_FIRST_BLOCK = (192L << 20) / 4096 - 32;
+
     private static List<String> fio(String uri, String... extra) {
         List<String> cmd = new ArrayList<>(List.of("fio", "--name=verify", "--ioengine=nbd", "--uri=" + uri,
                 "--rw=randwrite", "--bs=64k", "--iodepth=16", "--size=160M", "--randrepeat=1", "--verify=crc32c",
@@ -88,12 +95,20 @@ class ServeFaultTest {
             Path out = Files.createTempFile("fio", ".json");
             pb.redirectOutput(out.toFile());
             Process fio = pb.start();
+            // fio writes each block once, so a block that fell back to an older version of itself would pass its
+            // verify. Beside it, a versioned workload rewrites 64 blocks past fio's range (across a slab boundary)
+            // through the kill and the rebuild, and its history must be linearizable: every read returns the
+            // latest acknowledged version, or one still in flight.
+            VersionedWorkload.Running versions = VersionedWorkload.builder(LibnbdTarget.connector(c.uri("disk")))
+                    .writers(2).blocks(HISTORY_FIRST_BLOCK, 64).readPercent(50).duration(Duration.ofMinutes(5))
+                    .build().start();
             // A slab has a replica on memserver 0 (so the kill fails one over), and the kill lands while fio writes.
             // Waiting only for "allocated > 0" let the kill land while the first slab's placement on it was in flight.
             String victim = c.memserver(0).address();
             c.awaitAdmin("/volumes", v -> c.slabs("disk", false).stream()
                     .anyMatch(s -> ServeCluster.replicaServers(s).contains(victim)), Duration.ofSeconds(30));
             assertTrue(fio.isAlive(), "fio finished before the kill: " + Files.readString(out));
+            long beforeKill = versions.operations();
             c.memserver(0).kill9();
             assertTrue(fio.waitFor(120, TimeUnit.SECONDS), "fio hung after a memserver died");
             assertFioClean(new PeerTool.Result(fio.exitValue(), Files.readString(out)), "write+verify across the kill");
@@ -107,6 +122,14 @@ class ServeFaultTest {
                 assertEquals(2, servers.size(), slab.toString());
                 assertTrue(!servers.contains(c.memserver(0).address()), "a dead memserver still holds " + slab);
             }
+            assertTrue(versions.operations() > beforeKill + 100, "the versioned workload went on after the kill: "
+                    + versions);
+            History h = versions.finish();
+            RegisterChecker.Result result = RegisterChecker.check(h);
+            assertTrue(result.ok(), "versions across the kill and the rebuild: " + result + "\n" + versions);
+            assertEquals(0, versions.finalPassUnread(), versions.toString());
+            assertEquals(0, h.count(History.Kind.WRITE).get(History.Outcome.FAILED), "R=2: no write fails over a "
+                    + "single memserver's death: " + versions);
 
             c.memserver(1).kill9(); // an original replica of many slabs: every slab still has one on memserver 2
             PeerTool.Result again = PeerTool.run(120, fio(c.uri("disk"), "--verify_only"));
