@@ -73,8 +73,11 @@ final class UcxConnection extends ControlPlaneConnection {
     private final ControlClient control;
     /** Reads the control connection; the reader thread's only. */
     private final MessageDecoder decoder = MessageDecoder.forClient();
+    /** The regions' remote keys on this endpoint. */
     private final UcxRemoteKeys keys;
+    /** The data operations on their way to UCX and back. */
     private final UcxOperationQueue ops;
+    /** How the connect ended; whether a close must wait for the wire-up. */
     private final UcxWireUp wireUp;
     private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
