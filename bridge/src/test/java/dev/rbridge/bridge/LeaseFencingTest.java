@@ -2,6 +2,7 @@ package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeState;
+import dev.rbridge.memserver.ClientView;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.nbd.device.BlockDeviceException;
@@ -82,7 +83,7 @@ class LeaseFencingTest {
 
     /** Cuts the bridge's connection to {@code m}, as a network fault or an operator would. */
     private static void cutBridge(MemServer m) {
-        MemServer.ClientView bridge = m.clients().stream().filter(c -> c.name().startsWith("rbridge-bridge"))
+        ClientView bridge = m.clients().stream().filter(c -> c.name().startsWith("rbridge-bridge"))
                 .findFirst().orElseThrow(() -> new AssertionError("no bridge among " + m.clients()));
         assertTrue(m.disconnect(bridge.id()));
     }

@@ -315,14 +315,14 @@ final class Leases {
     }
 
     /** Every lease as an operator sees it, by volume. */
-    List<MemServer.LeaseView> views() {
+    List<LeaseView> views() {
         long now = clock.getAsLong();
-        List<MemServer.LeaseView> out = new ArrayList<>();
-        table.forEach((volume, l) -> out.add(new MemServer.LeaseView(volume, l.owner(), l.holder().id(),
+        List<LeaseView> out = new ArrayList<>();
+        table.forEach((volume, l) -> out.add(new LeaseView(volume, l.owner(), l.holder().id(),
                 l.holder().name(), l.holder().peer(), l.live(now) ? "held" : l.state() == State.GIVEN_BACK
                 ? "given back" : l.state() == State.RELEASED || l.holder().ended() ? "released" : "expired",
                 l.ttlMillis(), l.remainingMillis(now))));
-        out.sort(Comparator.comparing(MemServer.LeaseView::volume));
+        out.sort(Comparator.comparing(LeaseView::volume));
         return out;
     }
 

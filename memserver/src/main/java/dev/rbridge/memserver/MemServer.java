@@ -6,7 +6,6 @@ import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.ListenParams;
 import dev.rbridge.common.tls.X509Credentials;
-import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
@@ -23,22 +22,13 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
-import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.Semaphore;
-import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The memory server: lends RAM as regions to authenticated clients over a remote-memory provider. Regions are
@@ -54,6 +44,10 @@ import java.util.concurrent.atomic.AtomicLong;
  * and are released when its connection ends; regions of a volume it leases are the volume's data and stay for the
  * next holder.
  *
+ * <p>The front of the memserver: the regions ({@link RegionTable}), the clients ({@link ConnectedClients}, each a
+ * {@link ClientSession}) and the listings of regions ({@link RegionListings}) are their own; this class checks each
+ * request against the leases and the limits and puts the pieces together.
+ *
  * <p>What a peer can make this memserver hold is bounded: regions ({@code maxRegions}), leases (see {@link Leases}),
  * client names ({@value #MAX_CLIENT_NAME} bytes), and the regions listed at once ({@value #CONCURRENT_LISTINGS}
  * listings in memory at a time, each held until it is sent).
@@ -63,29 +57,12 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     private final MemServerConfig config;
     private final String serverId = UUID.randomUUID().toString();
-    private final Map<Long, Region> regions = new ConcurrentHashMap<>();
-    /** Regions released or revoked whose memory a pin still holds: counted against the capacity until unmapped. */
-    private final Set<Region> lingering = ConcurrentHashMap.newKeySet();
-    private final Set<ClientSession> clients = ConcurrentHashMap.newKeySet();
-    private final AtomicLong granted = new AtomicLong();
-    private final AtomicLong nextRegionId = new AtomicLong(1);
-    private final AtomicLong nextClientId = new AtomicLong(1);
-    private final AtomicLong refusedAuth = new AtomicLong();
-    /** Regions granted or being granted: reserved before the memory is mapped, so the limit holds under races. */
-    private final AtomicInteger regionSlots = new AtomicInteger();
-    private final Semaphore listings = new Semaphore(CONCURRENT_LISTINGS);
-    /** Peers can cause these lines (wrong tokens): at most one per reason every few seconds. */
-    private static final RateLimitedLog limited = new RateLimitedLog(log);
-    /** Refused peers by reason ({@code token}, {@code draining}, and the transport's reasons). */
-    private final Map<String, AtomicLong> refused = new ConcurrentHashMap<>();
-    /** Transport counters of clients that have left, so totals over all clients never go backwards. */
-    private final ConnectionStats departed = new ConnectionStats();
-    /**
-     * Makes "a departing client's counters move into {@link #departed} and the client leave {@link #clients}" one step
-     * for {@link #stats()}, which reads both: otherwise a scrape in between counts it twice or not at all, and a
-     * Prometheus counter that dips reads as a reset.
-     */
-    private final Object transportTotals = new Object();
+    /** The regions and what they hold of the capacity; changes that go with a lease check happen under control. */
+    private final RegionTable regions;
+    private final ConnectedClients clients = new ConnectedClients();
+    private final ClientAdmission admission;
+    /** Lists of every region, {@value #CONCURRENT_LISTINGS} in memory at a time. */
+    private final RegionListings listings;
     /**
      * Guards {@link #leases} and makes each control operation's lease check and its effect on the region table one
      * step, so a key rotation never interleaves with an open that hands out a key or an allocate that adds a region.
@@ -93,13 +70,15 @@ public final class MemServer implements RegionService, AutoCloseable {
     private final Object control = new Object();
     /** The volume leases; guarded by {@link #control}. */
     private final Leases leases = new Leases();
-    private final SecureRandom random = new SecureRandom();
     private volatile boolean draining;
     private final CompletableFuture<Void> drained = new CompletableFuture<>();
     private RemoteListener listener;
 
     private MemServer(MemServerConfig config) {
         this.config = config;
+        this.regions = new RegionTable(config);
+        this.admission = new ClientAdmission(config.token());
+        this.listings = new RegionListings(CONCURRENT_LISTINGS, LISTING_WAIT_MILLIS, regions::infos);
     }
 
     /** Starts listening; fails with a clear message when the transport is unknown or the address is taken. */
@@ -149,17 +128,17 @@ public final class MemServer implements RegionService, AutoCloseable {
     }
 
     public long grantedBytes() {
-        return granted.get();
+        return regions.grantedBytes();
     }
 
     public long refusedConnections() {
-        return refusedAuth.get();
+        return admission.refusedAuth();
     }
 
     /** The transport refused a peer (another protocol version, garbage, a connection limit) and logged why. */
     @Override
     public void refused(String reason, SocketAddress peer) {
-        refused.computeIfAbsent(reason, k -> new AtomicLong()).incrementAndGet();
+        admission.refused(reason);
     }
 
     /**
@@ -168,29 +147,18 @@ public final class MemServer implements RegionService, AutoCloseable {
      */
     public Stats stats() {
         long resident = 0;
-        for (Region r : regions.values()) {
+        for (Region r : regions.all()) {
             resident += r.residentBytes();
         }
         long lingeringBytes = 0;
-        for (Region r : lingering) {
+        for (Region r : regions.lingering()) {
             long n = r.residentBytes();
             resident += n;
             lingeringBytes += r.descriptor.length();
         }
-        ConnectionStats.Snapshot total;
-        synchronized (transportTotals) {
-            total = departed.snapshot();
-            for (ClientSession c : clients) {
-                ConnectionStats st = c.stats;
-                if (st != null) {
-                    total = total.plus(st.snapshot());
-                }
-            }
-        }
-        Map<String, Long> refusedNow = new java.util.TreeMap<>();
-        refused.forEach((k, v) -> refusedNow.put(k, v.get()));
-        return new Stats(config.transport(), config.capacityBytes(), granted.get(), resident, regions.size(),
-                clients.size(), Map.copyOf(refusedNow), draining, total, lingeringBytes);
+        ConnectionStats.Snapshot total = clients.transportTotals();
+        return new Stats(config.transport(), config.capacityBytes(), regions.grantedBytes(), resident, regions.size(),
+                clients.size(), admission.refusedByReason(), draining, total, lingeringBytes);
     }
 
     /**
@@ -219,24 +187,10 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     @Override
     public Session open(Credential credential, String clientName, SocketAddress peer) throws RemoteMemoryException {
-        if (draining) {
-            refused.computeIfAbsent("draining", k -> new AtomicLong()).incrementAndGet();
-            limited.info("draining", "refused client '{}' from {}: draining", Printable.cut(clientName,
-                    MAX_CLIENT_NAME), peer);
-            throw new RemoteMemoryException(Status.SHUTTING_DOWN, "memserver is draining; no new clients");
-        }
-        if (config.token() != null && !credential.matches(config.token())) {
-            refusedAuth.incrementAndGet();
-            refused.computeIfAbsent("token", k -> new AtomicLong()).incrementAndGet();
-            limited.warn("token", "refused client '{}' from {}: wrong token", Printable.cut(clientName, MAX_CLIENT_NAME),
-                    peer);
-            throw new RemoteMemoryException(Status.AUTH_FAILED, "wrong token");
-        }
+        admission.admit(credential, clientName, peer, draining);
         String address = peer instanceof InetSocketAddress i ? i.getHostString() + ":" + i.getPort()
                 : String.valueOf(peer);
-        ClientSession c = new ClientSession(this, nextClientId.getAndIncrement(), Printable.cut(clientName,
-                MAX_CLIENT_NAME), address);
-        clients.add(c);
+        ClientSession c = clients.add(this, Printable.cut(clientName, MAX_CLIENT_NAME), address);
         log.info("client {} '{}' connected from {}", c.id, c.name, peer);
         return c;
     }
@@ -245,7 +199,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     public static final int MAX_CLIENT_NAME = 128;
 
     ServerInfo info() {
-        return new ServerInfo(serverId, 1, config.capacityBytes(), config.capacityBytes() - granted.get());
+        return new ServerInfo(serverId, 1, config.capacityBytes(), config.capacityBytes() - regions.grantedBytes());
     }
 
     RegionDescriptor allocate(ClientSession c, RegionTag tag, long length) throws RemoteMemoryException {
@@ -259,63 +213,27 @@ public final class MemServer implements RegionService, AutoCloseable {
             throw new RemoteMemoryException(Status.NO_CAPACITY, "cannot grant " + length + " bytes: more than this "
                     + "memserver's whole capacity of " + config.capacityBytes() + " bytes");
         }
-        synchronized (control) {
-            leases.check(c, tag.volume(), "allocate regions of it"); // early, so a refusal is not reported as NO_CAPACITY
+        synchronized (control) { // early, so a refusal is not reported as NO_CAPACITY
+            leases.check(c, tag.volume(), "allocate regions of it");
         }
-        long rounded = rounded(length);
-        long before;
-        do {
-            before = granted.get();
-            if (rounded > config.capacityBytes() - before) {
-                throw new RemoteMemoryException(Status.NO_CAPACITY, "cannot grant " + length + " bytes ("
-                        + rounded + " in whole pages): " + (config.capacityBytes() - before) + " of the capacity of "
-                        + config.capacityBytes() + " bytes are free");
-            }
-        } while (!granted.compareAndSet(before, before + rounded));
-        if (regionSlots.incrementAndGet() > config.maxRegions()) {
-            regionSlots.decrementAndGet();
-            granted.addAndGet(-rounded);
-            throw new RemoteMemoryException(Status.NO_CAPACITY, "cannot grant another region: this memserver holds "
-                    + "its limit of " + config.maxRegions() + " regions (--max-regions)");
-        }
-        AnonymousMemory memory;
-        try {
-            memory = AnonymousMemory.map(length, config.hugePages(), config.mlock(), config.numaNode());
-        } catch (RuntimeException e) {
-            regionSlots.decrementAndGet();
-            granted.addAndGet(-rounded);
-            log.warn("could not grant {} bytes ({} in whole pages): {}", length, rounded, e.getMessage());
-            throw new RemoteMemoryException(Status.NO_CAPACITY, "the memserver's system refused " + length
-                    + " bytes: " + e.getMessage());
-        }
-        long key;
-        do {
-            key = random.nextLong();
-        } while (key == 0);
-        RegionDescriptor d = new RegionDescriptor(nextRegionId.getAndIncrement(), length, key, tag);
+        long rounded = regions.reserve(length);
+        AnonymousMemory memory = regions.map(length, rounded);
+        RegionDescriptor d = regions.newDescriptor(length, tag);
         Region region;
         try {
             synchronized (control) {
                 leases.check(c, tag.volume(), "allocate regions of it"); // again: a lease may have been taken meanwhile
                 boolean volumeData = leases.holds(c, tag.volume());
-                region = new Region(d, memory, c.name, c.id, !volumeData, this::unmapped);
-                regions.put(d.id(), region);
+                region = regions.add(d, memory, c.name, c.id, !volumeData);
             }
         } catch (RemoteMemoryException e) {
             memory.close();
-            regionSlots.decrementAndGet();
-            granted.addAndGet(-rounded);
+            regions.unreserve(rounded);
             throw e;
         }
         log.debug("client {}: granted {}{}", c.id, d, region.scratch ? " (scratch: released when it disconnects)"
                 : "");
         return d;
-    }
-
-    /** What a region of this length costs against the capacity: whole pages of the kind configured. */
-    private long rounded(long length) {
-        long page = config.hugePages() ? AnonymousMemory.HUGE_PAGE_SIZE : AnonymousMemory.PAGE_SIZE;
-        return (length + page - 1) & -page; // no overflow: length is at most the capacity, at most 2^62
     }
 
     RegionDescriptor openRegion(ClientSession c, long id) throws RemoteMemoryException {
@@ -330,69 +248,14 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
     }
 
-    /**
-     * Every region, keys withheld (0): a client gets a key by allocating or opening, where the volume's lease is
-     * checked, so a fenced-off owner cannot learn the rotated keys by listing. Call holding a place in {@link
-     * #listings}.
-     */
-    private List<RegionInfo> listRegions() {
-        List<RegionInfo> out = new ArrayList<>(regions.size());
-        for (Region r : regions.values()) {
-            RegionDescriptor d = r.descriptor;
-            out.add(new RegionInfo(new RegionDescriptor(d.id(), d.length(), 0, d.tag()), r.owner));
-        }
-        out.sort(Comparator.comparingLong(i -> i.descriptor().id()));
-        return out;
-    }
-
-    /** For use in this process: the place is given back once the list is built. */
+    /** Every region, keys withheld (see {@link RegionListings}); for use in this process. */
     List<RegionInfo> list() {
-        listings.acquireUninterruptibly();
-        try {
-            return listRegions();
-        } finally {
-            listings.release();
-        }
+        return listings.list();
     }
 
-    /**
-     * For a reply to a client: the place is held until the transport has written the entries out (it cuts off a
-     * client that does not read them within the hello timeout), so the listings in memory at once stay
-     * {@value #CONCURRENT_LISTINGS}, not one per client that asked and never read.
-     */
+    /** Every region, keys withheld, for a reply to a client: see {@link RegionListings#listing}. */
     RegionService.Listing listing() throws RemoteMemoryException {
-        boolean placed;
-        try {
-            placed = listings.tryAcquire(LISTING_WAIT_MILLIS, TimeUnit.MILLISECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            placed = false;
-        }
-        if (!placed) {
-            throw new RemoteMemoryException(Status.NO_CAPACITY, CONCURRENT_LISTINGS + " region listings are being "
-                    + "sent to clients already (the limit); try again");
-        }
-        List<RegionInfo> regions;
-        try {
-            regions = listRegions();
-        } catch (RuntimeException | Error e) {
-            listings.release();
-            throw e;
-        }
-        AtomicBoolean open = new AtomicBoolean(true);
-        return new RegionService.Listing() {
-            @Override
-            public List<RegionInfo> regions() {
-                return regions;
-            }
-
-            @Override
-            public void close() {
-                if (open.compareAndSet(true, false)) {
-                    listings.release();
-                }
-            }
-        };
+        return listings.listing();
     }
 
     /**
@@ -408,47 +271,26 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /** Listings held now, being built or sent (for tests). */
     int listingsHeld() {
-        return CONCURRENT_LISTINGS - listings.availablePermits();
+        return listings.held();
     }
 
     void release(ClientSession c, long id, long key) throws RemoteMemoryException {
         Region r;
         synchronized (control) {
-            r = checked(id, key);
+            r = regions.checked(id, key);
             leases.check(c, r.descriptor.tag().volume(), "release its regions");
             if (!regions.remove(id, r)) {
                 return;
             }
         }
-        if (released(r)) {
+        if (regions.released(r)) {
             log.debug("released {}", r.descriptor);
         }
     }
 
-    /**
-     * Drops a region taken out of the table: it counts against the capacity and the region limit until its memory is
-     * really unmapped, when its last pin ends ({@link #unmapped}); meanwhile it is {@linkplain Stats#lingeringBytes
-     * lingering}. True the first time.
-     */
-    private boolean released(Region r) {
-        lingering.add(r); // before the release, whose unmapping (at once when nothing pins it) takes it out again
-        boolean first = r.release();
-        if (r.unmapped()) {
-            lingering.remove(r); // released before, and unmapped since
-        }
-        return first;
-    }
-
-    /** A region's memory was unmapped: what it granted is free again. */
-    private void unmapped(Region r) {
-        lingering.remove(r);
-        granted.addAndGet(-rounded(r.descriptor.length()));
-        regionSlots.decrementAndGet();
-    }
-
     RegionDescriptor retag(ClientSession c, long id, long key, RegionTag tag) throws RemoteMemoryException {
         synchronized (control) {
-            Region r = checked(id, key);
+            Region r = regions.checked(id, key);
             RegionDescriptor d = r.descriptor;
             if (!d.tag().volume().equals(tag.volume())) {
                 throw new RemoteMemoryException(Status.BAD_REQUEST, "region " + id + " belongs to volume '"
@@ -476,11 +318,11 @@ public final class MemServer implements RegionService, AutoCloseable {
         Leases.Grant g;
         List<RegionPin> inFlight;
         synchronized (control) {
-            g = leases.grant(c, volume, owner, ttlMillis, leaseId, this::rotateKeys, this::volumesWithRegions);
+            g = leases.grant(c, volume, owner, ttlMillis, leaseId, regions::rotateKeys, regions::volumes);
             if (g.renewal()) {
                 return g.lease();
             }
-            inFlight = TakeoverDrain.inFlight(clients, volume, c);
+            inFlight = TakeoverDrain.inFlight(clients.all(), volume, c);
         }
         boolean drained = false;
         try {
@@ -512,32 +354,6 @@ public final class MemServer implements RegionService, AutoCloseable {
         }
     }
 
-    /** The volumes that have regions: their lease entries must be kept (a takeover after them must fence). */
-    private Set<String> volumesWithRegions() {
-        Set<String> volumes = new HashSet<>();
-        for (Region r : regions.values()) {
-            volumes.add(r.descriptor.tag().volume());
-        }
-        return volumes;
-    }
-
-    /** New random keys for every region of a volume. Call under {@link #control}. */
-    private int rotateKeys(String volume) {
-        int n = 0;
-        for (Region r : regions.values()) {
-            RegionDescriptor d = r.descriptor;
-            if (d.tag().volume().equals(volume)) {
-                long key;
-                do {
-                    key = random.nextLong();
-                } while (key == 0 || key == d.key());
-                r.descriptor = new RegionDescriptor(d.id(), d.length(), key, d.tag());
-                n++;
-            }
-        }
-        return n;
-    }
-
     /**
      * A connection ended: the regions it allocated without holding their volume's lease were its scratch memory
      * (ping's, bench's) and nobody else's; they go now, as a client that vanished cannot release them.
@@ -545,11 +361,9 @@ public final class MemServer implements RegionService, AutoCloseable {
     private void scratchEnded(ClientSession c) {
         List<Long> gone = new ArrayList<>();
         long bytes = 0;
-        for (Region r : regions.values()) {
-            if (r.scratch && r.ownerId == c.id && regions.remove(r.descriptor.id(), r) && released(r)) {
-                gone.add(r.descriptor.id());
-                bytes += r.descriptor.length();
-            }
+        for (Region r : regions.removeScratch(c.id)) {
+            gone.add(r.descriptor.id());
+            bytes += r.descriptor.length();
         }
         if (!gone.isEmpty()) {
             log.info("client {} '{}' left {} scratch region(s) ({} bytes) behind; released", c.id, c.name,
@@ -571,8 +385,8 @@ public final class MemServer implements RegionService, AutoCloseable {
      * first (or is disconnected), and the memory is unmapped only then.
      */
     public boolean revoke(long id) {
-        Region r = regions.remove(id);
-        if (r != null && released(r)) {
+        Region r = regions.revoke(id);
+        if (r != null) {
             log.info("revoked {}", r.descriptor);
             RemoteListener l = listener;
             if (l != null) {
@@ -587,24 +401,13 @@ public final class MemServer implements RegionService, AutoCloseable {
         return false;
     }
 
-    private Region checked(long id, long key) throws RemoteMemoryException {
-        Region r = regions.get(id);
-        if (r == null) {
-            throw new RemoteMemoryException(Status.NO_SUCH_REGION, "no region " + id);
-        }
-        if (r.descriptor.key() != key) {
-            throw new RemoteMemoryException(Status.ACCESS_DENIED, "wrong access key for region " + id);
-        }
-        return r;
-    }
-
     /**
      * Pins a range for one operation of {@code c}. The pin joins {@code c}'s operations in flight before the key is
      * checked a second time, and a grant in a new epoch rotates the key before it looks for operations in flight
      * ({@link #lease}): so either this sees the new key and refuses, or the grant sees this pin and waits for it.
      */
     RegionPin pin(ClientSession c, long id, long key, long offset, long length) throws RemoteMemoryException {
-        Region r = checked(id, key);
+        Region r = regions.checked(id, key);
         if (offset < 0 || length < 0 || offset > r.descriptor.length() - length) {
             throw new RemoteMemoryException(Status.OUT_OF_RANGE, "range " + offset + "+" + length
                     + " is outside region " + id + " (" + r.descriptor.length() + " bytes)");
@@ -629,17 +432,12 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     // ------------------------------------------------------------------------------------------------- admin
 
-    /** A connected client as an operator sees it. */
-    public record ClientView(long id, String name, String address, String state, int regions, long bytes,
-                             ConnectionStats.Snapshot stats) {
-    }
-
     public List<ClientView> clients() {
         List<ClientView> out = new ArrayList<>();
-        for (ClientSession c : clients) {
+        for (ClientSession c : clients.all()) {
             int n = 0;
             long bytes = 0;
-            for (Region r : regions.values()) {
+            for (Region r : regions.all()) {
                 if (r.ownerId == c.id) {
                     n++;
                     bytes += r.descriptor.length();
@@ -657,15 +455,6 @@ public final class MemServer implements RegionService, AutoCloseable {
         return list();
     }
 
-    /**
-     * A volume lease as an operator sees it. {@code state}: {@code held} (live), {@code expired} (not renewed within
-     * its ttl), {@code released} (its holder's connection ended) or {@code given back}; only a held lease binds
-     * anyone.
-     */
-    public record LeaseView(String volume, String owner, long clientId, String clientName, String address,
-                            String state, long ttlMillis, long remainingMillis) {
-    }
-
     public List<LeaseView> leases() {
         synchronized (control) {
             return leases.views();
@@ -674,7 +463,7 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     /** Operator action: cuts a client's connection. Its regions stay (it may reconnect and reattach). */
     public boolean disconnect(long clientId) {
-        for (ClientSession c : clients) {
+        for (ClientSession c : clients.all()) {
             if (c.id == clientId && c.disconnect != null) {
                 log.info("disconnecting client {} '{}' at an operator's request", c.id, c.name);
                 c.disconnect.run();
@@ -732,25 +521,21 @@ public final class MemServer implements RegionService, AutoCloseable {
     public void close() {
         draining = true;
         listener.close();
-        for (Long id : List.copyOf(regions.keySet())) {
+        for (Long id : regions.ids()) {
             revoke(id);
         }
         log.info("memserver {} stopped", serverId);
     }
 
-    /** {@code c}'s connection ended: its leases bind nobody, its scratch regions go, its counters move to the totals. */
+    /**
+     * {@code c}'s connection ended: its leases bind nobody, its scratch regions go, its counters move to the totals.
+     */
     void ended(ClientSession c) {
         synchronized (control) {
             leases.ended(c);
         }
         scratchEnded(c);
-        synchronized (transportTotals) {
-            ConnectionStats st = c.stats;
-            if (st != null) {
-                departed.add(st.snapshot());
-            }
-            clients.remove(c);
-        }
+        clients.remove(c);
         log.info("client {} '{}' from {} disconnected", c.id, c.name, c.peer);
         if (draining && clients.isEmpty()) {
             drained.complete(null);

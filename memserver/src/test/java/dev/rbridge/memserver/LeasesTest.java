@@ -196,13 +196,13 @@ class LeasesTest {
         b.ended = true;
         leases.ended(b);
         advanceMillis(200);
-        List<MemServer.LeaseView> views = leases.views();
-        assertEquals(List.of("expired", "given", "held", "released"), views.stream().map(MemServer.LeaseView::volume)
+        List<LeaseView> views = leases.views();
+        assertEquals(List.of("expired", "given", "held", "released"), views.stream().map(LeaseView::volume)
                 .toList(), "by volume");
         assertEquals(List.of("expired", "given back", "held", "released"), views.stream()
-                .map(MemServer.LeaseView::state).toList());
-        MemServer.LeaseView held = views.get(2);
-        assertEquals(new MemServer.LeaseView("held", "owner-a", 1, "bridge-1", "10.0.0.1:7000", "held", 10_000,
+                .map(LeaseView::state).toList());
+        LeaseView held = views.get(2);
+        assertEquals(new LeaseView("held", "owner-a", 1, "bridge-1", "10.0.0.1:7000", "held", 10_000,
                 9800), held);
     }
 

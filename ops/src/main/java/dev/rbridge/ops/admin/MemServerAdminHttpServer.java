@@ -1,5 +1,7 @@
 package dev.rbridge.ops.admin;
 
+import dev.rbridge.memserver.ClientView;
+import dev.rbridge.memserver.LeaseView;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.ops.http.AdminRules;
 import dev.rbridge.ops.http.ErrorPage;
@@ -165,16 +167,16 @@ public final class MemServerAdminHttpServer implements AutoCloseable {
     }
 
     private Stats stats() {
-        List<MemServer.ClientView> clients = memserver.clients();
+        List<ClientView> clients = memserver.clients();
         Transport sum = new Transport(0, 0, 0, 0, 0, 0, 0, 0);
-        for (MemServer.ClientView c : clients) {
+        for (ClientView c : clients) {
             sum = sum.plus(Transport.of(c.stats()));
         }
         return new Stats(memserver.capacityBytes(), memserver.grantedBytes(), memserver.regionCount(),
                 clients.size(), memserver.refusedConnections(), memserver.draining(), sum);
     }
 
-    static List<Client> clients(List<MemServer.ClientView> clients) {
+    static List<Client> clients(List<ClientView> clients) {
         return clients.stream().map(c -> new Client(c.id(), c.name(), c.address(), c.state(), c.regions(),
                 c.bytes(), Transport.of(c.stats()))).toList();
     }
@@ -185,7 +187,7 @@ public final class MemServerAdminHttpServer implements AutoCloseable {
                 r.descriptor().tag().generation(), r.owner())).toList();
     }
 
-    static List<Lease> leases(List<MemServer.LeaseView> leases) {
+    static List<Lease> leases(List<LeaseView> leases) {
         return leases.stream().map(l -> new Lease(l.volume(), l.owner(), l.clientId(), l.clientName(), l.address(),
                 l.state(), l.ttlMillis(), l.remainingMillis())).toList();
     }

@@ -19,8 +19,36 @@ public sealed interface Message {
     /** The request id of the header: chosen by whoever asks, echoed in the answer. */
     long id();
 
-    /** The wire code of the header's opcode. */
-    int code();
+    /**
+     * The wire code of the header's opcode: a request and its reply share the opcode of the operation; an
+     * {@link Error} and an {@link Unreadable} carry the code they came with. The data path's opcodes come first.
+     */
+    default int code() {
+        return switch (this) {
+            case Read _, ReadReply _ -> Opcode.READ.code();
+            case Write _, WriteReply _ -> Opcode.WRITE.code();
+            case Zero _, ZeroReply _ -> Opcode.ZERO.code();
+            case Flush _, FlushReply _ -> Opcode.FLUSH.code();
+            case Hello _, OtherVersion _, HelloReply _ -> Opcode.HELLO.code();
+            case Allocate _, AllocateReply _ -> Opcode.ALLOCATE.code();
+            case Open _, OpenReply _ -> Opcode.OPEN.code();
+            case ListRegions _, ListReply _ -> Opcode.LIST.code();
+            case Release _, ReleaseReply _ -> Opcode.RELEASE.code();
+            case Retag _, RetagReply _ -> Opcode.RETAG.code();
+            case Lease _, LeaseReply _ -> Opcode.LEASE.code();
+            case Unlease _, UnleaseReply _ -> Opcode.UNLEASE.code();
+            case Info _, InfoReply _ -> Opcode.INFO.code();
+            case State _, StateReply _ -> Opcode.STATE.code();
+            case UcxConnect _, UcxConnectReply _ -> Opcode.UCX_CONNECT.code();
+            case MapRegion _, MapReply _ -> Opcode.MAP.code();
+            case Invalidate _, InvalidateDone _ -> Opcode.INVALIDATE.code();
+            case UcxProbe _, UcxProbeReply _ -> Opcode.UCX_PROBE.code();
+            case AuthStart _, AuthChallenge _ -> Opcode.AUTH.code();
+            case AuthProof _, AuthWelcome _ -> Opcode.AUTH_PROOF.code();
+            case Error e -> e.code(); // its component's accessor, which overrides this
+            case Unreadable u -> u.code();
+        };
+    }
 
     // ------------------------------------------------------------------------- requests: client to memserver
 
@@ -29,10 +57,6 @@ public sealed interface Message {
         public Hello {
             Objects.requireNonNull(token, "token");
             Objects.requireNonNull(clientName, "clientName");
-        }
-
-        public int code() {
-            return Opcode.HELLO.code();
         }
 
         @Override
@@ -46,46 +70,26 @@ public sealed interface Message {
      * it is skipped, not read. The memserver answers with {@code VERSION_MISMATCH}; a client says so.
      */
     record OtherVersion(long id, int version) implements Message {
-        public int code() {
-            return Opcode.HELLO.code();
-        }
     }
 
     record Allocate(long id, long length, RegionTag tag) implements Message {
         public Allocate {
             Objects.requireNonNull(tag, "tag");
         }
-
-        public int code() {
-            return Opcode.ALLOCATE.code();
-        }
     }
 
     record Open(long id, long regionId) implements Message {
-        public int code() {
-            return Opcode.OPEN.code();
-        }
     }
 
     record ListRegions(long id) implements Message {
-        public int code() {
-            return Opcode.LIST.code();
-        }
     }
 
     record Release(long id, long regionId, long key) implements Message {
-        public int code() {
-            return Opcode.RELEASE.code();
-        }
     }
 
     record Retag(long id, long regionId, long key, RegionTag tag) implements Message {
         public Retag {
             Objects.requireNonNull(tag, "tag");
-        }
-
-        public int code() {
-            return Opcode.RETAG.code();
         }
     }
 
@@ -109,10 +113,6 @@ public sealed interface Message {
         public String toString() {
             return "Lease[id=" + id + ", volume=" + volume + ", owner=" + owner + ", ttlMillis=" + ttlMillis + "]";
         }
-
-        public int code() {
-            return Opcode.LEASE.code();
-        }
     }
 
     /** On the wire: string volume, string owner, then u64 lease id (0, or absent from older clients: none). */
@@ -131,48 +131,26 @@ public sealed interface Message {
         public String toString() {
             return "Unlease[id=" + id + ", volume=" + volume + ", owner=" + owner + "]";
         }
-
-        public int code() {
-            return Opcode.UNLEASE.code();
-        }
     }
 
     record Info(long id) implements Message {
-        public int code() {
-            return Opcode.INFO.code();
-        }
     }
 
     record State(long id) implements Message {
-        public int code() {
-            return Opcode.STATE.code();
-        }
     }
 
     /** {@code length} bytes at {@code offset} of a region; the reply carries them. */
     record Read(long id, long regionId, long key, long offset, int length) implements Message {
-        public int code() {
-            return Opcode.READ.code();
-        }
     }
 
     /** {@code length} bytes of data for {@code offset} of a region follow this message on the wire. */
     record Write(long id, long regionId, long key, long offset, int length) implements Message {
-        public int code() {
-            return Opcode.WRITE.code();
-        }
     }
 
     record Zero(long id, long regionId, long key, long offset, long length) implements Message {
-        public int code() {
-            return Opcode.ZERO.code();
-        }
     }
 
     record Flush(long id) implements Message {
-        public int code() {
-            return Opcode.FLUSH.code();
-        }
     }
 
     /**
@@ -189,31 +167,18 @@ public sealed interface Message {
         public ByteBuffer workerAddress() {
             return workerAddress.duplicate();
         }
-
-        public int code() {
-            return Opcode.UCX_CONNECT.code();
-        }
     }
 
     /** The remote address and UCX remote key of a region's {@code [0, length)}: key and range checked. */
     record MapRegion(long id, long regionId, long key, long length) implements Message {
-        public int code() {
-            return Opcode.MAP.code();
-        }
     }
 
     /** The client's answer to {@link Invalidate}: nothing issued with those keys is in flight any more. */
     record InvalidateDone(long id) implements Message {
-        public int code() {
-            return Opcode.INVALIDATE.code();
-        }
     }
 
     /** Where the memserver's probe word is, for the client to read over its new UCX endpoint. */
     record UcxProbe(long id) implements Message {
-        public int code() {
-            return Opcode.UCX_PROBE.code();
-        }
     }
 
     // ------------------------------------------------------------------------- replies: memserver to client
@@ -229,10 +194,6 @@ public sealed interface Message {
         public ByteBuffer clientNonce() {
             return clientNonce.duplicate();
         }
-
-        public int code() {
-            return Opcode.AUTH.code();
-        }
     }
 
     /** The memserver's nonce, the answer to {@link AuthStart} (read-only). */
@@ -245,10 +206,6 @@ public sealed interface Message {
         public ByteBuffer serverNonce() {
             return serverNonce.duplicate();
         }
-
-        public int code() {
-            return Opcode.AUTH.code();
-        }
     }
 
     /** The client's proof that it knows the token ({@link TokenProof#client}) (read-only). */
@@ -260,10 +217,6 @@ public sealed interface Message {
         @Override
         public ByteBuffer proof() {
             return proof.duplicate();
-        }
-
-        public int code() {
-            return Opcode.AUTH_PROOF.code();
         }
 
         @Override
@@ -284,19 +237,11 @@ public sealed interface Message {
         public ByteBuffer serverProof() {
             return serverProof.duplicate();
         }
-
-        public int code() {
-            return Opcode.AUTH_PROOF.code();
-        }
     }
 
     record HelloReply(long id, String serverId, long capacityBytes, long freeBytes) implements Message {
         public HelloReply {
             Objects.requireNonNull(serverId, "serverId");
-        }
-
-        public int code() {
-            return Opcode.HELLO.code();
         }
     }
 
@@ -304,19 +249,11 @@ public sealed interface Message {
         public AllocateReply {
             Objects.requireNonNull(region, "region");
         }
-
-        public int code() {
-            return Opcode.ALLOCATE.code();
-        }
     }
 
     record OpenReply(long id, RegionDescriptor region) implements Message {
         public OpenReply {
             Objects.requireNonNull(region, "region");
-        }
-
-        public int code() {
-            return Opcode.OPEN.code();
         }
     }
 
@@ -325,25 +262,14 @@ public sealed interface Message {
         public ListReply {
             regions = List.copyOf(regions);
         }
-
-        public int code() {
-            return Opcode.LIST.code();
-        }
     }
 
     record ReleaseReply(long id) implements Message {
-        public int code() {
-            return Opcode.RELEASE.code();
-        }
     }
 
     record RetagReply(long id, RegionDescriptor region) implements Message {
         public RetagReply {
             Objects.requireNonNull(region, "region");
-        }
-
-        public int code() {
-            return Opcode.RETAG.code();
         }
     }
 
@@ -370,59 +296,33 @@ public sealed interface Message {
             return "LeaseReply[id=" + id + ", ttlMillis=" + ttlMillis + ", tookOver=" + tookOver + ", ownerChanges="
                     + ownerChanges + ", epoch=" + epoch + ", continued=" + continued + "]";
         }
-
-        public int code() {
-            return Opcode.LEASE.code();
-        }
     }
 
     record UnleaseReply(long id) implements Message {
-        public int code() {
-            return Opcode.UNLEASE.code();
-        }
     }
 
     record InfoReply(long id, String serverId, long capacityBytes, long freeBytes) implements Message {
         public InfoReply {
             Objects.requireNonNull(serverId, "serverId");
         }
-
-        public int code() {
-            return Opcode.INFO.code();
-        }
     }
 
     /** {@code flags}: {@link Protocol#STATE_DRAINING}; bits this build does not know are ignored. */
     record StateReply(long id, int flags) implements Message {
-        public int code() {
-            return Opcode.STATE.code();
-        }
     }
 
     /** {@code length} bytes of data follow this message on the wire. */
     record ReadReply(long id, int length) implements Message {
-        public int code() {
-            return Opcode.READ.code();
-        }
     }
 
     record WriteReply(long id) implements Message {
-        public int code() {
-            return Opcode.WRITE.code();
-        }
     }
 
     record ZeroReply(long id) implements Message {
-        public int code() {
-            return Opcode.ZERO.code();
-        }
     }
 
     /** Every earlier request of the connection is done. */
     record FlushReply(long id) implements Message {
-        public int code() {
-            return Opcode.FLUSH.code();
-        }
     }
 
     /** The memserver worker's UCX address (read-only). */
@@ -434,10 +334,6 @@ public sealed interface Message {
         @Override
         public ByteBuffer workerAddress() {
             return workerAddress.duplicate();
-        }
-
-        public int code() {
-            return Opcode.UCX_CONNECT.code();
         }
     }
 
@@ -451,10 +347,6 @@ public sealed interface Message {
         public ByteBuffer remoteKey() {
             return remoteKey.duplicate();
         }
-
-        public int code() {
-            return Opcode.MAP.code();
-        }
     }
 
     /** Where the probe word ({@link Protocol#UCX_PROBE_WORD}, 8 bytes) is for UCX, and its packed remote key. */
@@ -467,20 +359,12 @@ public sealed interface Message {
         public ByteBuffer remoteKey() {
             return remoteKey.duplicate();
         }
-
-        public int code() {
-            return Opcode.UCX_PROBE.code();
-        }
     }
 
     /** Memserver to client (the id is the memserver's): forget these regions' remote keys. */
     record Invalidate(long id, List<Long> regionIds) implements Message {
         public Invalidate {
             regionIds = List.copyOf(regionIds);
-        }
-
-        public int code() {
-            return Opcode.INVALIDATE.code();
         }
     }
 
