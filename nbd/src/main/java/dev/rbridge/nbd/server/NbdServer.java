@@ -18,7 +18,6 @@ import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -32,13 +31,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * connections that beats virtual threads and one shared selector: docs/transports.md), and a housekeeper that enforces
  * the time limits.
  *
- * <p>Slots: at most {@code maxConnections} connections, {@code maxConnectionsPerPeer} from one address. A connection
- * that would pass either takes the slot of the oldest connection of that address still in its handshake (for the
- * global limit, of the address holding the most connections). A connection that has not finished its handshake never
- * costs a session its slot: when none is handshaking, the newcomer is let in on probation and takes the slot of the
- * longest-idle session of that address (for the global limit, of the address holding the most) only once its own
- * handshake is through; idle sessions are otherwise never closed (the kernel keeps them for days). When no session is
- * idle, the new one is refused.
+ * <p>Slots: at most {@code maxConnections} connections, {@code maxConnectionsPerPeer} from one address; who makes way
+ * for a new connection over a limit is decided by the {@link ConnectionSlots}. The time limits are kept by the
+ * {@link Housekeeper}.
  *
  * <p>{@link #close()} is a graceful shutdown: stop accepting, refuse new options and requests with the spec's
  * shutdown errors, wait up to the drain timeout for in-flight requests, then close every connection.
@@ -50,9 +45,6 @@ public final class NbdServer implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(NbdServer.class);
     /** The send buffer asked for each TCP connection (see {@link #admit}). */
     private static final int SEND_BUFFER = 4 << 20;
-    /** How often the housekeeper looks at every connection's clocks. */
-    private static final long HOUSEKEEPING_MILLIS = 100;
-    private static final long TRIM_NANOS = 1_000_000_000L;
 
     private final NbdServerConfig config;
     private final BufferPool bufferPool;
@@ -60,16 +52,8 @@ public final class NbdServer implements AutoCloseable {
     private final RateLimitedLog limitedLog = new RateLimitedLog(log);
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<ListenAddress> bound = new ArrayList<>();
-    /** Every open connection, and how many each address has; guarded by {@link #slots}. */
-    private final Set<Connection> connections = ConcurrentHashMap.newKeySet();
-    private final Map<String, Integer> perPeer = new HashMap<>();
-    private final Object slots = new Object();
-    /**
-     * Connections let in over a limit (the value: which, "peer_limit" or "connection_limit") while still in their
-     * handshake, each waiting to take an idle session's slot when it finishes; guarded by {@link #slots}.
-     */
-    private final Map<Connection, String> probation = new HashMap<>();
-    private final Thread housekeeper;
+    private final ConnectionSlots slots;
+    private final Housekeeper housekeeper;
     private final AtomicLong nextId = new AtomicLong(1);
     private final CountDownLatch terminated = new CountDownLatch(1);
     /** What stopped although the server is not closing (a listener, the housekeeper), and why. */
@@ -82,8 +66,8 @@ public final class NbdServer implements AutoCloseable {
         this.bufferPool = new BufferPool(largest, config.bufferPoolRetainBytes(), config.payloadMemory());
         this.payloadBudget = new PayloadBudget(config.payloadBudget(), config.payloadBudgetPerPeer(),
                 config.payloadBudgetPerConnection());
-        this.housekeeper = new Thread(this::housekeeping, "nbd-housekeeper");
-        housekeeper.setDaemon(true);
+        this.slots = new ConnectionSlots(config, limitedLog);
+        this.housekeeper = new Housekeeper(this, slots, limitedLog);
     }
 
     /** Binds every configured address and starts serving. On a bind failure nothing is left listening. */
@@ -198,7 +182,7 @@ public final class NbdServer implements AutoCloseable {
             }
         } finally {
             if (!closing) {
-                failures.put("listener " + address, why);
+                failed("listener " + address, why);
                 log.error("the NBD listener on {} ended ({}); no new connections are accepted there", address, why);
             }
         }
@@ -223,7 +207,7 @@ public final class NbdServer implements AutoCloseable {
             config.tcpSocketSetup().accept(ch);
         }
         Connection c = new Connection(this, ch, nextId.getAndIncrement(), peer, peerAddress);
-        if (!takeSlot(c)) {
+        if (!slots.take(c)) {
             closeQuietly(ch);
             return;
         }
@@ -233,168 +217,8 @@ public final class NbdServer implements AutoCloseable {
         try {
             t.start();
         } catch (OutOfMemoryError e) { // no native thread to be had
-            freeSlot(c);
+            slots.free(c);
             throw e;
-        }
-    }
-
-    /**
-     * Gives {@code c} a slot, if need be in place of a connection still in its handshake (the oldest of its address for
-     * the per-address limit, of the address holding the most connections for the global one): a connection that has
-     * not finished its handshake never costs a session its slot. When none is handshaking but a session is idle,
-     * {@code c} is let in over the limit, on probation: the idle session makes way only once {@code c} finishes its
-     * own handshake ({@link #enterTransmission}), and a newcomer meanwhile takes {@code c}'s place like any other
-     * handshake's. False: refused.
-     */
-    private boolean takeSlot(Connection c) {
-        Connection evicted;
-        String reason;
-        synchronized (slots) {
-            String from = c.peerAddress();
-            int mine = perPeer.getOrDefault(from, 0);
-            if (mine >= config.maxConnectionsPerPeer()) {
-                reason = "peer_limit";
-            } else if (connections.size() >= config.maxConnections()) {
-                reason = "connection_limit";
-                from = busiestPeer(); // the address holding the most pays, as for idle sessions
-            } else {
-                reason = null;
-            }
-            evicted = reason == null ? null : oldestHandshake(from);
-            if (evicted == null && reason != null && probation.size() >= maxProbation()) {
-                evicted = oldestOnProbation(); // newcomers over the limit still handshaking make way for each other
-            }
-            if (evicted != null && !evicted.decideToClose("closed in its handshake to make room for a new connection"
-                    + " (" + reason.replace('_', ' ') + ")")) {
-                evicted = null; // the housekeeper got to it first: its slot is about to free anyway
-            }
-            if (reason != null && evicted == null) {
-                String idleFrom = reason.equals("peer_limit") ? c.peerAddress() : busiestPeer();
-                if (longestIdle(idleFrom, null) == null) {
-                    config.metrics().connectionRefused(reason);
-                    limitedLog.warn(reason, "refusing connection from {}: {} (none is in its handshake, none of {}"
-                            + " is idle)", c.peer(), reason.equals("peer_limit") ? "its address already has " + mine
-                                    + " connections, the limit" : "all " + connections.size()
-                                    + " connection slots are busy",
-                            reason.equals("peer_limit") ? "them" : "the connections of " + idleFrom);
-                    return false;
-                }
-                probation.put(c, reason);
-            }
-            if (evicted != null) {
-                release(evicted);
-            }
-            connections.add(c);
-            perPeer.merge(c.peerAddress(), 1, Integer::sum);
-        }
-        if (evicted != null) { // decided under the slots lock: nobody else can have claimed it since
-            config.metrics().connectionClosed("handshake_evicted");
-            limitedLog.warn("handshake_evicted", "connection {} from {}: closed in its handshake to make room for a "
-                    + "new connection from {} ({})", evicted.id(), evicted.peer(), c.peer(), reason.replace('_', ' '));
-            evicted.closeChannel();
-        }
-        return true;
-    }
-
-    /**
-     * {@code c} finished its handshake and enters transmission. One let in over a limit on probation now takes the
-     * slot of the longest-idle connection of its address (per-address limit) or of the address holding the most
-     * (global limit), unless the limit no longer binds; false when no connection is idle now ({@code c} must close).
-     */
-    boolean enterTransmission(Connection c) {
-        Connection evicted;
-        String reason;
-        synchronized (slots) {
-            reason = probation.remove(c);
-            if (reason == null || !connections.contains(c)) {
-                return true;
-            }
-            boolean over = reason.equals("peer_limit")
-                    ? perPeer.getOrDefault(c.peerAddress(), 0) > config.maxConnectionsPerPeer()
-                    : connections.size() > config.maxConnections();
-            if (!over) {
-                return true;
-            }
-            evicted = longestIdle(reason.equals("peer_limit") ? c.peerAddress() : busiestPeer(), c);
-            if (evicted == null || !evicted.decideToClose("closed while idle to make room for a new connection ("
-                    + reason.replace('_', ' ') + ")")) {
-                config.metrics().connectionRefused(reason);
-                limitedLog.warn(reason, "refusing connection {} from {} at the end of its handshake: {}", c.id(),
-                        c.peer(), "no connection is idle to make room for it (" + reason.replace('_', ' ') + ")");
-                release(c);
-                return false;
-            }
-            release(evicted);
-        }
-        config.metrics().connectionClosed("idle_evicted");
-        limitedLog.warn("idle_evicted", "connection {} from {}: closed, idle, to make room for connection {} from {}"
-                + " ({})", evicted.id(), evicted.peer(), c.id(), c.peer(), reason.replace('_', ' '));
-        evicted.closeChannel();
-        return true;
-    }
-
-    /** The address with the most connections; guarded by {@link #slots}. */
-    private String busiestPeer() {
-        return perPeer.entrySet().stream().max(Map.Entry.comparingByValue()).map(Map.Entry::getKey).orElse("");
-    }
-
-    /**
-     * Connections let in over the limits on probation at once, at most: past it the oldest of them (still in its
-     * handshake) makes way for a newcomer, so a flood that never finishes its handshakes holds no more than this over
-     * the limit, and costs no session its slot.
-     */
-    private int maxProbation() {
-        return Math.max(4, config.maxConnections() / 16);
-    }
-
-    /** The connection on probation accepted first (still in its handshake), or null; guarded by {@link #slots}. */
-    private Connection oldestOnProbation() {
-        Connection best = null;
-        for (Connection x : probation.keySet()) {
-            if (!x.closing() && !x.inTransmission() && (best == null || x.acceptedNanos() - best.acceptedNanos() < 0)) {
-                best = x;
-            }
-        }
-        return best;
-    }
-
-    /** The oldest connection of {@code peerAddress} still in its handshake, or null. */
-    private Connection oldestHandshake(String peerAddress) {
-        Connection best = null;
-        for (Connection x : connections) {
-            if (x.peerAddress().equals(peerAddress) && !x.closing() && !x.inTransmission()
-                    && (best == null || x.acceptedNanos() - best.acceptedNanos() < 0)) {
-                best = x;
-            }
-        }
-        return best;
-    }
-
-    /**
-     * The session of {@code peerAddress} (in transmission, not {@code except}) idle the longest, for a connection on
-     * probation that finished its handshake; null if none is idle.
-     */
-    private Connection longestIdle(String peerAddress, Connection except) {
-        Connection best = null;
-        for (Connection x : connections) {
-            if (x != except && x.peerAddress().equals(peerAddress) && !x.closing() && x.inTransmission() && x.idle()
-                    && (best == null || x.lastActiveNanos() - best.lastActiveNanos() < 0)) {
-                best = x;
-            }
-        }
-        return best;
-    }
-
-    private void release(Connection c) {
-        probation.remove(c);
-        if (connections.remove(c)) {
-            perPeer.computeIfPresent(c.peerAddress(), (k, n) -> n > 1 ? n - 1 : null);
-        }
-    }
-
-    private void freeSlot(Connection c) {
-        synchronized (slots) {
-            release(c);
         }
     }
 
@@ -416,79 +240,17 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
-    // --------------------------------------------------------------------------------------------- housekeeping
-
-    /** Closes connections that overstay a time limit, and stalled ones whose memory others wait for. */
-    private void housekeeping() {
-        try {
-            long trimmed = System.nanoTime();
-            while (!closing) {
-                try {
-                    long now = System.nanoTime();
-                    sweep(now);
-                    if (now - trimmed >= TRIM_NANOS) { // trimming walks the idle buffers: not every tick
-                        trimmed = now;
-                        bufferPool.trim();
-                    }
-                } catch (RuntimeException | Error e) {
-                    limitedLog.warn("housekeeping", "housekeeping failed; trying again", e);
-                }
-                sleep(HOUSEKEEPING_MILLIS);
-            }
-        } finally {
-            if (!closing) {
-                failures.put("housekeeper", "it stopped, so time limits are no longer enforced");
-            }
-        }
+    /** {@code what} stopped although the server is not closing, for {@code why}: the server is not ready. */
+    void failed(String what, String why) {
+        failures.put(what, why);
     }
 
-    private void sweep(long now) {
-        PayloadBudget.Pressure pressure = payloadBudget.pressure();
-        Connection mostHeldStalled = null;
-        long mostHeld = 0;
-        long grace = config.stalledGrace().toNanos();
-        for (Connection c : connections) {
-            if (c.closing()) {
-                continue;
-            }
-            if (!c.inTransmission()) {
-                if (now - c.acceptedNanos() > config.handshakeTimeout().toNanos()) {
-                    timeOut(c, "handshake_timeout", "handshake not finished within "
-                            + Durations.human(config.handshakeTimeout()));
-                }
-                continue;
-            }
-            long partial = c.partialSinceNanos();
-            long stalledReplies = c.repliesStalledSinceNanos();
-            if (partial != 0 && now - partial > config.requestTimeout().toNanos()) {
-                timeOut(c, "request_timeout", "a request did not arrive whole within "
-                        + Durations.human(config.requestTimeout()));
-                continue;
-            }
-            if (stalledReplies != 0 && now - stalledReplies > config.replyTimeout().toNanos()) {
-                timeOut(c, "reply_timeout", "replies went unread for " + Durations.human(config.replyTimeout()));
-                continue;
-            }
-            boolean stalled = (partial != 0 && now - Math.max(partial, c.lastReadNanos()) > grace)
-                    || (stalledReplies != 0 && now - stalledReplies > grace);
-            long held = stalled && pressure.wouldHelp(c.peerAddress()) ? c.heldBytes() : 0;
-            if (held > mostHeld) {
-                mostHeld = held;
-                mostHeldStalled = c;
-            }
-        }
-        if (mostHeldStalled != null) {
-            timeOut(mostHeldStalled, "stalled_evicted", "stalled holding " + mostHeld
-                    + " bytes of payload memory that other requests wait for");
-        }
-    }
-
-    private void timeOut(Connection c, String reason, String why) {
-        if (c.decideToClose(why)) {
-            config.metrics().connectionClosed(reason);
-            limitedLog.warn(reason, "connection {} from {}: {}; closing it", c.id(), c.peer(), why);
-            c.closeChannel();
-        }
+    /**
+     * {@code c} finished its handshake and enters transmission: false when it was let in over a limit and no connection
+     * is idle to make room for it now (it must close). See {@link ConnectionSlots#enterTransmission}.
+     */
+    boolean enterTransmission(Connection c) {
+        return slots.enterTransmission(c);
     }
 
     void logLimited(String kind, String format, Object... args) {
@@ -499,7 +261,7 @@ public final class NbdServer implements AutoCloseable {
     private final class State implements NbdServerState {
         @Override
         public int connections() {
-            return connections.size();
+            return slots.count();
         }
 
         @Override
@@ -540,7 +302,7 @@ public final class NbdServer implements AutoCloseable {
     }
 
     void connectionEnded(Connection c) {
-        freeSlot(c);
+        slots.free(c);
     }
 
     /** The addresses actually bound (TCP port 0 replaced by the port the kernel chose). */
@@ -549,7 +311,7 @@ public final class NbdServer implements AutoCloseable {
     }
 
     public int connectionCount() {
-        return connections.size();
+        return slots.count();
     }
 
     /**
@@ -579,6 +341,7 @@ public final class NbdServer implements AutoCloseable {
             }
             closing = true;
         }
+        Set<Connection> connections = slots.connections();
         log.info("shutting down: no new connections; draining {} connection(s) for up to {}", connections.size(),
                 Durations.human(drain));
         closeListeners();
@@ -601,7 +364,7 @@ public final class NbdServer implements AutoCloseable {
         while (!connections.isEmpty() && System.nanoTime() < closeDeadline) {
             sleep(5);
         }
-        housekeeper.interrupt();
+        housekeeper.stop();
         log.info("shut down");
         terminated.countDown();
     }
@@ -636,7 +399,7 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
-    private static void sleep(long millis) {
+    static void sleep(long millis) {
         try {
             Thread.sleep(millis);
         } catch (InterruptedException e) {
