@@ -94,7 +94,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private Bridge(BridgeConfig config) {
         this.config = config;
         this.provider = Providers.byName(config.transport());
-        config.memservers().forEach(a -> links.add(new MemserverLink(a, config.metrics())));
+        config.memservers().forEach(a -> links.add(new MemserverLink(a, config.metrics()::memserver)));
         discover(); // the addresses of --memserver-dns names, before the first connect
         config.volumes().forEach(v -> volumes.put(v.name(), new Volume(v, this)));
         this.rebuilder = new Rebuilder(this, config.rebuildChunk());
@@ -216,7 +216,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 return l;
             }
         }
-        MemserverLink l = new MemserverLink(address, config.metrics());
+        MemserverLink l = new MemserverLink(address, config.metrics()::memserver);
         links.add(l);
         log.info("memserver {} added ({}): connecting; new slabs and rebuilds may go there", l.label(), why);
         memserverAdded.accept(l);

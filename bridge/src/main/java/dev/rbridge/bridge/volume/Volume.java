@@ -1,6 +1,5 @@
 package dev.rbridge.bridge.volume;
 
-import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.memservers.RemoteOpMetrics;
 import dev.rbridge.common.Failures;
