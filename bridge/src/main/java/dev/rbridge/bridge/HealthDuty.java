@@ -109,7 +109,7 @@ final class HealthDuty {
             }
         }
         for (Volume v : volumes) {
-            v.failClosedReplicas();
+            v.roster().failClosedReplicas();
             v.degraded().forEach(rebuilder::offer);
         }
     }

@@ -140,13 +140,13 @@ final class Membership {
 
     /** Slabs of which {@code l} may hold the last copy (lost slabs): a memserver holding one must not be let go. */
     long lostCopiesOn(MemserverLink l) {
-        return volumes.values().stream().mapToLong(v -> v.lostCopiesOn(l)).sum();
+        return volumes.values().stream().mapToLong(v -> v.roster().lostCopiesOn(l)).sum();
     }
 
     /** Live replicas {@code l} holds, of every volume (none while it is down). */
     long replicasOn(MemserverLink l) {
         RemoteConnection c = l.connection();
-        return c == null ? 0 : volumes.values().stream().mapToLong(v -> v.replicasOn(c)).sum();
+        return c == null ? 0 : volumes.values().stream().mapToLong(v -> v.roster().replicasOn(c)).sum();
     }
 
     /** The link labelled {@code label} (HOST:PORT as admin shows it), or null. */
@@ -201,7 +201,7 @@ final class Membership {
         dead.close();
         volumes.values().forEach(v -> v.manifest().forget(l));
         for (Volume v : volumes.values()) {
-            v.connectionLost(dead, "memserver " + l.label() + " down: " + reason);
+            v.roster().connectionLost(dead, "memserver " + l.label() + " down: " + reason);
         }
         capacity.recheck();
     }

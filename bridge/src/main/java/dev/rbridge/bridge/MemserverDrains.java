@@ -144,7 +144,7 @@ final class MemserverDrains {
             }
             long live = 0;
             for (Volume v : volumes) {
-                for (var s : v.slabsOn(c)) {
+                for (var s : v.roster().slabsOn(c)) {
                     rebuilder.offer(s);
                     live++;
                 }

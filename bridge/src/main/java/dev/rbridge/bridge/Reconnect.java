@@ -57,7 +57,7 @@ final class Reconnect implements Attachment {
     public void regionFound(Volume v, Replica r) {
         MemserverLink l = r.link();
         RegionDescriptor d = r.region();
-        if (v.holds(r.serverId(), d.id()) || v.adoptLost(r)) {
+        if (v.roster().holds(r.serverId(), d.id()) || v.roster().adoptLost(r)) {
             return;
         }
         if (d.tag().slab() >= v.slabCount() && !config.allowShrink()) {
@@ -67,7 +67,7 @@ final class Reconnect implements Attachment {
                     v.status().size());
             return;
         }
-        long current = v.currentGeneration(d.tag().slab());
+        long current = v.roster().currentGeneration(d.tag().slab());
         if (d.tag().generation() != 0 && d.tag().generation() >= current) {
             // Not older than what this bridge serves: it may be the newer copy of a slab this bridge
             // reattached without it. Never used, never freed: an operator decides (rbridge admin).

@@ -112,8 +112,8 @@ final class StartUp implements Attachment {
         }
         for (Volume v : volumes.values()) {
             Map<Integer, List<Replica>> mine = found.getOrDefault(v.name(), Map.of());
-            List<Replica> stale = v.reattach(mine);
-            v.failClosedReplicas(); // a memserver that died while we were attaching
+            List<Replica> stale = v.roster().reattach(mine);
+            v.roster().failClosedReplicas(); // a memserver that died while we were attaching
             stale.forEach(release);
             Volume.VolumeStatus st = v.status();
             log.info("volume {}: {} bytes, {} slab(s) of {} bytes, {} replica(s); reattached {} slab(s) ({} "
@@ -128,7 +128,7 @@ final class StartUp implements Attachment {
 
     /** The previous bridge exited uncleanly: {@code v}'s replicated slabs are made equal again in the background. */
     private void resync(Volume v) {
-        List<Slab> replicated = v.replicated();
+        List<Slab> replicated = v.roster().replicated();
         if (!replicated.isEmpty()) {
             log.warn("volume {}: the previous bridge did not shut down cleanly; writes it had in flight "
                     + "may have reached some replicas only, so {} slab(s) are resynchronized from one "

@@ -123,7 +123,8 @@ final class HedgedRead {
         MemorySegment view = buffer.asSlice(0, length);
         CompletableFuture<Void> f;
         try {
-            f = Volume.counted(r, RemoteOpMetrics.Op.READ, length, x -> x.connection().read(x.region(), offset, view));
+            f = ReplicaOps.counted(r, RemoteOpMetrics.Op.READ, length,
+                    x -> x.connection().read(x.region(), offset, view));
         } catch (RuntimeException | Error e) {
             f = CompletableFuture.failedFuture(e);
         }
@@ -142,7 +143,7 @@ final class HedgedRead {
         boolean failOver = false;
         boolean tryAnother = false;
         Throwable cause = e == null ? null : Failures.cause(e);
-        boolean leaseLost = cause != null && Volume.leaseLost(cause);
+        boolean leaseLost = cause != null && ReplicaOps.leaseLost(cause);
         synchronized (this) {
             inFlight--;
             if (e == null) {
@@ -193,17 +194,17 @@ final class HedgedRead {
             }
             return;
         }
-        if (Volume.replicaFault(cause)) {
+        if (ReplicaOps.replicaFault(cause)) {
             slab.fail(r, Failures.reason(cause)); // out at once, as for any failed read
         }
         if (tryAnother) {
             hedger.watch(this); // its deadline has passed: the next duty cycle tries another replica, if any
         }
         if (failOver) {
-            if (!Volume.replicaFault(cause) || attempt >= volume.replicas() + 1) {
+            if (!ReplicaOps.replicaFault(cause) || attempt >= volume.replicas() + 1) {
                 result.completeExceptionally(volume.ioError(slab, "read", cause));
             } else {
-                volume.readSlab(slab, offset, dst, attempt + 1).whenComplete((v, x) -> {
+                volume.reads.readSlab(slab, offset, dst, attempt + 1).whenComplete((v, x) -> {
                     if (x == null) {
                         result.complete(null);
                     } else {

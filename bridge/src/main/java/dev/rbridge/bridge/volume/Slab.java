@@ -140,7 +140,7 @@ public final class Slab {
             for (int i = 0; i < placed.size(); i++) {
                 if (fs.get(i).isCompletedExceptionally()) {
                     first = first == null ? fs.get(i).exceptionNow() : first;
-                    if (Volume.leaseLost(fs.get(i).exceptionNow())) {
+                    if (ReplicaOps.leaseLost(fs.get(i).exceptionNow())) {
                         volume.host.leaseLost(volume, placed.get(i), Failures.reason(fs.get(i).exceptionNow()));
                     }
                     volume.host.release(placed.get(i));
@@ -341,7 +341,7 @@ public final class Slab {
             }
             CompletableFuture<Void> next = null;
             for (int i = 0; i < survivors.size(); i++) {
-                if (fs.get(i).isCompletedExceptionally() && Volume.leaseLost(fs.get(i).exceptionNow())) {
+                if (fs.get(i).isCompletedExceptionally() && ReplicaOps.leaseLost(fs.get(i).exceptionNow())) {
                     volume.host.leaseLost(volume, survivors.get(i), Failures.reason(fs.get(i).exceptionNow()));
                 }
                 if (fs.get(i).isCompletedExceptionally()) {
