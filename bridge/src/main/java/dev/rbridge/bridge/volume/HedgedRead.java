@@ -169,24 +169,35 @@ final class HedgedRead {
         // Both providers are done with a buffer once its read completed or failed: it may serve the next read.
         hedger.scratch().give(buffer);
         if (won) {
-            long delay = deadline - start;
-            if (isHedge) {
-                volume.readHedgesWon.increment();
-                MemserverLink slow;
-                synchronized (this) {
-                    slow = tried.getFirst().link();
-                }
-                slow.readsAvoidedUntil = (now + ReadHedger.AVOID_AFTER_HEDGE_WON_NANOS) | 1; // never 0: 0 is "none"
-                volume.readLatency.sample(delay); // a stall: counted at the delay, so it keeps its rank only
-            } else {
-                volume.readLatency.sample(Math.min(now - start, 4 * delay));
+            answeredFirst(isHedge, now);
+        } else if (e != null) {
+            failed(r, cause, leaseLost, failOver, tryAnother);
+        } // else answered already: this answer is dropped
+    }
+
+    /** This attempt answered first (its data is in {@code dst}): the latency is sampled, the read completes. */
+    private void answeredFirst(boolean isHedge, long now) {
+        long delay = deadline - start;
+        if (isHedge) {
+            volume.readHedgesWon.increment();
+            MemserverLink slow;
+            synchronized (this) {
+                slow = tried.getFirst().link();
             }
-            result.complete(null);
-            return;
+            slow.readsAvoidedUntil = (now + ReadHedger.AVOID_AFTER_HEDGE_WON_NANOS) | 1; // never 0: 0 is "none"
+            volume.readLatency.sample(delay); // a stall: counted at the delay, so it keeps its rank only
+        } else {
+            volume.readLatency.sample(Math.min(now - start, 4 * delay));
         }
-        if (e == null) {
-            return; // answered already: this answer is dropped
-        }
+        result.complete(null);
+    }
+
+    /**
+     * The attempt on {@code r} failed with {@code cause}: a lost lease fences the volume, a replica fault takes
+     * {@code r} out; {@code tryAnother} lets the hedger try a replica not tried yet, {@code failOver} (no attempt
+     * left out) reads again the usual way or fails the read.
+     */
+    private void failed(Replica r, Throwable cause, boolean leaseLost, boolean failOver, boolean tryAnother) {
         if (leaseLost) {
             CompletableFuture<Void> fenced = volume.failFenced(r, cause); // fences the volume, whoever answered
             if (failOver) {
