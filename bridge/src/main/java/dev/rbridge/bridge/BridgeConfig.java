@@ -1,5 +1,6 @@
 package dev.rbridge.bridge;
 
+import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Lease;
 

@@ -2,6 +2,7 @@ package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.bridge.volume.VolumeSpec;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;

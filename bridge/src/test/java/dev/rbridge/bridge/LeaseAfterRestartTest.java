@@ -1,6 +1,7 @@
 package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.bridge.volume.VolumeState;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.rdma.ConnectParams;

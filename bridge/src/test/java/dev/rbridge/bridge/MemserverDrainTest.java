@@ -3,6 +3,7 @@ package dev.rbridge.bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionTag;

@@ -1,7 +1,7 @@
 package dev.rbridge.cli;
 
 import dev.rbridge.bridge.Bridge;
-import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.nbd.server.Export;
 import dev.rbridge.nbd.server.ListenAddress;

@@ -1,6 +1,6 @@
 package dev.rbridge.cli;
 
-import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.bridge.volume.VolumeSpec;
 
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;

@@ -15,7 +15,7 @@ import org.junit.jupiter.api.Tag;
 
 import com.code_intelligence.jazzer.junit.FuzzTest;
 
-import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.bridge.volume.VolumeSpec;
 import picocli.CommandLine;
 
 /**

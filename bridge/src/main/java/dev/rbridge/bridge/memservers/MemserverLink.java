@@ -1,11 +1,11 @@
 package dev.rbridge.bridge.memservers;
 
-import dev.rbridge.bridge.BridgeMetrics;
 import dev.rbridge.rdma.RemoteConnection;
 
 import java.net.InetSocketAddress;
 import java.util.Locale;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Function;
 
 /**
  * The bridge's view of one configured memserver: the current connection (null while it is unreachable), what it
@@ -55,10 +55,11 @@ public final class MemserverLink {
     /** Where this memserver's data-path operations are recorded. */
     public final RemoteOpMetrics metrics;
 
-    public MemserverLink(InetSocketAddress address, BridgeMetrics metrics) {
+    /** {@code metrics} gives the recorder for a memserver's label (HOST:PORT), asked once here. */
+    public MemserverLink(InetSocketAddress address, Function<String, RemoteOpMetrics> metrics) {
         this.address = address;
         this.label = address.getHostString() + ":" + address.getPort();
-        this.metrics = metrics.memserver(label);
+        this.metrics = metrics.apply(label);
     }
 
     public String label() {

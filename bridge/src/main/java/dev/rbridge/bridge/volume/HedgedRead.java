@@ -123,7 +123,8 @@ final class HedgedRead {
         MemorySegment view = buffer.asSlice(0, length);
         CompletableFuture<Void> f;
         try {
-            f = Volume.counted(r, RemoteOpMetrics.Op.READ, length, x -> x.connection().read(x.region(), offset, view));
+            f = ReplicaOps.counted(r, RemoteOpMetrics.Op.READ, length,
+                    x -> x.connection().read(x.region(), offset, view));
         } catch (RuntimeException | Error e) {
             f = CompletableFuture.failedFuture(e);
         }
@@ -142,7 +143,7 @@ final class HedgedRead {
         boolean failOver = false;
         boolean tryAnother = false;
         Throwable cause = e == null ? null : Failures.cause(e);
-        boolean leaseLost = cause != null && Volume.leaseLost(cause);
+        boolean leaseLost = cause != null && ReplicaOps.leaseLost(cause);
         synchronized (this) {
             inFlight--;
             if (e == null) {
@@ -168,24 +169,35 @@ final class HedgedRead {
         // Both providers are done with a buffer once its read completed or failed: it may serve the next read.
         hedger.scratch().give(buffer);
         if (won) {
-            long delay = deadline - start;
-            if (isHedge) {
-                volume.readHedgesWon.increment();
-                MemserverLink slow;
-                synchronized (this) {
-                    slow = tried.getFirst().link();
-                }
-                slow.readsAvoidedUntil = (now + ReadHedger.AVOID_AFTER_HEDGE_WON_NANOS) | 1; // never 0: 0 is "none"
-                volume.readLatency.sample(delay); // a stall: counted at the delay, so it keeps its rank only
-            } else {
-                volume.readLatency.sample(Math.min(now - start, 4 * delay));
+            answeredFirst(isHedge, now);
+        } else if (e != null) {
+            failed(r, cause, leaseLost, failOver, tryAnother);
+        } // else answered already: this answer is dropped
+    }
+
+    /** This attempt answered first (its data is in {@code dst}): the latency is sampled, the read completes. */
+    private void answeredFirst(boolean isHedge, long now) {
+        long delay = deadline - start;
+        if (isHedge) {
+            volume.readHedgesWon.increment();
+            MemserverLink slow;
+            synchronized (this) {
+                slow = tried.getFirst().link();
             }
-            result.complete(null);
-            return;
+            slow.readsAvoidedUntil = (now + ReadHedger.AVOID_AFTER_HEDGE_WON_NANOS) | 1; // never 0: 0 is "none"
+            volume.readLatency.sample(delay); // a stall: counted at the delay, so it keeps its rank only
+        } else {
+            volume.readLatency.sample(Math.min(now - start, 4 * delay));
         }
-        if (e == null) {
-            return; // answered already: this answer is dropped
-        }
+        result.complete(null);
+    }
+
+    /**
+     * The attempt on {@code r} failed with {@code cause}: a lost lease fences the volume, a replica fault takes
+     * {@code r} out; {@code tryAnother} lets the hedger try a replica not tried yet, {@code failOver} (no attempt
+     * left out) reads again the usual way or fails the read.
+     */
+    private void failed(Replica r, Throwable cause, boolean leaseLost, boolean failOver, boolean tryAnother) {
         if (leaseLost) {
             CompletableFuture<Void> fenced = volume.failFenced(r, cause); // fences the volume, whoever answered
             if (failOver) {
@@ -193,17 +205,17 @@ final class HedgedRead {
             }
             return;
         }
-        if (Volume.replicaFault(cause)) {
+        if (ReplicaOps.replicaFault(cause)) {
             slab.fail(r, Failures.reason(cause)); // out at once, as for any failed read
         }
         if (tryAnother) {
             hedger.watch(this); // its deadline has passed: the next duty cycle tries another replica, if any
         }
         if (failOver) {
-            if (!Volume.replicaFault(cause) || attempt >= volume.replicas() + 1) {
+            if (!ReplicaOps.replicaFault(cause) || attempt >= volume.replicas() + 1) {
                 result.completeExceptionally(volume.ioError(slab, "read", cause));
             } else {
-                volume.readSlab(slab, offset, dst, attempt + 1).whenComplete((v, x) -> {
+                volume.reads.readSlab(slab, offset, dst, attempt + 1).whenComplete((v, x) -> {
                     if (x == null) {
                         result.complete(null);
                     } else {

@@ -140,7 +140,7 @@ public final class Slab {
             for (int i = 0; i < placed.size(); i++) {
                 if (fs.get(i).isCompletedExceptionally()) {
                     first = first == null ? fs.get(i).exceptionNow() : first;
-                    if (Volume.leaseLost(fs.get(i).exceptionNow())) {
+                    if (ReplicaOps.leaseLost(fs.get(i).exceptionNow())) {
                         volume.host.leaseLost(volume, placed.get(i), Failures.reason(fs.get(i).exceptionNow()));
                     }
                     volume.host.release(placed.get(i));
@@ -264,69 +264,82 @@ public final class Slab {
                 return CompletableFuture.completedFuture(null);
             }
             if (r.equals(cur.building)) {
-                log.warn("volume {} slab {}: copy target {} failed ({}); the copy will be retried",
-                        volume.name(), index, r.describe(), reason);
-                cur.gate.open();
-                toRelease.add(r);
-                if (cur.lost()) {
-                    set = new ReplicaSet(cur, cur.generation, cur.live, null, null, cur.tagged,
-                            cur.lostAtThisGeneration, cur.lostMinGeneration);
-                    result = cur.tagged;
-                } else {
-                    // The target may already carry the current generation (a resync target, or a rebuilt copy
-                    // tagged just before it would have joined): writes from now on must not be acknowledged at a
-                    // generation it could be believed at.
-                    long generation = cur.generation + 1;
-                    CompletableFuture<Void> tagged = new CompletableFuture<>();
-                    set = new ReplicaSet(cur, generation, cur.live, null, null, tagged, List.of());
-                    retag(cur.live, generation, tagged);
-                    result = tagged;
-                }
-                volume.host.rebuildWanted(this);
+                result = copyTargetFailed(cur, r, reason, toRelease);
             } else if (!cur.live.contains(r)) {
                 return cur.tagged; // already out; the latest state decides
             } else {
                 List<Replica> survivors = new ArrayList<>(cur.live);
                 survivors.remove(r);
-                if (survivors.isEmpty()) {
-                    if (cur.building != null) {
-                        cur.gate.open();
-                        toRelease.add(cur.building);
-                    }
-                    // Every replica of the last confirmed state holds every acknowledged write: any of them that
-                    // comes back may serve again (a bridge-side outage can cut all connections at once).
-                    List<Replica> lost = new ArrayList<>(cur.lostAtThisGeneration);
-                    for (Replica c : cur.confirmedLive()) {
-                        if (!lost.contains(c)) {
-                            lost.add(c);
-                        }
-                    }
-                    if (!lost.contains(r)) {
-                        lost.add(r);
-                    }
-                    long minGeneration = Math.min(cur.confirmedGeneration(),
-                            cur.lostAtThisGeneration.isEmpty() ? Long.MAX_VALUE : cur.lostMinGeneration);
-                    log.error("volume {} slab {} (bytes {}-{}) lost its last replica {}: {}; requests on it fail with EIO"
-                                    + " until one of {} comes back", volume.name(), index, start, start + length - 1,
-                            r.describe(), reason, describe(lost));
-                    set = new ReplicaSet(cur, cur.generation, List.of(), null, null,
-                            CompletableFuture.failedFuture(volume.lostError(this)), lost, minGeneration);
-                    result = set.tagged;
-                } else {
-                    long generation = cur.generation + 1;
-                    log.warn("volume {} slab {}: replica {} failed ({}); serving from {} at generation {}",
-                            volume.name(), index, r.describe(), reason, describe(survivors), generation);
-                    CompletableFuture<Void> tagged = new CompletableFuture<>();
-                    set = new ReplicaSet(cur, generation, survivors, cur.building, cur.gate, tagged, List.of());
-                    retag(survivors, generation, tagged);
-                    result = tagged;
-                    toRelease.add(r); // the survivors have everything; free its memory if its memserver still answers
-                }
-                volume.host.rebuildWanted(this);
+                result = survivors.isEmpty() ? lastReplicaFailed(cur, r, reason, toRelease)
+                        : liveReplicaFailed(cur, r, reason, survivors, toRelease);
             }
+            volume.host.rebuildWanted(this);
         }
         toRelease.forEach(volume.host::release);
         return result;
+    }
+
+    /** {@link #fail}: the copy target {@code r} failed; the copy is retried. Holding this slab's lock. */
+    private CompletableFuture<Void> copyTargetFailed(ReplicaSet cur, Replica r, String reason,
+                                                     List<Replica> toRelease) {
+        log.warn("volume {} slab {}: copy target {} failed ({}); the copy will be retried",
+                volume.name(), index, r.describe(), reason);
+        cur.gate.open();
+        toRelease.add(r);
+        if (cur.lost()) {
+            set = new ReplicaSet(cur, cur.generation, cur.live, null, null, cur.tagged,
+                    cur.lostAtThisGeneration, cur.lostMinGeneration);
+            return cur.tagged;
+        }
+        // The target may already carry the current generation (a resync target, or a rebuilt copy
+        // tagged just before it would have joined): writes from now on must not be acknowledged at a
+        // generation it could be believed at.
+        long generation = cur.generation + 1;
+        CompletableFuture<Void> tagged = new CompletableFuture<>();
+        set = new ReplicaSet(cur, generation, cur.live, null, null, tagged, List.of());
+        retag(cur.live, generation, tagged);
+        return tagged;
+    }
+
+    /** {@link #fail}: the live replica {@code r} failed and {@code survivors} serve on. Holding this slab's lock. */
+    private CompletableFuture<Void> liveReplicaFailed(ReplicaSet cur, Replica r, String reason,
+                                                      List<Replica> survivors, List<Replica> toRelease) {
+        long generation = cur.generation + 1;
+        log.warn("volume {} slab {}: replica {} failed ({}); serving from {} at generation {}",
+                volume.name(), index, r.describe(), reason, describe(survivors), generation);
+        CompletableFuture<Void> tagged = new CompletableFuture<>();
+        set = new ReplicaSet(cur, generation, survivors, cur.building, cur.gate, tagged, List.of());
+        retag(survivors, generation, tagged);
+        toRelease.add(r); // the survivors have everything; free its memory if its memserver still answers
+        return tagged;
+    }
+
+    /** {@link #fail}: {@code r} was the last live replica; the slab is lost. Holding this slab's lock. */
+    private CompletableFuture<Void> lastReplicaFailed(ReplicaSet cur, Replica r, String reason,
+                                                      List<Replica> toRelease) {
+        if (cur.building != null) {
+            cur.gate.open();
+            toRelease.add(cur.building);
+        }
+        // Every replica of the last confirmed state holds every acknowledged write: any of them that
+        // comes back may serve again (a bridge-side outage can cut all connections at once).
+        List<Replica> lost = new ArrayList<>(cur.lostAtThisGeneration);
+        for (Replica c : cur.confirmedLive()) {
+            if (!lost.contains(c)) {
+                lost.add(c);
+            }
+        }
+        if (!lost.contains(r)) {
+            lost.add(r);
+        }
+        long minGeneration = Math.min(cur.confirmedGeneration(),
+                cur.lostAtThisGeneration.isEmpty() ? Long.MAX_VALUE : cur.lostMinGeneration);
+        log.error("volume {} slab {} (bytes {}-{}) lost its last replica {}: {}; requests on it fail with EIO"
+                        + " until one of {} comes back", volume.name(), index, start, start + length - 1,
+                r.describe(), reason, describe(lost));
+        set = new ReplicaSet(cur, cur.generation, List.of(), null, null,
+                CompletableFuture.failedFuture(volume.lostError(this)), lost, minGeneration);
+        return set.tagged;
     }
 
     private void retag(List<Replica> survivors, long generation, CompletableFuture<Void> tagged) {
@@ -341,7 +354,7 @@ public final class Slab {
             }
             CompletableFuture<Void> next = null;
             for (int i = 0; i < survivors.size(); i++) {
-                if (fs.get(i).isCompletedExceptionally() && Volume.leaseLost(fs.get(i).exceptionNow())) {
+                if (fs.get(i).isCompletedExceptionally() && ReplicaOps.leaseLost(fs.get(i).exceptionNow())) {
                     volume.host.leaseLost(volume, survivors.get(i), Failures.reason(fs.get(i).exceptionNow()));
                 }
                 if (fs.get(i).isCompletedExceptionally()) {

@@ -1,7 +1,7 @@
 package dev.rbridge.bridge.volume;
 
-import dev.rbridge.bridge.BridgeMetrics;
 import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.memservers.RemoteOpMetrics;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;
@@ -67,7 +67,7 @@ class AllocationManifestTest {
         RemoteConnection c = Providers.byName("local").connect(new ConnectParams().address(server.address()));
         open.add(c::close);
         RegionDescriptor region = c.allocate(AllocationManifest.tag(VOLUME), m.regionLength()).get(5, TimeUnit.SECONDS);
-        return new Copy(server, new MemserverLink(server.address(), BridgeMetrics.NONE), c, region);
+        return new Copy(server, new MemserverLink(server.address(), label -> RemoteOpMetrics.NONE), c, region);
     }
 
     private static void adopt(AllocationManifest m, Copy copy) throws Exception {

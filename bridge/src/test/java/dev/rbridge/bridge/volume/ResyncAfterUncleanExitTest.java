@@ -2,7 +2,6 @@ package dev.rbridge.bridge.volume;
 
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
-import dev.rbridge.bridge.VolumeSpec;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import dev.rbridge.rdma.ConnectParams;

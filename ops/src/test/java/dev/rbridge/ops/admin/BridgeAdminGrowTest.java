@@ -2,7 +2,7 @@ package dev.rbridge.ops.admin;
 
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
-import dev.rbridge.bridge.VolumeSpec;
+import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.memserver.MemServerConfig;
 import org.junit.jupiter.api.AfterEach;

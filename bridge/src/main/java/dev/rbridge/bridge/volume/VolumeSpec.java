@@ -1,4 +1,4 @@
-package dev.rbridge.bridge;
+package dev.rbridge.bridge.volume;
 
 import java.nio.charset.StandardCharsets;
 import java.util.Objects;
