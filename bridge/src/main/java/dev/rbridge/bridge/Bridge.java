@@ -284,7 +284,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     public void close() {
         membership.stop();
         leases.close();
-        health.interrupt();
+        health.stop();
         rebuilder.close();
         if (hedger != null) {
             hedger.close();

@@ -3,22 +3,22 @@ package dev.rbridge.bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Rebuilder;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.common.duty.Duty;
+import dev.rbridge.common.duty.DutyCycle;
 import dev.rbridge.rdma.RemoteConnection;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
+import java.time.Duration;
 import java.util.Collection;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The health duty cycle, every 250 ms on thread {@code bridge-health}: notices dead connections, tries the memservers
  * that are down again (each attempt on a thread of its own), resolves the --memserver-dns names again, and once a
  * second follows drains, refreshes the memservers' capacities and offers degraded slabs to the rebuild.
  */
-final class HealthDuty {
-    /** Logged as the bridge, as before these parts had classes of their own. */
-    private static final Logger log = LoggerFactory.getLogger(Bridge.class);
+final class HealthDuty implements Duty {
     private static final long TICK_MILLIS = 250;
     private static final long RECONNECT_MILLIS = 1000;
 
@@ -32,7 +32,10 @@ final class HealthDuty {
     private final Rebuilder rebuilder;
     /** Memservers an attempt to bring up is under way for. */
     private final Set<MemserverLink> connecting = ConcurrentHashMap.newKeySet();
-    private final Thread thread;
+    private DutyCycle cycle;
+    /** When the memservers' state and capacities were last looked at, and the names last resolved (ms). */
+    private long lastInfo;
+    private long lastDns = System.currentTimeMillis(); // resolved in the bridge's constructor
 
     HealthDuty(BridgeConfig config, Membership membership, Attacher attacher, Reconnect reconnect,
                MemserverDrains drains, CapacityReporter capacity, Collection<Volume> volumes, Rebuilder rebuilder) {
@@ -44,38 +47,40 @@ final class HealthDuty {
         this.capacity = capacity;
         this.volumes = volumes;
         this.rebuilder = rebuilder;
-        this.thread = Thread.ofPlatform().name("bridge-health").daemon().unstarted(this::run);
     }
 
     void start() {
-        thread.start();
+        cycle = DutyCycle.start(this, Duration.ofMillis(TICK_MILLIS));
     }
 
-    /** Wakes the duty so that it sees the bridge is closing ({@link Membership#stop}). */
-    void interrupt() {
-        thread.interrupt();
-    }
-
-    private void run() {
-        long lastInfo = 0;
-        long lastDns = System.currentTimeMillis(); // resolved in the bridge's constructor
-        while (membership.running()) {
-            long now = System.currentTimeMillis();
-            try {
-                checkLinks(now);
-                if (!config.memserverNames().isEmpty() && now - lastDns >= BridgeConfig.DNS_INTERVAL.toMillis()) {
-                    lastDns = now;
-                    membership.discover();
-                }
-                if (now - lastInfo >= 1000) {
-                    lastInfo = now;
-                    everySecond();
-                }
-            } catch (RuntimeException e) {
-                log.error("health check failed", e);
-            }
-            Bridge.sleep(TICK_MILLIS);
+    /** Ends the cycles (the bridge is closing, {@link Membership#stop}), waiting briefly for the one under way. */
+    void stop() {
+        if (cycle != null) {
+            cycle.close(Duration.ofSeconds(2));
         }
+    }
+
+    @Override
+    public String role() {
+        return "bridge-health";
+    }
+
+    @Override
+    public long doWork() {
+        if (!membership.running()) {
+            return UNTIL_WOKEN;
+        }
+        long now = System.currentTimeMillis();
+        checkLinks(now);
+        if (!config.memserverNames().isEmpty() && now - lastDns >= BridgeConfig.DNS_INTERVAL.toMillis()) {
+            lastDns = now;
+            membership.discover();
+        }
+        if (now - lastInfo >= 1000) {
+            lastInfo = now;
+            everySecond();
+        }
+        return TimeUnit.MILLISECONDS.toNanos(TICK_MILLIS);
     }
 
     /** A memserver up without a live connection is down; one down is tried again once its retry time has come. */

@@ -17,4 +17,11 @@ public interface Duty {
      * {@link #UNTIL_WOKEN} (any negative number). An exception ends this cycle only: {@link DutyCycle} logs it and rests its back-off.
      */
     long doWork() throws Exception;
+
+    /**
+     * Called on the role's thread when an {@link Error} ended it (never on {@link DutyCycle#close}): where the role's
+     * absence must be reported (a server's readiness), this is the place. Does nothing by default.
+     */
+    default void onStopped(Error error) {
+    }
 }

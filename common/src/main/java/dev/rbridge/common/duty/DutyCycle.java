@@ -104,6 +104,12 @@ public final class DutyCycle implements AutoCloseable {
             } catch (Error e) {
                 stoppedBy = e;
                 log.error("{}: stopped: its duty cycle failed with an error it cannot go on after", duty.role(), e);
+                try {
+                    duty.onStopped(e);
+                } catch (RuntimeException | Error x) {
+                    e.addSuppressed(x);
+                    log.error("{}: reporting that it stopped failed too", duty.role(), x);
+                }
                 return;
             }
             if (!running) {

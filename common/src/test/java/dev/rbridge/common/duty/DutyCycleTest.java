@@ -110,6 +110,7 @@ class DutyCycleTest {
     void anErrorEndsTheRoleAndIsReported() throws Exception {
         Error planted = new StackOverflowError("planted");
         AtomicInteger calls = new AtomicInteger();
+        BlockingQueue<Error> reported = new ArrayBlockingQueue<>(2);
         Duty d = new Duty() {
             @Override
             public String role() {
@@ -121,6 +122,11 @@ class DutyCycleTest {
                 calls.incrementAndGet();
                 throw planted;
             }
+
+            @Override
+            public void onStopped(Error error) {
+                reported.offer(error);
+            }
         };
         DutyCycle c = DutyCycle.start(d, Duration.ofMillis(1));
         c.thread().join(LONG);
@@ -128,6 +134,8 @@ class DutyCycleTest {
         assertSame(planted, c.stoppedBy());
         assertFalse(c.running());
         assertEquals(1, calls.get(), "no cycle after the error");
+        assertSame(planted, reported.poll(), "the duty heard why it stopped");
+        assertTrue(reported.isEmpty(), "and only once");
         c.close();
     }
 

@@ -2,6 +2,11 @@ package dev.rbridge.nbd.server;
 
 import dev.rbridge.common.Durations;
 import dev.rbridge.common.RateLimitedLog;
+import dev.rbridge.common.duty.Duty;
+import dev.rbridge.common.duty.DutyCycle;
+
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The server's one thread that keeps time, so that no connection has to: it closes a connection whose handshake does
@@ -10,9 +15,10 @@ import dev.rbridge.common.RateLimitedLog;
  * the most of it stalled by its client for {@code stalledGrace}. Idle connections are never timed out. It also hands
  * the {@link BufferPool}'s idle blocks back, once a second.
  *
- * <p>Should it stop while the server runs, the server's failures say so, and readiness with them.
+ * <p>It runs as a {@link DutyCycle}: a failed sweep is logged and the next comes after a tick; should an
+ * {@link Error} end it while the server runs, the server's failures say so, and readiness with them.
  */
-final class Housekeeper {
+final class Housekeeper implements Duty {
     /** How often every connection's clocks are looked at. */
     private static final long HOUSEKEEPING_MILLIS = 100;
     private static final long TRIM_NANOS = 1_000_000_000L;
@@ -21,47 +27,52 @@ final class Housekeeper {
     private final NbdServerConfig config;
     private final ConnectionSlots slots;
     private final RateLimitedLog limitedLog;
-    private final Thread thread;
+    private DutyCycle cycle;
+    /** When the buffer pool was last trimmed (System.nanoTime); the duty thread's own. */
+    private long trimmed = System.nanoTime();
 
     Housekeeper(NbdServer server, ConnectionSlots slots, RateLimitedLog limitedLog) {
         this.server = server;
         this.config = server.config();
         this.slots = slots;
         this.limitedLog = limitedLog;
-        this.thread = new Thread(this::run, "nbd-housekeeper");
-        thread.setDaemon(true);
     }
 
     void start() {
-        thread.start();
+        cycle = DutyCycle.start(this, Duration.ofMillis(HOUSEKEEPING_MILLIS));
     }
 
-    /** Ends the thread (the server is closing, so its loop ends at the next tick at the latest). */
+    /** Ends the cycles (the server is closing), waiting briefly for the one under way. */
     void stop() {
-        thread.interrupt();
+        if (cycle != null) {
+            cycle.close(Duration.ofSeconds(1));
+        }
+    }
+
+    @Override
+    public String role() {
+        return "nbd-housekeeper";
     }
 
     /** Closes connections that overstay a time limit, and stalled ones whose memory others wait for. */
-    private void run() {
-        try {
-            long trimmed = System.nanoTime();
-            while (!server.closing()) {
-                try {
-                    long now = System.nanoTime();
-                    sweep(now);
-                    if (now - trimmed >= TRIM_NANOS) { // trimming walks the idle buffers: not every tick
-                        trimmed = now;
-                        server.bufferPool().trim();
-                    }
-                } catch (RuntimeException | Error e) {
-                    limitedLog.warn("housekeeping", "housekeeping failed; trying again", e);
-                }
-                NbdServer.sleep(HOUSEKEEPING_MILLIS);
-            }
-        } finally {
-            if (!server.closing()) {
-                server.failed("housekeeper", "it stopped, so time limits are no longer enforced");
-            }
+    @Override
+    public long doWork() {
+        if (server.closing()) {
+            return UNTIL_WOKEN;
+        }
+        long now = System.nanoTime();
+        sweep(now);
+        if (now - trimmed >= TRIM_NANOS) { // trimming walks the idle buffers: not every tick
+            trimmed = now;
+            server.bufferPool().trim();
+        }
+        return TimeUnit.MILLISECONDS.toNanos(HOUSEKEEPING_MILLIS);
+    }
+
+    @Override
+    public void onStopped(Error error) {
+        if (!server.closing()) {
+            server.failed("housekeeper", "it stopped (" + error + "), so time limits are no longer enforced");
         }
     }
 
