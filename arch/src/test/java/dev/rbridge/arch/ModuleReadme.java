@@ -11,14 +11,14 @@ import java.util.Set;
 
 /**
  * What a module's README.md lets it import of the other modules: the line {@code May import: a, b} (or
- * {@code May import: nothing}) for all its code, and optionally {@code Its tests may also import: c} for its tests. Each
- * name is a module's folder, as the root pom's {@code <modules>} lists it.
+ * {@code May import: nothing}) for all its code, and optionally {@code Its tests may also import: c} for its tests.
+ * Each name is a module's folder, as the root pom's {@code <modules>} lists it.
  */
 record ModuleReadme(String module, Set<String> mayImport, Set<String> testsMayAlsoImport) {
     static final String MAY_IMPORT = "May import:";
     static final String TESTS_MAY_ALSO_IMPORT = "Its tests may also import:";
 
-    /** {@code module}'s README.md under {@code root}; IllegalStateException if it has no such line or names no module. */
+    /** {@code module}'s README.md under {@code root}; IllegalStateException without the line, or naming no module. */
     static ModuleReadme read(Path root, String module, List<String> modules) throws IOException {
         Path readme = root.resolve(module).resolve("README.md");
         if (!Files.isRegularFile(readme)) {
