@@ -138,7 +138,7 @@ public final class NumaPlacement {
 
     /** Maps a page preferring {@code node}: empty when that worked, else the system's refusal. */
     private static Optional<String> probe(int node) {
-        try (AnonymousMemory page = AnonymousMemory.map(AnonymousMemory.PAGE_SIZE, false, false, node)) {
+        try (AnonymousMemory _ = AnonymousMemory.map(AnonymousMemory.PAGE_SIZE, false, false, node)) {
             return Optional.empty();
         } catch (IllegalStateException e) {
             return Optional.of(e.getMessage());

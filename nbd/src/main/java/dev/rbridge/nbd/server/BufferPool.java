@@ -55,7 +55,7 @@ public final class BufferPool {
         this(maxBufferSize, retainBytes, PayloadMemory.DIRECT);
     }
 
-    @SuppressWarnings("unchecked")
+    @SuppressWarnings({"unchecked", "rawtypes"}) // an array of a generic type is made raw
     public BufferPool(int maxBufferSize, long retainBytes, PayloadMemory memory) {
         int maxShift = 32 - Integer.numberOfLeadingZeros(Math.max(maxBufferSize, 1 << MIN_SHIFT) - 1);
         this.idle = new ConcurrentLinkedDeque[maxShift - MIN_SHIFT + 1];

@@ -89,6 +89,7 @@ public final class PskServer extends PSKTlsServer {
     }
 
     @Override
+    @SuppressWarnings("rawtypes") // Bouncy Castle's signature
     public TlsPSKExternal getExternalPSK(Vector identities) {
         for (Object o : identities) {
             byte[] id = ((PskIdentity) o).getIdentity();

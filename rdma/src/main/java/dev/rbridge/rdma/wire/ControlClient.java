@@ -343,14 +343,6 @@ public final class ControlClient {
     // ------------------------------------------------------------------------------------------- greeting
 
     /**
-     * The greeting on a connected, blocking channel, before anything reads it otherwise, and what the memserver says
-     * about itself. With a token, the token never leaves this process: AUTH and AUTH_PROOF prove it, and the memserver
-     * must prove it too ({@link TokenProof}); a memserver that cannot (it has no token, or another, or is not a
-     * memserver) is refused here. Without one, HELLO with an empty token. A refusal (wrong token, no place, draining)
-     * or a memserver of another protocol version is the exception; a peer that answers with something else is no
-     * memserver ({@code IOException}).
-     */
-    /**
      * The connection's byte stream to {@code address} ({@link Link#client}): a memserver that answered a TLS client in
      * clear either refused it before any TLS (the connection gate: its refusal is the exception, as after a HELLO) or
      * does not run TLS (an IOException saying so).
@@ -376,6 +368,14 @@ public final class ControlClient {
         }
     }
 
+    /**
+     * The greeting on a connected, blocking channel, before anything reads it otherwise, and what the memserver says
+     * about itself. With a token, the token never leaves this process: AUTH and AUTH_PROOF prove it, and the memserver
+     * must prove it too ({@link TokenProof}); a memserver that cannot (it has no token, or another, or is not a
+     * memserver) is refused here. Without one, HELLO with an empty token. A refusal (wrong token, no place, draining)
+     * or a memserver of another protocol version is the exception; a peer that answers with something else is no
+     * memserver ({@code IOException}).
+     */
     public static ServerInfo greet(ByteChannel ch, String peer, String token, String clientName)
             throws IOException, RemoteMemoryException {
         if (token != null && !token.isEmpty()) {

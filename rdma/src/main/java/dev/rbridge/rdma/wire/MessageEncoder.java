@@ -20,7 +20,6 @@ public final class MessageEncoder {
     private MessageEncoder() {
     }
 
-    /** Bytes {@link #encode(Message, ByteBuffer)} writes: the header and the body, without WRITE or READ data. */
     /**
      * Whether a LEASE reply carries its epoch, lease id and continued flag (a memserver that predates them sends 17
      * bytes; one that knows them sends all three, even an epoch of 0).
@@ -30,6 +29,7 @@ public final class MessageEncoder {
                 || l.continued() != null;
     }
 
+    /** Bytes {@link #encode(Message, ByteBuffer)} writes: the header and the body, without WRITE or READ data. */
     public static int size(Message m) {
         return switch (m) {
             case Message.Write w -> Protocol.HEADER + Protocol.DATA_ADDRESS;
