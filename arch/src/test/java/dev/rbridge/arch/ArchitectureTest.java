@@ -14,8 +14,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 
-import static com.tngtech.archunit.core.domain.JavaClass.Predicates.resideInAPackage;
-import static com.tngtech.archunit.core.domain.properties.HasName.Predicates.name;
 import static com.tngtech.archunit.lang.syntax.ArchRuleDefinition.classes;
 import static com.tngtech.archunit.library.dependencies.SlicesRuleDefinition.slices;
 
@@ -47,19 +45,6 @@ class ArchitectureTest {
     @Test
     void packagesHaveNoCycles() {
         slices().matching("dev.rbridge.(**)").should().beFreeOfCycles()
-                // Issue 40: dev.rbridge.bridge and its packages volume and memservers depend on each other today;
-                // the split of Bridge.java and Volume.java under way breaks these two cycles. Until it lands, only
-                // the edges from those two packages back into dev.rbridge.bridge itself are left out; remove these
-                // two lines with it, so the rule covers them too.
-                .ignoreDependency(resideInAPackage("dev.rbridge.bridge.volume"), resideInAPackage("dev.rbridge.bridge"))
-                .ignoreDependency(resideInAPackage("dev.rbridge.bridge.memservers"),
-                        resideInAPackage("dev.rbridge.bridge"))
-                // Issue 40: RegionService.Credential.Proof (the SPI's package) checks a proof with wire.TokenProof,
-                // and the wire package implements the SPI: a cycle rdma <-> rdma.wire. TokenProof belongs in the SPI's
-                // package, but moving it edits MemServer.java, which is being split right now; until then this one
-                // edge is left out.
-                .ignoreDependency(name("dev.rbridge.rdma.RegionService$Credential$Proof"),
-                        name("dev.rbridge.rdma.wire.TokenProof"))
                 .check(classes.main());
     }
 

@@ -182,7 +182,7 @@ public final class MemServer implements RegionService, AutoCloseable {
 
     @Override
     public byte[] proveToken(byte[] transcript) {
-        return config.token() == null ? null : dev.rbridge.rdma.wire.TokenProof.server(config.token(), transcript);
+        return config.token() == null ? null : dev.rbridge.rdma.TokenProof.server(config.token(), transcript);
     }
 
     @Override

@@ -17,7 +17,7 @@ public interface RegionService {
     Session open(Credential credential, String clientName, SocketAddress peer) throws RemoteMemoryException;
 
     /**
-     * The memserver's proof that it knows the token ({@link dev.rbridge.rdma.wire.TokenProof#server} over
+     * The memserver's proof that it knows the token ({@link dev.rbridge.rdma.TokenProof#server} over
      * {@code transcript}), for a client admitted by a {@link Credential.Proof}; null when the service has no token.
      */
     byte[] proveToken(byte[] transcript);
@@ -41,11 +41,11 @@ public interface RegionService {
             }
         }
 
-        /** A proof over the greeting's transcript ({@link dev.rbridge.rdma.wire.TokenProof#client}): AUTH. */
+        /** A proof over the greeting's transcript ({@link dev.rbridge.rdma.TokenProof#client}): AUTH. */
         record Proof(byte[] transcript, byte[] proof) implements Credential {
             @Override
             public boolean matches(String token) {
-                return dev.rbridge.rdma.wire.TokenProof.matches(dev.rbridge.rdma.wire.TokenProof.client(token,
+                return dev.rbridge.rdma.TokenProof.matches(dev.rbridge.rdma.TokenProof.client(token,
                         transcript), proof);
             }
         }

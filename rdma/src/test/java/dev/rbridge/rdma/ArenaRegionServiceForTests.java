@@ -49,7 +49,7 @@ public final class ArenaRegionServiceForTests implements RegionService {
 
     @Override
     public byte[] proveToken(byte[] transcript) {
-        return dev.rbridge.rdma.wire.TokenProof.server(token, transcript);
+        return dev.rbridge.rdma.TokenProof.server(token, transcript);
     }
 
     @Override

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.wire;
 
+import dev.rbridge.rdma.TokenProof;
 import dev.rbridge.common.Printable;
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionGate;

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.wire;
 
+import dev.rbridge.rdma.TokenProof;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;

@@ -28,7 +28,7 @@ public enum Opcode {
     UCX_PROBE(35),
     /**
      * Client to memserver, first, instead of HELLO: its name and a nonce. The memserver answers with a nonce of its own,
-     * and the token never crosses the wire: each side proves it knows it (AUTH_PROOF). See {@link TokenProof}.
+     * and the token never crosses the wire: each side proves it knows it (AUTH_PROOF). See {@link dev.rbridge.rdma.TokenProof}.
      */
     AUTH(36),
     /** Client to memserver, after AUTH: its proof; the reply is HELLO's, with the memserver's proof. */

@@ -73,7 +73,7 @@ class TcpFakeMemserverTest {
                 ByteBuffer in = ByteBuffer.allocate(256 << 10).order(ByteOrder.LITTLE_ENDIAN).flip();
                 boolean greeted = false;
                 Message.AuthStart started = null;
-                byte[] serverNonce = dev.rbridge.rdma.wire.TokenProof.nonce();
+                byte[] serverNonce = dev.rbridge.rdma.TokenProof.nonce();
                 while (true) {
                     Message m = decoder.next(in);
                     if (m == null) {
@@ -98,10 +98,10 @@ class TcpFakeMemserverTest {
                     }
                     byte[] reply = greeted ? answer.apply(m) : greeting;
                     if (!greeted && started != null && m instanceof Message.AuthProof) {
-                        byte[] transcript = dev.rbridge.rdma.wire.TokenProof.transcript(started.clientName(),
-                                dev.rbridge.rdma.wire.TokenProof.bytes(started.clientNonce()), serverNonce);
+                        byte[] transcript = dev.rbridge.rdma.TokenProof.transcript(started.clientName(),
+                                dev.rbridge.rdma.TokenProof.bytes(started.clientNonce()), serverNonce);
                         reply = bytes(new Message.AuthWelcome(m.id(), "fake", 1 << 30, 1 << 30, ByteBuffer.wrap(
-                                dev.rbridge.rdma.wire.TokenProof.server(TOKEN, transcript))), 0);
+                                dev.rbridge.rdma.TokenProof.server(TOKEN, transcript))), 0);
                     }
                     greeted = true;
                     if (reply != null) {

@@ -1,4 +1,4 @@
-package dev.rbridge.rdma.wire;
+package dev.rbridge.rdma;
 
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
