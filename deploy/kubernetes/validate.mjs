@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Checks Kubernetes manifests without a cluster: the stand-in for kubeconform, which is not installable here.
 //
-//   npm install --prefix deploy/kubernetes     (kubernetes-models and yaml, versions pinned in package.json)
+//   npm ci --prefix deploy/kubernetes          (kubernetes-models and yaml, versions pinned in package-lock.json)
 //   node deploy/kubernetes/validate.mjs [--help] [--print] [FILE_OR_DIR...]   (default: the manifests/ folder next to it)
 //   --print: when everything conforms, print the objects checked as one YAML stream (what -k would apply)
 //
@@ -38,7 +38,7 @@ try {
   ({ parseAllDocuments, stringify } = await import("yaml"));
   await import("kubernetes-models/v1/Namespace");
 } catch (e) {
-  console.error(`validate: ${e.message}\nvalidate: install its packages first: npm install --prefix ${relative(process.cwd(), here) || "."}`);
+  console.error(`validate: ${e.message}\nvalidate: install its packages first: npm ci --prefix ${relative(process.cwd(), here) || "."}`);
   process.exit(2);
 }
 const print = args.includes("--print");

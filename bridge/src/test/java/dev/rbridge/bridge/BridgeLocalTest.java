@@ -23,6 +23,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
 import java.util.stream.IntStream;
@@ -184,6 +185,7 @@ class BridgeLocalTest {
         // A writer keeps going through the failure and the rebuild; every write must land on every replica.
         AtomicBoolean stop = new AtomicBoolean();
         AtomicReference<Throwable> writerError = new AtomicReference<>();
+        AtomicLong written = new AtomicLong();
         Thread writer = Thread.ofPlatform().start(() -> {
             Random w = new Random(12);
             try {
@@ -196,17 +198,19 @@ class BridgeLocalTest {
                         System.arraycopy(data, 0, model, off, len);
                     }
                     write(v, off, data);
+                    written.incrementAndGet();
                 }
             } catch (Throwable t) {
                 writerError.set(t);
             }
         });
-        Thread.sleep(200);
+        await("the writer's first writes", () -> written.get() >= 10 || writerError.get() != null);
         MemServer victim = memservers.getFirst();
         victim.close(); // its regions are gone, its connections fail
         await("degraded then rebuilt", () -> v.status().state() == VolumeState.HEALTHY
                 && b.memservers().getFirst().state() != dev.rbridge.bridge.memservers.MemserverLink.State.UP);
-        Thread.sleep(200);
+        long rebuiltAt = written.get();
+        await("writes after the rebuild", () -> written.get() >= rebuiltAt + 10 || writerError.get() != null);
         stop.set(true);
         writer.join();
         assertNull(writerError.get(), () -> "writer failed: " + writerError.get());

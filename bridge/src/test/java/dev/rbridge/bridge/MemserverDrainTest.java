@@ -25,6 +25,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
@@ -157,8 +158,7 @@ class MemserverDrainTest {
         while (v.slabStatus(0).state() == SlabState.LOST && System.nanoTime() < deadline) {
             Thread.sleep(50);
         }
-        System.out.println("control: slab 0 after heal: " + v.slabStatus(0));
-        assertTrue(v.slabStatus(0).state() != SlabState.LOST);
+        assertTrue(v.slabStatus(0).state() != SlabState.LOST, "slab 0 after heal: " + v.slabStatus(0));
     }
 
     /**
@@ -193,18 +193,24 @@ class MemserverDrainTest {
         Bridge bridge = bridge(1, b.address(), toA.address());
         MemserverLink l = link(bridge, toA.address());
         assertTrue(l.connection() != null);
+        int before = toA.accepted();
         toA.cutAll(); // the bridge sees its connection close and reconnects (slowly, through the relay)
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (l.state() == MemserverLink.State.UP && System.nanoTime() < deadline) {
-            Thread.sleep(5); // until the health duty saw it down (and started a connect in the same tick)
+        while (l.state() == MemserverLink.State.UP || toA.accepted() == before) {
+            // until the health duty saw it down and its connect reached the relay: the connect is under way, and
+            // with 60 ms per chunk its hello, leases and listing take several hundred ms more
+            assertTrue(System.nanoTime() < deadline, "no reconnect through the relay: " + l.state());
+            Thread.sleep(5);
         }
-        Thread.sleep(100); // the connect is under way
         assertNull(bridge.removeMemserver(l.label(), "probe"), "removed while down");
-        Thread.sleep(5000);
-        System.out.println("resurrect: removed link state=" + l.state() + " connection=" + l.connection()
-                + " in memservers()=" + bridge.memservers().contains(l) + "; A's leases: " + a.leases()
-                + "; A's clients: " + a.clients().size());
-        assertTrue(l.connection() == null, "a removed memserver came back up: " + l.state());
+        // until the connect in flight is over: it either marked the link up (the bug) or closed its connection
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (l.connection() == null && toA.ended() < toA.accepted()) {
+            assertTrue(System.nanoTime() < deadline, "the connect in flight never finished");
+            Thread.sleep(5);
+        }
+        assertTrue(l.connection() == null, "a removed memserver came back up: " + l.state() + ", in memservers(): "
+                + bridge.memservers().contains(l) + ", A's leases: " + a.leases());
     }
 
     /** A relay that delays every chunk by {@code delayMs} and can cut every connection open now. */
@@ -213,6 +219,8 @@ class MemserverDrainTest {
         private final InetSocketAddress target;
         private final long delayMs;
         private final List<Socket> sockets = new CopyOnWriteArrayList<>();
+        private final AtomicInteger accepted = new AtomicInteger();
+        private final AtomicInteger ended = new AtomicInteger();
 
         DelayRelay(InetSocketAddress target, long delayMs) throws IOException {
             this.target = target;
@@ -223,6 +231,16 @@ class MemserverDrainTest {
 
         InetSocketAddress address() {
             return new InetSocketAddress(InetAddress.getLoopbackAddress(), listener.getLocalPort());
+        }
+
+        /** Connections accepted so far. */
+        int accepted() {
+            return accepted.get();
+        }
+
+        /** Connections whose client ended them (or that were cut) so far. */
+        int ended() {
+            return ended.get();
         }
 
         void cutAll() {
@@ -245,33 +263,38 @@ class MemserverDrainTest {
                     server.setTcpNoDelay(true);
                     sockets.add(client);
                     sockets.add(server);
-                    pump(client.getInputStream(), server.getOutputStream(), server);
-                    pump(server.getInputStream(), client.getOutputStream(), client);
+                    accepted.incrementAndGet();
+                    pump(client.getInputStream(), server.getOutputStream(), server, ended);
+                    pump(server.getInputStream(), client.getOutputStream(), client, null);
                 } catch (IOException e) {
                     return;
                 }
             }
         }
 
-        private void pump(InputStream in, OutputStream out, Socket other) {
+        /** Copies {@code in} to {@code out} until either ends, then closes {@code other} and counts {@code ends}. */
+        private void pump(InputStream in, OutputStream out, Socket other, AtomicInteger ends) {
             Thread.ofPlatform().daemon().start(() -> {
                 byte[] buf = new byte[64 << 10];
                 try {
                     while (true) {
                         int n = in.read(buf);
                         if (n < 0) {
-                            other.close();
-                            return;
+                            break;
                         }
                         Thread.sleep(delayMs);
                         out.write(buf, 0, n);
                     }
                 } catch (IOException | InterruptedException e) {
-                    try {
-                        other.close();
-                    } catch (IOException x) {
-                        // closing
-                    }
+                    // ended or cut: close the other side below
+                }
+                try {
+                    other.close();
+                } catch (IOException x) {
+                    // closing
+                }
+                if (ends != null) {
+                    ends.incrementAndGet();
                 }
             });
         }

@@ -11,7 +11,13 @@ public final class CliProcess {
     }
 
     public static Process start(Path log, String... args) throws IOException {
-        List<String> cmd = new ArrayList<>(List.of(
+        return start(log, List.of(), args);
+    }
+
+    /** As {@link #start(Path, String...)}, the JVM started through {@code prefix} (say {@code setpriv ... --}). */
+    public static Process start(Path log, List<String> prefix, String... args) throws IOException {
+        List<String> cmd = new ArrayList<>(prefix);
+        cmd.addAll(List.of(
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED",
                 "-cp", System.getProperty("java.class.path"),

@@ -1096,7 +1096,10 @@ abstract class ProviderContractTest {
                 w.join(TimeUnit.SECONDS.toMillis(60));
                 assertFalse(w.isAlive(), "a client of the storm still runs after 60 s");
             }
-            // What the last of them left in flight is handled after they closed: give the memserver a moment.
+            // A window in which nothing may happen, on purpose: what the last of them left in flight is handled after
+            // they closed, and the memserver must not die of it. No state says "all handled" (their leases and
+            // regions outlive them by design), so the test waits 1 s; alive() below fails if the process is gone,
+            // and the client after it fails if the memserver no longer serves.
             Thread.sleep(1000);
             assertTrue(m.alive(), "the memserver died under clients that left right after connecting; its log:\n"
                     + m.logText());
@@ -1190,7 +1193,9 @@ abstract class ProviderContractTest {
                     .array());
             case HELLO_TIMEOUT -> sendAndAwaitClose(m, new byte[0]); // says nothing at all
         }
-        // Counted before the memserver closed the connection; a second count would follow shortly if at all.
+        // Counted before the memserver closed the connection; a second count would follow shortly if at all, so after
+        // the first count a window of 500 ms in which nothing may move (a negative check: assertEquals below fails on
+        // a second count or a count under another reason).
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
         while (m.refused().equals(before) && System.nanoTime() < deadline) {
             Thread.sleep(20);

@@ -46,14 +46,14 @@ class KubernetesManifestsTest {
         }
         Path dir = Deploy.ROOT.resolve("cli/target/k8s-validate");
         Files.createDirectories(dir);
-        Files.copy(K8S.resolve("package.json"), dir.resolve("package.json"),
-                StandardCopyOption.REPLACE_EXISTING);
-        Files.copy(K8S.resolve("validate.mjs"), dir.resolve("validate.mjs"),
-                StandardCopyOption.REPLACE_EXISTING);
-        PeerTool.Result r = PeerTool.run(300, List.of("npm", "install", "--prefix", dir.toString(), "--no-audit", "--no-fund",
-                "--no-save", "--loglevel=error"));
+        for (String file : List.of("package.json", "package-lock.json", "validate.mjs")) {
+            Files.copy(K8S.resolve(file), dir.resolve(file), StandardCopyOption.REPLACE_EXISTING);
+        }
+        // npm ci installs exactly what the committed lockfile names (and fails if package.json disagrees with it)
+        PeerTool.Result r = PeerTool.run(300, List.of("npm", "ci", "--prefix", dir.toString(), "--no-audit", "--no-fund",
+                "--loglevel=error"));
         if (r.exitCode() != 0) {
-            fail("npm install of deploy/kubernetes/package.json (kubernetes-models, yaml) failed; is the npm registry "
+            fail("npm ci of deploy/kubernetes/package-lock.json (kubernetes-models, yaml) failed; is the npm registry "
                     + "reachable?\n" + r.output());
         }
         validator = dir.resolve("validate.mjs");

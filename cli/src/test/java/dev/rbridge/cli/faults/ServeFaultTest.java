@@ -145,7 +145,7 @@ class ServeFaultTest {
                 .volume("one,size=64M,replicas=1,slab=4M").volume("two,size=64M,replicas=1,slab=4M").start())) {
             String one = c.uri("one");
             String two = c.uri("two");
-            // Write the first 4 KiB of every slab of both volumes: every slab gets placed somewhere.
+            // Write every slab of both volumes whole: every slab gets placed somewhere.
             assertTrue(probe(PeerTool.check(60, "python3", script("slab_probe.py"), one, String.valueOf(4 * MiB),
                     "--write")).stream().allMatch(Probe::ok));
             assertTrue(probe(PeerTool.check(60, "python3", script("slab_probe.py"), two, String.valueOf(4 * MiB),

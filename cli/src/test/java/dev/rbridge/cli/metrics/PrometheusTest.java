@@ -28,6 +28,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.time.Instant;
+import java.time.OffsetDateTime;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
@@ -149,8 +151,9 @@ class PrometheusTest {
             List<Object> targets = list(map(json(prom + "/api/v1/targets").get("data")).get("activeTargets"));
             return targets.size() == 3 && targets.stream().allMatch(t -> "up".equals(map(t).get("health")));
         });
-        // Nothing has done I/O yet: let a few scrapes pass so the baselines are what the processes hold now.
-        Thread.sleep(3000);
+        // Nothing has done I/O yet: once every target was scraped after this moment, the baselines are what the
+        // processes hold now.
+        awaitScrapedAfter(Instant.now());
         String writes = "sum(rbridge_nbd_requests_total{job=\"rbridge-bridge\",export=\"disk\",op=\"write\"})";
         String reads = "sum(rbridge_nbd_requests_total{job=\"rbridge-bridge\",export=\"disk\",op=\"read\"})";
         String writeBytes = "sum(rbridge_nbd_request_bytes_total{export=\"disk\",op=\"write\"})";
@@ -507,6 +510,15 @@ class PrometheusTest {
             Thread.sleep(250);
         }
         fail(query + " did not reach the expected value within 30 s; last " + v + "\n" + cluster.bridge().log());
+    }
+
+    /** Until Prometheus has scraped every target (successfully) at a time after {@code mark}. */
+    private void awaitScrapedAfter(Instant mark) throws Exception {
+        awaitTrue("every target scraped after " + mark, () -> {
+            List<Object> targets = list(map(json(prom + "/api/v1/targets").get("data")).get("activeTargets"));
+            return !targets.isEmpty() && targets.stream().allMatch(t -> "up".equals(map(t).get("health"))
+                    && OffsetDateTime.parse((String) map(t).get("lastScrape")).toInstant().isAfter(mark));
+        });
     }
 
     private interface Check {

@@ -9,6 +9,8 @@ import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.Random;
+import java.util.concurrent.FutureTask;
+import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -49,6 +51,21 @@ class PipeTest {
         return b.array();
     }
 
+    /** What a helper thread does; its failure comes back through the task's {@code get}. */
+    private interface SocketWork {
+        void run() throws IOException;
+    }
+
+    /** Runs {@code work} in a thread of its own; {@code get} on the task rethrows what it threw. */
+    private static FutureTask<Void> inThread(SocketWork work) {
+        FutureTask<Void> task = new FutureTask<>(() -> {
+            work.run();
+            return null;
+        });
+        Thread.ofPlatform().start(task);
+        return task;
+    }
+
     @Test
     void forwardsAHeadFromMemoryAndTheRestFromASocketIntoAnotherSocket() throws Exception {
         SocketChannel[] in = pair();
@@ -61,18 +78,20 @@ class PipeTest {
             assertTrue(pipe.capacity() >= length);
             ByteBuffer first = ByteBuffer.allocateDirect(head).put(data, 0, head).flip();
             assertEquals(head, pipe.write(first));
-            Thread sender = Thread.ofPlatform().start(() -> {
-                try {
-                    writeAll(in[0], ByteBuffer.wrap(data, head, length - head));
-                } catch (IOException e) {
-                    throw new RuntimeException(e);
-                }
-            });
+            FutureTask<Void> sender = inThread(() -> writeAll(in[0], ByteBuffer.wrap(data, head, length - head)));
             // The test's socket is blocking: splice only what is there, as the bridge does.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
             int moved = head;
             while (moved < length) {
                 int ready = in[1].socket().getInputStream().available();
                 if (ready == 0) {
+                    if (Thread.interrupted()) {
+                        throw new InterruptedException("interrupted after " + moved + " of " + length + " bytes");
+                    }
+                    if (sender.isDone()) {
+                        sender.get();   // a sender that failed fails the test here, not as a hang below
+                    }
+                    assertTrue(System.nanoTime() < deadline, "only " + moved + " of " + length + " bytes came in 30 s");
                     Thread.onSpinWait();
                     continue;
                 }
@@ -80,19 +99,15 @@ class PipeTest {
                 assertTrue(n >= 0, "end of stream");
                 moved += n;
             }
-            sender.join();
+            sender.get(30, TimeUnit.SECONDS);
             assertEquals(length, pipe.held());
-            Thread receiver = Thread.ofPlatform().start(() -> {
-                try {
-                    assertArrayEquals(data, readAll(out[1], length));
-                } catch (IOException e) {
-                    throw new RuntimeException(e);
-                }
-            });
+            FutureTask<byte[]> receiver = new FutureTask<>(() -> readAll(out[1], length));
+            Thread.ofPlatform().start(receiver);
             while (pipe.held() > 0) {
                 pipe.spliceTo(to.fd(), Integer.MAX_VALUE, false);
             }
-            receiver.join();
+            // get() rethrows the receiver's failure (ExecutionException) and the check runs in the test's thread.
+            assertArrayEquals(data, receiver.get(30, TimeUnit.SECONDS));
         } finally {
             for (SocketChannel c : new SocketChannel[] {in[0], in[1], out[0], out[1]}) {
                 c.close();

@@ -55,10 +55,20 @@ class ServerLimitsTest {
         }
     }
 
+    /** The "slow" export's device: reads at 63 MiB complete after 3 s, all else at once. */
+    private static DelayedCompletionDevice slowDevice() {
+        return new DelayedCompletionDevice(64 << 20, off -> off == 63L * MiB ? 3000 : 0);
+    }
+
     private static TestServer server(Recorder metrics, Consumer<NbdServerConfig.Builder> more) throws IOException {
+        return server(metrics, slowDevice(), more);
+    }
+
+    private static TestServer server(Recorder metrics, DelayedCompletionDevice slow,
+                                     Consumer<NbdServerConfig.Builder> more) throws IOException {
         return TestServer.start(b -> {
             b.metrics(metrics);
-            b.export(Export.of("slow", new DelayedCompletionDevice(64 << 20, off -> off == 63L * MiB ? 3000 : 0)));
+            b.export(Export.of("slow", slow));
             more.accept(b);
         });
     }
@@ -92,7 +102,8 @@ class ServerLimitsTest {
     @Test
     void aClientThatReadsNoRepliesNeverHoldsUpTheThreadsThatCompleteRequests() throws Exception {
         // The device completes every request on its own two threads, as the memserver links do.
-        try (TestServer ts = server(new Recorder(), b -> { });
+        DelayedCompletionDevice slow = slowDevice();
+        try (TestServer ts = server(new Recorder(), slow, b -> { });
              RawClient stuck = RawClient.connect(ts.server);
              RawClient other = RawClient.connect(ts.server)) {
             stuck.go("slow", false, false);
@@ -100,7 +111,9 @@ class ServerLimitsTest {
                 stuck.request(0, Nbd.CMD_READ, i, (long) (i % 32) * MiB, MiB, null);
             }
             stuck.flush();
-            sleep(500); // the replies fill the socket; whoever writes them would now block
+            // All 64 reads reached the device, which completes them at once: 64 MiB of replies, far more than the
+            // socket holds, so whoever writes them would now block.
+            await("the 64 reads to reach the device", () -> slow.arrived() == 64);
             other.go("slow", false, false);
             for (int i = 0; i < 10; i++) {
                 assertReads(other, 100 + i);

@@ -570,6 +570,24 @@ class OpsHttpServerTest {
         assertEquals(n, value.get());
     }
 
+    /**
+     * Until the answer fills {@code c}'s receive buffer: bytes arrived and no more come (two samples 50 ms apart), so
+     * the server, if it has more to write, waits on a full socket before the client reads. Returns the bytes there.
+     */
+    private static int awaitFullReceiveBuffer(RawHttp c) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        int before = -1;
+        while (true) {
+            int now = c.socket.getInputStream().available();
+            if (now > 0 && now == before) {
+                return now;
+            }
+            assertTrue(System.nanoTime() < deadline, "the answer never filled the client's buffer: " + now + " bytes");
+            before = now;
+            Thread.sleep(50);
+        }
+    }
+
     @Test
     void anActionThatStopsTheServerRunsAfterItsAnswerIsOut() throws Exception {
         OpsHttpServer[] self = new OpsHttpServer[1];
@@ -581,7 +599,9 @@ class OpsHttpServerTest {
         }));
         try (RawHttp c = new RawHttp(self[0].address())) {
             c.send("POST /shutdown HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
-            Thread.sleep(300); // let the server block on a full socket buffer before the client reads
+            int buffered = awaitFullReceiveBuffer(c);
+            assertTrue(buffered < body.length, "the whole answer fit in the socket (" + buffered
+                    + " bytes): the server never waited on it");
             RawHttp.Answer a = c.read();
             assertEquals(202, a.status());
             assertEquals(body.length, a.body().length(), "the whole answer arrived before the server stopped");
