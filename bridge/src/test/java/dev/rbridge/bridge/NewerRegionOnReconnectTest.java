@@ -2,6 +2,7 @@ package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
+import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.memserver.MemServer;
 import dev.rbridge.rdma.RegionInfo;
 import org.junit.jupiter.api.Tag;
@@ -109,7 +110,7 @@ class NewerRegionOnReconnectTest {
         Bridge second = cluster.bridge(config(toA, toB));
         Volume v = second.volume("disk");
         assertArrayEquals(old, read(v, old.length), "served from B's copy");
-        long served = v.currentGeneration(0);
+        long served = v.roster().currentGeneration(0);
         assertTrue(newerGeneration >= served, "the setup must leave A's copy not older than the one served: A has "
                 + newerGeneration + ", the bridge serves " + served);
 
@@ -119,8 +120,8 @@ class NewerRegionOnReconnectTest {
         await(() -> l.state() == MemserverLink.State.UP, () -> "A not up again: " + l);
         assertEquals(List.of(regionOnA), slab0(a).stream().map(r -> r.descriptor().id()).toList(),
                 "A's newer copy of slab 0 must be kept, not released");
-        assertFalse(v.holds(a.serverId(), regionOnA), "A's newer copy must not be adopted: " + v.slabStatus(0));
-        assertEquals(served, v.currentGeneration(0), "the slab's generation stays: " + v.slabStatus(0));
+        assertFalse(v.roster().holds(a.serverId(), regionOnA), "A's newer copy must not be adopted: " + v.slabStatus(0));
+        assertEquals(served, v.roster().currentGeneration(0), "the slab's generation stays: " + v.slabStatus(0));
         assertArrayEquals(old, read(v, old.length), "still served from B's copy alone");
     }
 }

@@ -22,6 +22,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.concurrent.TimeUnit;
 
 /**
  * {@code rbridge admin}: operator actions on a memserver through its admin interface ({@code rbridge memserver
@@ -83,8 +84,14 @@ final class AdminCommand implements Callable<Integer> {
     @Option(names = "--wait", description = "With drain (of a memserver): wait until the memserver has exited, saying"
             + " how many clients it still waits for. Bridges move their replicas to other memservers and then leave;"
             + " a Kubernetes preStop hook runs this, so a rolling update never takes a slab's last live replica."
-            + " Exits 1 when nothing moved for " + STALL_SECONDS + " s (the bridges cannot take the replicas).")
+            + " Exits 1 when nothing moved for --give-up-after (the bridges cannot take the replicas).")
     boolean waitForExit;
+
+    @Option(names = "--give-up-after", paramLabel = "SECONDS", defaultValue = "" + STALL_SECONDS,
+            description = "With drain --wait: how long nothing may move (no client leaving, no bytes given back)"
+                    + " before the command gives up with exit 1 (default: ${DEFAULT-VALUE}). Keep it below the"
+                    + " time the supervisor allows the hook (Kubernetes: terminationGracePeriodSeconds).")
+    int giveUpAfterSeconds;
 
     /** --watch: the last total copied and when, for the rate; whether nothing is left. */
     private long lastCopied = -1;
@@ -268,6 +275,9 @@ final class AdminCommand implements Callable<Integer> {
         if (waitForExit && (bridge != null || !action.equals("drain"))) {
             throw new CommandLine.ParameterException(spec.commandLine(), "--wait applies to drain (of a memserver)");
         }
+        if (giveUpAfterSeconds < 1) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--give-up-after must be at least 1 second");
+        }
         if (waitForExit) {
             int rc = once(method, path, secret);
             return rc != 0 ? rc : awaitExit(path.substring(0, path.length() - "drain".length()) + "stats", secret);
@@ -281,14 +291,14 @@ final class AdminCommand implements Callable<Integer> {
         }
     }
 
-    /** How long drain --wait waits with nothing moving (clients, granted bytes) before it gives up. */
+    /** How long drain --wait waits with nothing moving (clients, granted bytes) before it gives up, by default. */
     static final int STALL_SECONDS = 120;
 
     /**
      * After a drain: polls the memserver's stats every second until its admin interface stops answering (it exits
      * once its last client has gone) or answers for a new instance (a supervisor restarted it), printing the clients it
-     * still waits for whenever that changes. Gives up (exit 1, saying why) when nothing moved for {@link
-     * #STALL_SECONDS}: the bridges are not taking its replicas elsewhere.
+     * still waits for whenever that changes. Gives up (exit 1, saying why) when nothing moved for --give-up-after
+     * ({@link #STALL_SECONDS} by default): the bridges are not taking its replicas elsewhere.
      */
     private int awaitExit(String statsPath, String secret) throws InterruptedException {
         PrintWriter out = spec.commandLine().getOut();
@@ -321,9 +331,9 @@ final class AdminCommand implements Callable<Integer> {
                     return 0;
                 } catch (IOException | IllegalArgumentException e) {
                     // it may be closing its listener just now: the next poll tells, within the same bound
-                    if (System.nanoTime() - lastChange > java.util.concurrent.TimeUnit.SECONDS.toNanos(STALL_SECONDS)) {
+                    if (System.nanoTime() - lastChange > TimeUnit.SECONDS.toNanos(giveUpAfterSeconds)) {
                         spec.commandLine().getErr().println("admin: the memserver's stats did not answer for "
-                                + STALL_SECONDS + " s: " + (e.getMessage() == null ? e : e.getMessage()));
+                                + giveUpAfterSeconds + " s: " + (e.getMessage() == null ? e : e.getMessage()));
                         return 1;
                     }
                     Thread.sleep(1000);
@@ -339,8 +349,8 @@ final class AdminCommand implements Callable<Integer> {
                     out.println("draining: waiting for " + clients + " client(s) to leave (" + Sizes.format(granted)
                             + " granted); bridges move their replicas to other memservers first");
                     out.flush();
-                } else if (now - lastChange > java.util.concurrent.TimeUnit.SECONDS.toNanos(STALL_SECONDS)) {
-                    spec.commandLine().getErr().println("admin: nothing moved for " + STALL_SECONDS + " s: "
+                } else if (now - lastChange > TimeUnit.SECONDS.toNanos(giveUpAfterSeconds)) {
+                    spec.commandLine().getErr().println("admin: nothing moved for " + giveUpAfterSeconds + " s: "
                             + clients + " client(s) stay with " + Sizes.format(granted) + " granted; the bridges"
                             + " cannot take its replicas elsewhere (their logs say why: too few memservers or no"
                             + " room); it stays draining");

@@ -320,8 +320,9 @@ class MembershipTest {
 
     /**
      * {@code drain --wait} where the bridge cannot follow: two memservers for a volume of two replicas leave nowhere to
-     * move a replica, so nothing moves, and after {@link #STALL_SECONDS} of that the command gives up with exit 1 and
-     * says why, while the memserver stays up, draining, holding the replicas.
+     * move a replica, so nothing moves, and after {@link #STALL_SECONDS} of that ({@code --give-up-after}; 120 s by
+     * default) the command gives up with exit 1 and says why, while the memserver stays up, draining, holding the
+     * replicas.
      */
     @Test
     void drainWaitGivesUpWithAReasonWhenTheBridgeCannotMoveItsReplicas() throws Exception {
@@ -338,7 +339,7 @@ class MembershipTest {
             Path log = dir.resolve("drain.log");
             long start = System.nanoTime();
             Process hook = CliProcess.start(log, "admin", "--memserver", m.adminAddress(), "--token-file",
-                    token.toString(), "drain", "--wait");
+                    token.toString(), "drain", "--wait", "--give-up-after", String.valueOf(STALL_SECONDS));
             var said = output(hook);
             long limit = STALL_SECONDS + 60;
             if (!hook.waitFor(limit, TimeUnit.SECONDS)) {
@@ -364,8 +365,8 @@ class MembershipTest {
         }
     }
 
-    /** AdminCommand.STALL_SECONDS (package-private there): how long drain --wait waits with nothing moving. */
-    private static final long STALL_SECONDS = 120;
+    /** drain --wait's --give-up-after here: how long it waits with nothing moving (the default is 120 s). */
+    private static final long STALL_SECONDS = 8;
 
     interface Step {
         void run(int memserver) throws Exception;
