@@ -62,7 +62,8 @@ public final class NbdServer implements AutoCloseable {
 
     private NbdServer(NbdServerConfig config) {
         this.config = config;
-        int largest = config.exports().stream().mapToInt(Export::maximumPayload).max().orElse(Export.DEFAULT_MAXIMUM_PAYLOAD);
+        int largest = config.exports().stream().mapToInt(Export::maximumPayload).max()
+                .orElse(Export.DEFAULT_MAXIMUM_PAYLOAD);
         this.bufferPool = new BufferPool(largest, config.bufferPoolRetainBytes(), config.payloadMemory());
         this.payloadBudget = new PayloadBudget(config.payloadBudget(), config.payloadBudgetPerPeer(),
                 config.payloadBudgetPerConnection());
@@ -90,8 +91,8 @@ public final class NbdServer implements AutoCloseable {
             t.setDaemon(true);
             t.start();
             for (Export e : config.exports()) {
-                log.info("serving export '{}' ({} bytes{}) at {}", e.name(), e.size(), e.readOnly() ? ", read-only" : "",
-                        address.uri(e.name()));
+                log.info("serving export '{}' ({} bytes{}) at {}", e.name(), e.size(),
+                        e.readOnly() ? ", read-only" : "", address.uri(e.name()));
             }
         }
         log.info("TLS: {}", config.tls());
@@ -312,6 +313,11 @@ public final class NbdServer implements AutoCloseable {
 
     public int connectionCount() {
         return slots.count();
+    }
+
+    /** Whether every connection is idle: nothing in flight, half-received, held or unwritten (for tests here). */
+    boolean allIdle() {
+        return slots.connections().stream().allMatch(Connection::idle);
     }
 
     /**
