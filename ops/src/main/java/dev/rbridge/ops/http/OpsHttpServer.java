@@ -30,7 +30,7 @@ import java.nio.channels.ServerSocketChannel;
  *       the most such connections: an attacker sharing 127.0.0.1 with a scraper evicts its own connections, while a
  *       request being answered, or an answer being taken however slowly, is never evicted.</li>
  *   <li>Every refusal, timeout and eviction is counted by reason ({@link OpsHttpMetrics}) and logged at most once
- *       per reason every 10 s ({@link RateLimitedLog}).</li>
+ *       per reason every 10 s ({@link RefusalLog}).</li>
  * </ul>
  * Keep-alive is HTTP/1.1's default; after an error answer the connection closes (lingering briefly so the peer
  * reads the answer rather than a reset).
