@@ -13,7 +13,7 @@ import java.util.Map;
 
 /**
  * What bringing a memserver up does differently at {@linkplain StartUp start-up} and on a later {@linkplain Reconnect
- * reconnect}; {@link Attacher#connect} does the steps they share (connect, take every volume's lease, open the
+ * reconnect}; {@link MemserverBringUp#connect} does the steps they share (connect, take every volume's lease, open the
  * volume's regions, mark the memserver up).
  */
 sealed interface Attachment permits StartUp, Reconnect {

@@ -26,7 +26,7 @@ import java.util.function.Consumer;
 /**
  * The bridge core: volumes over a set of memservers. It wires the parts that do the work and is what the rest of the
  * program holds: the memservers it uses ({@link Membership}, one connection each), bringing a memserver up ({@link
- * Attacher}: reattach at {@linkplain StartUp start-up}, judge its regions on a {@linkplain Reconnect reconnect}),
+ * MemserverBringUp}: reattach at {@linkplain StartUp start-up}, judge its regions on a {@linkplain Reconnect reconnect}),
  * slab placement ({@link Placement}), drains ({@link MemserverDrains}), capacity accounting ({@link
  * CapacityReporter}), and three background roles: the leases ({@link LeaseKeeper}, thread {@code bridge-lease}: renews
  * each lease from the moment it is taken, fences a volume whose lease went elsewhere), the health duty cycle ({@link
@@ -46,7 +46,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
     private final Rebuilder rebuilder;
     private final Placement placement;
     private final MemserverDrains drains;
-    private final Attacher attacher;
+    private final MemserverBringUp attacher;
     private final HealthDuty health;
     /** Hedges small reads of replicated slabs; null when off or when no volume has two replicas. */
     private final ReadHedger hedger;
@@ -66,7 +66,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         this.rebuilder = new Rebuilder(this, config.rebuildChunk());
         this.placement = new Placement(links, leases);
         this.drains = new MemserverDrains(membership, volumes.values(), rebuilder, capacity);
-        this.attacher = new Attacher(provider, config, volumes, leases, membership, capacity);
+        this.attacher = new MemserverBringUp(provider, config, volumes, leases, membership, capacity);
         this.health = new HealthDuty(config, membership, attacher, new Reconnect(config, leases, attacher), drains,
                 capacity, volumes.values(), rebuilder);
         this.hedger = config.hedgeReads() && config.volumes().stream().anyMatch(v -> v.replicas() > 1)

@@ -24,7 +24,7 @@ final class HealthDuty implements Duty {
 
     private final BridgeConfig config;
     private final Membership membership;
-    private final Attacher attacher;
+    private final MemserverBringUp attacher;
     private final Reconnect reconnect;
     private final MemserverDrains drains;
     private final CapacityReporter capacity;
@@ -37,7 +37,7 @@ final class HealthDuty implements Duty {
     private long lastInfo;
     private long lastDns = System.currentTimeMillis(); // resolved in the bridge's constructor
 
-    HealthDuty(BridgeConfig config, Membership membership, Attacher attacher, Reconnect reconnect,
+    HealthDuty(BridgeConfig config, Membership membership, MemserverBringUp attacher, Reconnect reconnect,
                MemserverDrains drains, CapacityReporter capacity, Collection<Volume> volumes, Rebuilder rebuilder) {
         this.config = config;
         this.membership = membership;

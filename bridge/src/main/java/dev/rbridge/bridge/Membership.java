@@ -20,7 +20,7 @@ import java.util.function.Consumer;
 /**
  * The memservers this bridge uses, one {@link MemserverLink} each: added and removed while serving (admin, the
  * addresses of --memserver-dns names), and taken down when their connection dies. Its monitor orders the changes of
- * membership, the bringing up of a memserver ({@link Attacher}), drains ({@link MemserverDrains}) and the growth of a
+ * membership, the bringing up of a memserver ({@link MemserverBringUp}), drains ({@link MemserverDrains}) and the growth of a
  * volume: one at a time.
  */
 final class Membership {

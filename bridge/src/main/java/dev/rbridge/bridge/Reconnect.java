@@ -24,15 +24,15 @@ final class Reconnect implements Attachment {
 
     private final BridgeConfig config;
     private final LeaseKeeper leases;
-    private final Attacher attacher;
+    private final MemserverBringUp attacher;
 
-    Reconnect(BridgeConfig config, LeaseKeeper leases, Attacher attacher) {
+    Reconnect(BridgeConfig config, LeaseKeeper leases, MemserverBringUp attacher) {
         this.config = config;
         this.leases = leases;
         this.attacher = attacher;
     }
 
-    /** Logged by {@link Attacher#connect}; the health duty tries again. */
+    /** Logged by {@link MemserverBringUp#connect}; the health duty tries again. */
     @Override
     public void refused(MemserverLink l, RemoteMemoryException e) {
     }

@@ -33,7 +33,7 @@ final class StartUp implements Attachment {
 
     private final BridgeConfig config;
     private final Membership membership;
-    private final Attacher attacher;
+    private final MemserverBringUp attacher;
     private final Map<String, Volume> volumes;
     /** Gives a stale region back. */
     private final Consumer<Replica> release;
@@ -45,7 +45,7 @@ final class StartUp implements Attachment {
     /** Volumes whose previous bridge did not give its lease back: their replicas may differ. */
     private final Set<Volume> unclean = new HashSet<>();
 
-    StartUp(BridgeConfig config, Membership membership, Attacher attacher, Map<String, Volume> volumes,
+    StartUp(BridgeConfig config, Membership membership, MemserverBringUp attacher, Map<String, Volume> volumes,
             Consumer<Replica> release, Rebuilder rebuilder) {
         this.config = config;
         this.membership = membership;

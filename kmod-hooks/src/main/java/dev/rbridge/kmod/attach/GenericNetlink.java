@@ -43,7 +43,7 @@ final class GenericNetlink implements AutoCloseable {
         final int errno;
 
         NetlinkException(String what, int errno) {
-            super(what + ": " + Libc.strerror(errno));
+            super(what + ": " + SocketCalls.strerror(errno));
             this.errno = errno;
         }
     }
@@ -59,24 +59,24 @@ final class GenericNetlink implements AutoCloseable {
 
     /** @param receiveTimeoutMillis how long a receive may block (0: forever) */
     static GenericNetlink open(long receiveTimeoutMillis) throws IOException {
-        int fd = Libc.socket(Libc.AF_NETLINK, Libc.SOCK_RAW | Libc.SOCK_CLOEXEC, Libc.NETLINK_GENERIC);
+        int fd = SocketCalls.socket(SocketCalls.AF_NETLINK, SocketCalls.SOCK_RAW | SocketCalls.SOCK_CLOEXEC, SocketCalls.NETLINK_GENERIC);
         if (fd < 0) {
-            throw new IOException("cannot open a generic netlink socket: " + Libc.strerror(-fd));
+            throw new IOException("cannot open a generic netlink socket: " + SocketCalls.strerror(-fd));
         }
         GenericNetlink g = new GenericNetlink(fd);
         try (Arena a = Arena.ofConfined()) {
             MemorySegment sa = a.allocate(12); // sockaddr_nl: family, pad, pid 0 (kernel picks), groups 0
-            sa.set(ValueLayout.JAVA_SHORT, 0, (short) Libc.AF_NETLINK);
-            int rc = Libc.bind(fd, sa);
+            sa.set(ValueLayout.JAVA_SHORT, 0, (short) SocketCalls.AF_NETLINK);
+            int rc = SocketCalls.bind(fd, sa);
             if (rc < 0) {
                 g.close();
-                throw new IOException("cannot bind a generic netlink socket: " + Libc.strerror(-rc));
+                throw new IOException("cannot bind a generic netlink socket: " + SocketCalls.strerror(-rc));
             }
             if (receiveTimeoutMillis > 0) {
                 MemorySegment tv = a.allocate(16);
                 tv.set(ValueLayout.JAVA_LONG, 0, receiveTimeoutMillis / 1000);
                 tv.set(ValueLayout.JAVA_LONG, 8, (receiveTimeoutMillis % 1000) * 1000);
-                Libc.setsockopt(fd, Libc.SOL_SOCKET, Libc.SO_RCVTIMEO, tv);
+                SocketCalls.setsockopt(fd, SocketCalls.SOL_SOCKET, SocketCalls.SO_RCVTIMEO, tv);
             }
         }
         return g;
@@ -121,7 +121,7 @@ final class GenericNetlink implements AutoCloseable {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment out = a.allocate(len);
             out.copyFrom(MemorySegment.ofArray(b.array()));
-            long n = Libc.send(fd, out, len);
+            long n = SocketCalls.send(fd, out, len);
             if (n < 0) {
                 throw new NetlinkException(what + " (send)", (int) -n);
             }
@@ -183,7 +183,7 @@ final class GenericNetlink implements AutoCloseable {
     void join(int group) throws IOException {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment g = a.allocateFrom(ValueLayout.JAVA_INT, group);
-            int rc = Libc.setsockopt(fd, Libc.SOL_NETLINK, Libc.NETLINK_ADD_MEMBERSHIP, g);
+            int rc = SocketCalls.setsockopt(fd, SocketCalls.SOL_NETLINK, SocketCalls.NETLINK_ADD_MEMBERSHIP, g);
             if (rc < 0) {
                 throw new NetlinkException("join netlink multicast group " + group, -rc);
             }
@@ -196,7 +196,7 @@ final class GenericNetlink implements AutoCloseable {
         try {
             in = receiveRaw("receive netlink events");
         } catch (NetlinkException e) {
-            if (e.errno == Libc.EAGAIN) {
+            if (e.errno == SocketCalls.EAGAIN) {
                 return null;
             }
             throw e;
@@ -228,8 +228,8 @@ final class GenericNetlink implements AutoCloseable {
 
     private ByteBuffer receiveRaw(String what) throws IOException {
         while (true) {
-            long n = Libc.recv(fd, recvBuffer, recvBuffer.byteSize());
-            if (n == -Libc.EINTR) {
+            long n = SocketCalls.recv(fd, recvBuffer, recvBuffer.byteSize());
+            if (n == -SocketCalls.EINTR) {
                 continue;
             }
             if (n < 0) {
@@ -250,7 +250,7 @@ final class GenericNetlink implements AutoCloseable {
 
     @Override
     public void close() {
-        Libc.close(fd);
+        SocketCalls.close(fd);
         arena.close();
     }
 }

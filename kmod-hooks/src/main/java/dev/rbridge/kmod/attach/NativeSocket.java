@@ -38,16 +38,16 @@ final class NativeSocket implements AutoCloseable {
             MemorySegment sa;
             int family;
             if (ip instanceof Inet4Address) {
-                family = Libc.AF_INET;
+                family = SocketCalls.AF_INET;
                 sa = a.allocate(16);
-                sa.set(ValueLayout.JAVA_SHORT, 0, (short) Libc.AF_INET);
+                sa.set(ValueLayout.JAVA_SHORT, 0, (short) SocketCalls.AF_INET);
                 sa.set(ValueLayout.JAVA_BYTE, 2, (byte) (address.getPort() >> 8)); // network byte order
                 sa.set(ValueLayout.JAVA_BYTE, 3, (byte) address.getPort());
                 MemorySegment.copy(MemorySegment.ofArray(ip.getAddress()), 0, sa, 4, 4);
             } else if (ip instanceof Inet6Address six) {
-                family = Libc.AF_INET6;
+                family = SocketCalls.AF_INET6;
                 sa = a.allocate(28);
-                sa.set(ValueLayout.JAVA_SHORT, 0, (short) Libc.AF_INET6);
+                sa.set(ValueLayout.JAVA_SHORT, 0, (short) SocketCalls.AF_INET6);
                 sa.set(ValueLayout.JAVA_BYTE, 2, (byte) (address.getPort() >> 8));
                 sa.set(ValueLayout.JAVA_BYTE, 3, (byte) address.getPort());
                 MemorySegment.copy(MemorySegment.ofArray(ip.getAddress()), 0, sa, 8, 16);
@@ -55,17 +55,17 @@ final class NativeSocket implements AutoCloseable {
             } else {
                 throw new IOException("unsupported address " + ip);
             }
-            int fd = Libc.socket(family, Libc.SOCK_STREAM | Libc.SOCK_CLOEXEC, 0);
+            int fd = SocketCalls.socket(family, SocketCalls.SOCK_STREAM | SocketCalls.SOCK_CLOEXEC, 0);
             if (fd < 0) {
-                throw new IOException("socket(): " + Libc.strerror(-fd));
+                throw new IOException("socket(): " + SocketCalls.strerror(-fd));
             }
-            int rc = Libc.connect(fd, sa);
+            int rc = SocketCalls.connect(fd, sa);
             if (rc < 0) {
-                Libc.close(fd);
-                throw new IOException("cannot connect to " + peer + ": " + Libc.strerror(-rc));
+                SocketCalls.close(fd);
+                throw new IOException("cannot connect to " + peer + ": " + SocketCalls.strerror(-rc));
             }
             MemorySegment one = a.allocateFrom(ValueLayout.JAVA_INT, 1);
-            Libc.setsockopt(fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, one); // requests are small; latency matters
+            SocketCalls.setsockopt(fd, SocketCalls.IPPROTO_TCP, SocketCalls.TCP_NODELAY, one); // requests are small; latency matters
             return new NativeSocket(fd, peer);
         }
     }
@@ -77,16 +77,16 @@ final class NativeSocket implements AutoCloseable {
         }
         try (Arena a = Arena.ofConfined()) {
             MemorySegment sa = a.allocate(110);
-            sa.set(ValueLayout.JAVA_SHORT, 0, (short) Libc.AF_UNIX);
+            sa.set(ValueLayout.JAVA_SHORT, 0, (short) SocketCalls.AF_UNIX);
             MemorySegment.copy(MemorySegment.ofArray(path), 0, sa, 2, path.length);
-            int fd = Libc.socket(Libc.AF_UNIX, Libc.SOCK_STREAM | Libc.SOCK_CLOEXEC, 0);
+            int fd = SocketCalls.socket(SocketCalls.AF_UNIX, SocketCalls.SOCK_STREAM | SocketCalls.SOCK_CLOEXEC, 0);
             if (fd < 0) {
-                throw new IOException("socket(): " + Libc.strerror(-fd));
+                throw new IOException("socket(): " + SocketCalls.strerror(-fd));
             }
-            int rc = Libc.connect(fd, sa);
+            int rc = SocketCalls.connect(fd, sa);
             if (rc < 0) {
-                Libc.close(fd);
-                throw new IOException("cannot connect to " + unix + ": " + Libc.strerror(-rc));
+                SocketCalls.close(fd);
+                throw new IOException("cannot connect to " + unix + ": " + SocketCalls.strerror(-rc));
             }
             return new NativeSocket(fd, unix.toString());
         }
@@ -101,9 +101,9 @@ final class NativeSocket implements AutoCloseable {
             MemorySegment tv = a.allocate(16);
             tv.set(ValueLayout.JAVA_LONG, 0, millis / 1000);
             tv.set(ValueLayout.JAVA_LONG, 8, (millis % 1000) * 1000);
-            int rc = Libc.setsockopt(fd, Libc.SOL_SOCKET, Libc.SO_RCVTIMEO, tv);
+            int rc = SocketCalls.setsockopt(fd, SocketCalls.SOL_SOCKET, SocketCalls.SO_RCVTIMEO, tv);
             if (rc < 0) {
-                throw new IOException("setsockopt(SO_RCVTIMEO): " + Libc.strerror(-rc));
+                throw new IOException("setsockopt(SO_RCVTIMEO): " + SocketCalls.strerror(-rc));
             }
         }
     }
@@ -125,15 +125,15 @@ final class NativeSocket implements AutoCloseable {
             long got = 0;
             long want = dst.remaining();
             while (got < want) {
-                long n = Libc.recv(fd, buf.asSlice(got), want - got);
-                if (n == -Libc.EINTR) {
+                long n = SocketCalls.recv(fd, buf.asSlice(got), want - got);
+                if (n == -SocketCalls.EINTR) {
                     continue;
                 }
-                if (n == -Libc.EAGAIN) {
+                if (n == -SocketCalls.EAGAIN) {
                     throw new IOException(peer + " did not answer the handshake in time");
                 }
                 if (n < 0) {
-                    throw new IOException("reading from " + peer + ": " + Libc.strerror((int) -n));
+                    throw new IOException("reading from " + peer + ": " + SocketCalls.strerror((int) -n));
                 }
                 if (n == 0) {
                     throw new EOFException(peer + " closed the connection during the handshake");
@@ -153,12 +153,12 @@ final class NativeSocket implements AutoCloseable {
             buf.asByteBuffer().put(src);
             long sent = 0;
             while (sent < buf.byteSize()) {
-                long n = Libc.send(fd, buf.asSlice(sent), buf.byteSize() - sent);
-                if (n == -Libc.EINTR) {
+                long n = SocketCalls.send(fd, buf.asSlice(sent), buf.byteSize() - sent);
+                if (n == -SocketCalls.EINTR) {
                     continue;
                 }
                 if (n < 0) {
-                    throw new IOException("writing to " + peer + ": " + Libc.strerror((int) -n));
+                    throw new IOException("writing to " + peer + ": " + SocketCalls.strerror((int) -n));
                 }
                 sent += n;
             }
@@ -179,6 +179,6 @@ final class NativeSocket implements AutoCloseable {
 
     @Override
     public void close() {
-        Libc.close(fd);
+        SocketCalls.close(fd);
     }
 }

@@ -42,7 +42,7 @@ final class HttpConnection {
     private final OpsHttpConfig config;
     private final RefusalLog refusals;
     private final WorkerPool workers;
-    private final ConnectionSlots slots;
+    private final HttpConnectionSlots slots;
     private final HttpRequestDecoder decoder;
     private final ByteBuffer in = ByteBuffer.allocate(READ_BUFFER);
     private final ResponseWriter writer;
@@ -56,7 +56,7 @@ final class HttpConnection {
     private boolean closed;
 
     HttpConnection(SocketChannel ch, InetSocketAddress peer, InetSocketAddress local, OpsHttpConfig config,
-                   RefusalLog refusals, WorkerPool workers, ConnectionSlots slots) {
+                   RefusalLog refusals, WorkerPool workers, HttpConnectionSlots slots) {
         this.ch = ch;
         this.peer = peer;
         this.peerGroup = PeerGroup.of(peer.getAddress());
@@ -343,7 +343,7 @@ final class HttpConnection {
         if (key != null) {
             key.cancel();
         }
-        ConnectionSlots.closeQuietly(ch);
+        HttpConnectionSlots.closeQuietly(ch);
         slots.release(this);
     }
 }

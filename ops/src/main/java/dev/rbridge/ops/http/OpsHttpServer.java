@@ -36,7 +36,7 @@ import java.nio.channels.ServerSocketChannel;
  * reads the answer rather than a reset).
  * <p>
  * This class binds the address and puts the pieces together: {@link SelectorLoop} (the selector thread),
- * {@link ConnectionSlots} (accepting, caps, eviction), {@link HttpConnection} (one connection's states and
+ * {@link HttpConnectionSlots} (accepting, caps, eviction), {@link HttpConnection} (one connection's states and
  * deadlines), {@link ResponseWriter}, {@link WorkerPool} with its {@link HandlerJob}s, {@link SelectorHandOff}
  * (workers to the selector thread) and {@link RefusalLog}.
  */
@@ -48,7 +48,7 @@ public final class OpsHttpServer implements AutoCloseable {
     private final Selector selector;
     private final InetSocketAddress address;
     private final WorkerPool workers;
-    private final ConnectionSlots slots;
+    private final HttpConnectionSlots slots;
     private final SelectorLoop loop;
 
     private OpsHttpServer(OpsHttpConfig config, Handler handler, OpsHttpMetrics metrics) throws IOException {
@@ -71,7 +71,7 @@ public final class OpsHttpServer implements AutoCloseable {
         this.address = (InetSocketAddress) ch.getLocalAddress();
         SelectorHandOff handOff = new SelectorHandOff(selector);
         this.workers = new WorkerPool(config, handler, refusals, handOff);
-        this.slots = new ConnectionSlots(config, refusals, workers, selector, ch, acceptKey);
+        this.slots = new HttpConnectionSlots(config, refusals, workers, selector, ch, acceptKey);
         this.loop = new SelectorLoop(config.name(), refusals, selector, acceptKey, slots, handOff);
     }
 

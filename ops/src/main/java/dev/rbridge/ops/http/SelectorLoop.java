@@ -25,12 +25,12 @@ final class SelectorLoop {
     private final RefusalLog refusals;
     private final Selector selector;
     private final SelectionKey acceptKey;
-    private final ConnectionSlots slots;
+    private final HttpConnectionSlots slots;
     private final SelectorHandOff handOff;
     private final Thread thread;
     private volatile boolean running = true;
 
-    SelectorLoop(String name, RefusalLog refusals, Selector selector, SelectionKey acceptKey, ConnectionSlots slots,
+    SelectorLoop(String name, RefusalLog refusals, Selector selector, SelectionKey acceptKey, HttpConnectionSlots slots,
                  SelectorHandOff handOff) {
         this.name = name;
         this.refusals = refusals;

@@ -19,7 +19,7 @@ import java.nio.channels.SocketChannel;
  */
 final class TcpListener extends GatedListener<TcpServerConnection> {
     /** Buffers of authenticated connections; as many idle as a busy memserver's churn of tool connections needs. */
-    private final BufferPool buffers = new BufferPool(TcpServerConnection.BUFFER, 32);
+    private final DirectBufferPool buffers = new DirectBufferPool(TcpServerConnection.BUFFER, 32);
 
     private TcpListener(ListenParams params, RegionService service) {
         super("tcp", params, service, TcpProvider.TIMER);

@@ -64,7 +64,7 @@ final class TcpServerConnection implements GatedListener.Connection {
     /** The greeting, the hello guard, and the counting of refusals. */
     private final Admission admission;
     /** Where the buffers of an authenticated client come from and go back to. */
-    private final BufferPool buffers;
+    private final DirectBufferPool buffers;
     /** TCP congestion control, set once the client has authenticated. */
     private final String congestion;
     private final Consumer<TcpServerConnection> onEnd;
@@ -87,7 +87,7 @@ final class TcpServerConnection implements GatedListener.Connection {
     /** Reads from the socket so far; written by this connection's thread only (tests count them). */
     private volatile long socketReads;
 
-    TcpServerConnection(SocketChannel channel, Admission admission, BufferPool buffers, String congestion,
+    TcpServerConnection(SocketChannel channel, Admission admission, DirectBufferPool buffers, String congestion,
                         long helloTimeoutMillis, Consumer<TcpServerConnection> onEnd) {
         this.channel = channel;
         this.admission = admission;

@@ -52,7 +52,7 @@ class TcpRefusedWriteTest {
                     ConnectionGate.Admitted place = (ConnectionGate.Admitted) gate.admit(remote.getAddress(),
                             () -> { });
                     TcpServerConnection server = new TcpServerConnection(ch, new Admission(service, remote,
-                            place.slot()), new BufferPool(TcpServerConnection.BUFFER, 2),
+                            place.slot()), new DirectBufferPool(TcpServerConnection.BUFFER, 2),
                             ConnectParams.TCP_CONGESTION_SYSTEM, 10_000, c -> { });
                     Thread.ofPlatform().daemon().name("rdma-tcp-conn-test").start(server);
                     served.complete(server);

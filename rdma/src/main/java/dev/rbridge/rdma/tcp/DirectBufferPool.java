@@ -10,12 +10,12 @@ import java.util.ArrayDeque;
  * sleeps before it gives up: clients that come and go would otherwise pile up garbage until such a pause stalls every
  * connection. Reusing them keeps the memory a memserver holds to what its connections use plus a few idle ones.
  */
-final class BufferPool {
+final class DirectBufferPool {
     private final int size;
     private final int maxIdle;
     private final ArrayDeque<ByteBuffer> idle = new ArrayDeque<>();
 
-    BufferPool(int size, int maxIdle) {
+    DirectBufferPool(int size, int maxIdle) {
         this.size = size;
         this.maxIdle = maxIdle;
     }

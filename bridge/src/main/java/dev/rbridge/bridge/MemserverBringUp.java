@@ -32,7 +32,7 @@ import java.util.concurrent.TimeoutException;
  * Attachment}): connect, take every volume's lease there, open the volumes' regions and hand them on, see that it
  * holds an allocation manifest copy of every volume, mark it up.
  */
-final class Attacher {
+final class MemserverBringUp {
     /** Logged as the bridge, as before these parts had classes of their own. */
     private static final Logger log = LoggerFactory.getLogger(Bridge.class);
 
@@ -43,7 +43,7 @@ final class Attacher {
     private final Membership membership;
     private final CapacityReporter capacity;
 
-    Attacher(RemoteMemoryProvider provider, BridgeConfig config, Map<String, Volume> volumes, LeaseKeeper leases,
+    MemserverBringUp(RemoteMemoryProvider provider, BridgeConfig config, Map<String, Volume> volumes, LeaseKeeper leases,
              Membership membership, CapacityReporter capacity) {
         this.provider = provider;
         this.config = config;

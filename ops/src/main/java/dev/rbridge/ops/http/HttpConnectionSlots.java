@@ -22,7 +22,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * half-way through a request, or stalling its answer), preferring the peer holding the most, before it refuses a
  * newcomer with a 503. Selector thread only, but {@link #open()}.
  */
-final class ConnectionSlots {
+final class HttpConnectionSlots {
     private static final int ACCEPTS_PER_ROUND = 16;
     /** How long a failing accept (out of file descriptors) pauses accepting, instead of spinning on it. */
     private static final long ACCEPT_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
@@ -41,7 +41,7 @@ final class ConnectionSlots {
     private long acceptPausedUntil;
     private boolean acceptPaused;
 
-    ConnectionSlots(OpsHttpConfig config, RefusalLog refusals, WorkerPool workers, Selector selector,
+    HttpConnectionSlots(OpsHttpConfig config, RefusalLog refusals, WorkerPool workers, Selector selector,
                     ServerSocketChannel listener, SelectionKey acceptKey) {
         this.config = config;
         this.refusals = refusals;

@@ -14,7 +14,7 @@ import java.lang.invoke.VarHandle;
  * The few libc calls attaching needs (sockets the kernel can take over, and netlink), through FFM. Each call returns
  * the C result; a negative one carries {@code -errno}, so callers can say which system call failed and why.
  */
-final class Libc {
+final class SocketCalls {
     static final int AF_UNIX = 1;
     static final int AF_INET = 2;
     static final int AF_INET6 = 10;
@@ -50,7 +50,7 @@ final class Libc {
     private static final MethodHandle STRERROR = LINKER.downcallHandle(
             LINKER.defaultLookup().find("strerror").orElseThrow(), FunctionDescriptor.of(PTR, INT));
 
-    private Libc() {
+    private SocketCalls() {
     }
 
     private static MethodHandle call(String name, FunctionDescriptor d) {
