@@ -73,6 +73,34 @@ final class DemoCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        List<VolumeSpec> volumes = volumes();
+        try {
+            process.swapSafety.apply("demo");
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        } catch (IllegalStateException e) {
+            spec.commandLine().getErr().println("demo: " + e.getMessage());
+            return 1;
+        }
+        List<MemServer> memservers = new ArrayList<>();
+        Telemetry telemetry = ops.telemetry();
+        Bridge bridge;
+        try {
+            bridge = startBridge(volumes, telemetry, memservers);
+        } catch (IllegalArgumentException e) {
+            memservers.forEach(MemServer::close);
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        } catch (RuntimeException | IOException e) {
+            memservers.forEach(MemServer::close);
+            spec.commandLine().getErr().println("demo: " + e.getMessage());
+            return 1;
+        }
+        return new BridgeProcess("demo", bridge, process, ops, telemetry, () -> memservers.forEach(MemServer::close))
+                .run(spec.commandLine().getErr());
+    }
+
+    /** The volumes to serve, once the options are checked; ParameterException when they are not right. */
+    private List<VolumeSpec> volumes() {
         List<VolumeSpec> volumes = new ArrayList<>();
         try {
             long defaultSize = Sizes.parse(size);
@@ -90,52 +118,39 @@ final class DemoCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        try {
-            process.swapSafety.apply("demo");
-        } catch (IllegalArgumentException e) {
-            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
-        } catch (IllegalStateException e) {
-            spec.commandLine().getErr().println("demo: " + e.getMessage());
-            return 1;
-        }
+        return volumes;
+    }
+
+    /**
+     * Starts the memservers, adding each to {@code memservers} as it starts (the caller closes them when this
+     * fails), and the bridge over them.
+     */
+    private Bridge startBridge(List<VolumeSpec> volumes, Telemetry telemetry, List<MemServer> memservers)
+            throws IOException {
         // Each memserver could hold every volume, plus its allocation manifest: capacity is a limit, memory is only
         // used when written.
         long capacity = 0;
         for (VolumeSpec v : volumes) {
             capacity += v.size() + (1 << 20);
         }
-        List<MemServer> memservers = new ArrayList<>();
-        Telemetry telemetry = ops.telemetry();
-        Bridge bridge;
-        try {
-            BridgeConfig.Builder b = BridgeConfig.builder().transport(transport).startWait(Duration.ZERO)
-                    .tcpCongestion(process.tcpCongestion);
-            if (telemetry != null) {
-                b.metrics(new BridgeMeters(telemetry.registry()));
-            }
-            for (int i = 0; i < memserverCount; i++) {
-                MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress(Defaults.LOOPBACK, 0),
-                        capacity, null, transport, false, false, process.tcpCongestion));
-                memservers.add(m);
-                b.memserver(m.address());
-                if (telemetry != null) {
-                    // Several memservers in one registry: the memserver tag tells them apart, as the bridge names them.
-                    MemServerMeters.bind(telemetry.registry(), m,
-                            m.address().getHostString() + ":" + m.address().getPort());
-                }
-            }
-            volumes.forEach(b::volume);
-            bridge = Bridge.start(b.build());
-        } catch (IllegalArgumentException e) {
-            memservers.forEach(MemServer::close);
-            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
-        } catch (RuntimeException | IOException e) {
-            memservers.forEach(MemServer::close);
-            spec.commandLine().getErr().println("demo: " + e.getMessage());
-            return 1;
+        BridgeConfig.Builder b = BridgeConfig.builder().transport(transport).startWait(Duration.ZERO)
+                .tcpCongestion(process.tcpCongestion);
+        if (telemetry != null) {
+            b.metrics(new BridgeMeters(telemetry.registry()));
         }
-        return new BridgeProcess("demo", bridge, process, ops, telemetry, () -> memservers.forEach(MemServer::close))
-                .run(spec.commandLine().getErr());
+        for (int i = 0; i < memserverCount; i++) {
+            MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress(Defaults.LOOPBACK, 0),
+                    capacity, null, transport, false, false, process.tcpCongestion));
+            memservers.add(m);
+            b.memserver(m.address());
+            if (telemetry != null) {
+                // Several memservers in one registry: the memserver tag tells them apart, as the bridge names them.
+                MemServerMeters.bind(telemetry.registry(), m,
+                        m.address().getHostString() + ":" + m.address().getPort());
+            }
+        }
+        volumes.forEach(b::volume);
+        return Bridge.start(b.build());
     }
 
     /** demo's wording of the options it shares with serve (picocli looks them up by option name). */

@@ -354,36 +354,10 @@ final class MemCommand {
         @Override
         public Integer call() {
             long at = size(spec, "--offset", where.offset);
-            int sources = (file != null ? 1 : 0) + (hex != null ? 1 : 0) + (pattern != null ? 1 : 0);
-            if (sources != 1) {
-                throw new CommandLine.ParameterException(spec.commandLine(),
-                        "give exactly one of --file, --hex or --pattern (with --length)");
-            }
-            if ((pattern != null) != (length != null)) {
-                throw new CommandLine.ParameterException(spec.commandLine(), pattern != null
-                        ? "--pattern needs --length" : "--length goes with --pattern only");
-            }
+            checkSources();
             byte[] bytes = hex != null ? parseHex(hex) : null;
             int fill = pattern != null ? parseByte(pattern) : 0;
-            long n;
-            if (bytes != null) {
-                n = bytes.length;
-            } else if (pattern != null) {
-                n = size(spec, "--length", length);
-                if (n <= 0) {
-                    throw new CommandLine.ParameterException(spec.commandLine(), "--length must be positive");
-                }
-            } else {
-                try {
-                    var attributes = Files.readAttributes(file, BasicFileAttributes.class);
-                    if (!attributes.isRegularFile()) {
-                        throw new IOException("not a regular file");
-                    }
-                    n = attributes.size();
-                } catch (IOException e) {
-                    throw new CommandLine.ParameterException(spec.commandLine(), "cannot read " + file + ": " + why(e));
-                }
-            }
+            long n = byteCount(bytes);
             return connected(spec, remote, (c, w, out) -> {
                 RegionDescriptor d = w.await(c.open(where.region));
                 checkRange(d, at, n);
@@ -398,28 +372,70 @@ final class MemCommand {
                             w.await(c.write(d, at + done, buffer.asSlice(0, Math.min(CHUNK, n - done))));
                         }
                     } else {
-                        try (FileChannel in = FileChannel.open(file, StandardOpenOption.READ)) {
-                            for (long done = 0; done < n; ) {
-                                MemorySegment part = buffer.asSlice(0, Math.min(CHUNK, n - done));
-                                var bb = part.asByteBuffer();
-                                while (bb.hasRemaining()) {
-                                    if (in.read(bb) < 0) {
-                                        throw new IOException(file + " shrank to " + (done + bb.position())
-                                                + " bytes while being written");
-                                    }
-                                }
-                                w.await(c.write(d, at + done, part));
-                                done += part.byteSize();
-                            }
-                        } catch (IOException e) {
-                            throw new IOException("cannot read " + file + ": " + why(e), e);
-                        }
+                        copyFile(c, w, d, buffer, at, n);
                     }
                 }
                 w.await(c.flush());
                 out.printf("wrote %d bytes to region %d at offset %d%n", n, d.id(), at);
                 return 0;
             });
+        }
+
+        /** Exactly one source of bytes, and --length with --pattern only. */
+        private void checkSources() {
+            int sources = (file != null ? 1 : 0) + (hex != null ? 1 : 0) + (pattern != null ? 1 : 0);
+            if (sources != 1) {
+                throw new CommandLine.ParameterException(spec.commandLine(),
+                        "give exactly one of --file, --hex or --pattern (with --length)");
+            }
+            if ((pattern != null) != (length != null)) {
+                throw new CommandLine.ParameterException(spec.commandLine(), pattern != null
+                        ? "--pattern needs --length" : "--length goes with --pattern only");
+            }
+        }
+
+        /** How many bytes to write: the --hex bytes, --length, or the size of --file (a regular file). */
+        private long byteCount(byte[] bytes) {
+            if (bytes != null) {
+                return bytes.length;
+            }
+            if (pattern != null) {
+                long n = size(spec, "--length", length);
+                if (n <= 0) {
+                    throw new CommandLine.ParameterException(spec.commandLine(), "--length must be positive");
+                }
+                return n;
+            }
+            try {
+                var attributes = Files.readAttributes(file, BasicFileAttributes.class);
+                if (!attributes.isRegularFile()) {
+                    throw new IOException("not a regular file");
+                }
+                return attributes.size();
+            } catch (IOException e) {
+                throw new CommandLine.ParameterException(spec.commandLine(), "cannot read " + file + ": " + why(e));
+            }
+        }
+
+        /** The first {@code n} bytes of --file into the region at {@code at}, a buffer at a time. */
+        private void copyFile(RemoteConnection c, Waiter w, RegionDescriptor d, MemorySegment buffer, long at, long n)
+                throws IOException, RemoteMemoryException {
+            try (FileChannel in = FileChannel.open(file, StandardOpenOption.READ)) {
+                for (long done = 0; done < n; ) {
+                    MemorySegment part = buffer.asSlice(0, Math.min(CHUNK, n - done));
+                    var bb = part.asByteBuffer();
+                    while (bb.hasRemaining()) {
+                        if (in.read(bb) < 0) {
+                            throw new IOException(file + " shrank to " + (done + bb.position())
+                                    + " bytes while being written");
+                        }
+                    }
+                    w.await(c.write(d, at + done, part));
+                    done += part.byteSize();
+                }
+            } catch (IOException e) {
+                throw new IOException("cannot read " + file + ": " + why(e), e);
+            }
         }
 
         private byte[] parseHex(String text) {

@@ -140,6 +140,50 @@ final class MemServerCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        MemServerConfig config = config();
+        MemServer server;
+        try {
+            server = MemServer.start(config);
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        }
+        // made first so the admin server's refusals are counted in it too
+        Telemetry telemetry = ops.telemetry();
+        MemServerAdminHttpServer adminServer;
+        try {
+            adminServer = startAdmin(server, config, telemetry);
+        } catch (IOException | IllegalArgumentException e) {
+            server.close();
+            spec.commandLine().getErr().println("memserver: " + e.getMessage() + " (use --admin HOST:PORT or none)");
+            return 1;
+        }
+        MetricsHttpServer metricsServer = null;
+        if (telemetry != null) {
+            MemServerMeters.bind(telemetry.registry(), server);
+            telemetry.readinessCheck(() -> Readiness.memserver(server));
+            try {
+                metricsServer = ops.startMetrics(telemetry);
+            } catch (IOException | IllegalArgumentException e) {
+                if (adminServer != null) {
+                    adminServer.close();
+                }
+                server.close();
+                spec.commandLine().getErr().println("memserver: " + e.getMessage());
+                return 1;
+            }
+        }
+        CountDownLatch stopped = stopOnSigterm(server, adminServer, metricsServer);
+        GracefulStop.onTerm(); // before the line that says it serves: whoever reads it may stop it at once
+        announce(config, server, adminServer, metricsServer);
+        stopped.await();
+        return 0;
+    }
+
+    /**
+     * The memserver's configuration from the options (and --config), with the huge page and NUMA choices logged;
+     * ParameterException when they do not make one.
+     */
+    private MemServerConfig config() {
         MemServerConfig config;
         HugePages.Choice huge;
         NumaPlacement.Choice numa;
@@ -174,67 +218,51 @@ final class MemServerCommand implements Callable<Integer> {
         }
         log.info("{}", huge.why());
         log.info("{}", numa.why());
-        MemServer server;
-        try {
-            server = MemServer.start(config);
-        } catch (IllegalArgumentException e) {
-            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        return config;
+    }
+
+    /** The admin interface, or null with {@code --admin none}; its refusals and connections are counted. */
+    private MemServerAdminHttpServer startAdmin(MemServer server, MemServerConfig config, Telemetry telemetry)
+            throws IOException {
+        if (ops.admin.equals(Defaults.OFF)) {
+            return null;
         }
-        // made first so the admin server's refusals are counted in it too
-        Telemetry telemetry = ops.telemetry();
-        MemServerAdminHttpServer adminServer = null;
-        if (!ops.admin.equals(Defaults.OFF)) {
-            try {
-                OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
-                adminServer = new MemServerAdminHttpServer(ops.adminAddress(), server, config.token(),
-                        () -> System.exit(0), adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
-                if (adminMeters != null) {
-                    adminMeters.bindConnections(adminServer::openConnections);
-                }
-            } catch (IOException | IllegalArgumentException e) {
-                server.close();
-                spec.commandLine().getErr().println("memserver: " + e.getMessage() + " (use --admin HOST:PORT or none)");
-                return 1;
-            }
+        OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
+        MemServerAdminHttpServer adminServer = new MemServerAdminHttpServer(ops.adminAddress(), server, config.token(),
+                () -> System.exit(0), adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
+        if (adminMeters != null) {
+            adminMeters.bindConnections(adminServer::openConnections);
         }
-        MetricsHttpServer metricsServer = null;
-        if (telemetry != null) {
-            MemServerMeters.bind(telemetry.registry(), server);
-            telemetry.readinessCheck(() -> Readiness.memserver(server));
-            try {
-                metricsServer = ops.startMetrics(telemetry);
-            } catch (IOException | IllegalArgumentException e) {
-                if (adminServer != null) {
-                    adminServer.close();
-                }
-                server.close();
-                spec.commandLine().getErr().println("memserver: " + e.getMessage());
-                return 1;
-            }
-        }
-        MemServerAdminHttpServer adminToClose = adminServer;
-        MetricsHttpServer metricsToClose = metricsServer;
+        return adminServer;
+    }
+
+    /** On SIGTERM: the ops endpoints close, then the memserver; the latch opens once all are closed. */
+    private static CountDownLatch stopOnSigterm(MemServer server, MemServerAdminHttpServer adminServer,
+                                                MetricsHttpServer metricsServer) {
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             SystemdNotify.stopping();
-            if (adminToClose != null) {
-                adminToClose.close();
+            if (adminServer != null) {
+                adminServer.close();
             }
-            if (metricsToClose != null) {
-                metricsToClose.close();
+            if (metricsServer != null) {
+                metricsServer.close();
             }
             server.close();
             stopped.countDown();
         }, "shutdown"));
-        GracefulStop.onTerm(); // before the line that says it serves: whoever reads it may stop it at once
+        return stopped;
+    }
+
+    /** Where it serves, on stdout (scripts and tests wait for this line), and READY=1 to systemd. */
+    private static void announce(MemServerConfig config, MemServer server, MemServerAdminHttpServer adminServer,
+                                 MetricsHttpServer metricsServer) {
         System.out.println("rbridge memserver: lending " + Sizes.format(config.capacityBytes()) + " at "
                 + server.address().getHostString() + ":" + server.address().getPort()
                 + (adminServer == null ? "" : " admin " + adminServer.address().getHostString() + ":"
                 + adminServer.address().getPort()) + MetricsEndpoint.describe(metricsServer));
         System.out.flush();
         SystemdNotify.ready("lending " + Sizes.format(config.capacityBytes()));
-        stopped.await();
-        return 0;
     }
 
     /** memserver's wording of its --admin (picocli looks it up by option name). */
