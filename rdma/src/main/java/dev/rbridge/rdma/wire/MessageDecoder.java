@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.wire;
 
+import dev.rbridge.common.codec.FixedHeader;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
@@ -40,7 +41,7 @@ public final class MessageDecoder {
     private boolean awaitingHello;
     /** After AUTH: only AUTH_PROOF may come next, as small as a greeting. */
     private boolean awaitingProof;
-    private final ByteBuffer header = ByteBuffer.allocate(Protocol.HEADER).order(ByteOrder.LITTLE_ENDIAN);
+    private final FixedHeader header = new FixedHeader(Protocol.HEADER, ByteOrder.LITTLE_ENDIAN);
     private State state = State.HEADER;
     private int version;
     private int code;
@@ -85,22 +86,11 @@ public final class MessageDecoder {
         while (true) {
             switch (state) {
                 case HEADER -> {
-                    if (header.position() == 0 && in.remaining() >= Protocol.HEADER) {
-                        readHeader(in);
-                    } else {
-                        if (!in.hasRemaining()) {
-                            return null;
-                        }
-                        int n = Math.min(in.remaining(), header.remaining());
-                        header.put(header.position(), in, in.position(), n);
-                        header.position(header.position() + n);
-                        in.position(in.position() + n);
-                        if (header.hasRemaining()) {
-                            return null;
-                        }
-                        readHeader(header.flip());
-                        header.clear();
+                    ByteBuffer h = header.next(in);
+                    if (h == null) {
+                        return null;
                     }
+                    readHeader(h);
                     Message m = atMemserver ? requestHeader() : replyHeader();
                     if (m != null) {
                         return m;
@@ -168,7 +158,7 @@ public final class MessageDecoder {
 
     /** No message is partly read: the stream is at a message boundary. */
     public boolean atBoundary() {
-        return state == State.HEADER && header.position() == 0;
+        return state == State.HEADER && !header.partial();
     }
 
     // ---------------------------------------------------------------------------------------------- framing
