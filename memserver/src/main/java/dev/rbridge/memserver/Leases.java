@@ -168,18 +168,7 @@ final class Leases {
     Grant grant(Holder c, String volume, String owner, long ttlMillis, long presentedId,
                 ToIntFunction<String> rotateKeys, Supplier<Set<String>> volumesWithRegions)
             throws RemoteMemoryException {
-        if (ttlMillis <= 0 || ttlMillis > Lease.MAX_TTL.toMillis()) {
-            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's ttl must be from 1 to "
-                    + Lease.MAX_TTL.toMillis() + " ms (5 min), not " + ttlMillis + " ms: renew a lease instead");
-        }
-        if (owner == null || owner.isEmpty() || owner.getBytes(StandardCharsets.UTF_8).length > MAX_OWNER) {
-            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's owner must be 1 to " + MAX_OWNER
-                    + " bytes long");
-        }
-        if (volume == null || volume.getBytes(StandardCharsets.UTF_8).length > RegionTag.MAX_VOLUME_NAME) {
-            throw new RemoteMemoryException(Status.BAD_REQUEST, "a volume name is at most "
-                    + RegionTag.MAX_VOLUME_NAME + " bytes long");
-        }
+        checkBounds(volume, owner, ttlMillis);
         long now = clock.getAsLong();
         Entry previous = table.get(volume);
         if (previous != null && previous.holder() != c && previous.live(now)) {
@@ -196,9 +185,7 @@ final class Leases {
             throw new RemoteMemoryException(Status.BAD_REQUEST, "that is not the id of this connection's lease on "
                     + "volume '" + volume + "'");
         }
-        boolean tookOver = previous != null && previous.holder() != c && previous.state() != State.GIVEN_BACK;
-        boolean heldBefore = previous != null && previous.holder() == c && previous.state() == State.HELD;
-        if (!heldBefore) {
+        if (!heldBy(previous, c)) {
             makeRoom(c, previous == null, now, volumesWithRegions);
         }
         long ownerChanges = previous == null ? 0
@@ -213,33 +200,74 @@ final class Leases {
         boolean continued = previous != null && presentedId != Lease.NO_ID && presentedId == previous.leaseId()
                 && !previous.touched();
         long leaseId = continued ? previous.leaseId() : newLeaseId();
-        long grantEpoch = ++epoch;
-        table.put(volume, new Entry(owner, c, ttlMillis, expires, State.HELD, ownerChanges, grantEpoch, leaseId,
-                false));
-        if (!heldBefore) {
+        Entry granted = new Entry(owner, c, ttlMillis, expires, State.HELD, ownerChanges, ++epoch, leaseId, false);
+        install(volume, granted, previous);
+        int rotated = rotateKeys.applyAsInt(volume);
+        logNewEpoch(volume, granted, previous, now, rotated);
+        return new Grant(new Lease(volume, owner, ttlMillis, tookOver(granted, previous), ownerChanges,
+                granted.epoch(), leaseId, continued), false);
+    }
+
+    /** Refuses ({@code BAD_REQUEST}) a ttl, owner or volume name out of bounds. */
+    private static void checkBounds(String volume, String owner, long ttlMillis) throws RemoteMemoryException {
+        if (ttlMillis <= 0 || ttlMillis > Lease.MAX_TTL.toMillis()) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's ttl must be from 1 to "
+                    + Lease.MAX_TTL.toMillis() + " ms (5 min), not " + ttlMillis + " ms: renew a lease instead");
+        }
+        if (owner == null || owner.isEmpty() || owner.getBytes(StandardCharsets.UTF_8).length > MAX_OWNER) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a lease's owner must be 1 to " + MAX_OWNER
+                    + " bytes long");
+        }
+        if (volume == null || volume.getBytes(StandardCharsets.UTF_8).length > RegionTag.MAX_VOLUME_NAME) {
+            throw new RemoteMemoryException(Status.BAD_REQUEST, "a volume name is at most "
+                    + RegionTag.MAX_VOLUME_NAME + " bytes long");
+        }
+    }
+
+    /**
+     * A grant in a new epoch ends the lease it follows: {@code granted} replaces it in the table, counts among its
+     * holder's leases unless it was a lapsed lease of the same connection, and no longer among those of the previous
+     * holder, if another connection's lease was still held.
+     */
+    private void install(String volume, Entry granted, Entry previous) {
+        Holder c = granted.holder();
+        table.put(volume, granted);
+        if (!heldBy(previous, c)) {
             held.merge(c, 1, Integer::sum);
         }
         if (previous != null && previous.holder() != c && previous.state() == State.HELD) {
             held.computeIfPresent(previous.holder(), (h, n) -> n > 1 ? n - 1 : null);
         }
-        int rotated = rotateKeys.applyAsInt(volume);
+    }
+
+    /** Whether {@code l} is a lease {@code c}'s connection holds, live or lapsed. */
+    private static boolean heldBy(Entry l, Holder c) {
+        return l != null && l.holder() == c && l.state() == State.HELD;
+    }
+
+    /** A takeover: the grant ends a lease another connection held and did not give back. */
+    private static boolean tookOver(Entry granted, Entry previous) {
+        return previous != null && previous.holder() != granted.holder() && previous.state() != State.GIVEN_BACK;
+    }
+
+    /** Logs a grant in a new epoch: a takeover, from whom and why it was possible; else the grant. */
+    private void logNewEpoch(String volume, Entry granted, Entry previous, long now, int rotated) {
+        Holder c = granted.holder();
         String v = Printable.cut(volume, RegionTag.MAX_VOLUME_NAME);
-        if (tookOver) {
+        if (tookOver(granted, previous)) {
             Holder from = previous.holder();
             log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); epoch {}, {} "
-                            + "region key(s) rotated", v, Printable.cut(owner, MAX_OWNER), c.id(), c.peer(),
+                            + "region key(s) rotated", v, Printable.cut(granted.owner(), MAX_OWNER), c.id(), c.peer(),
                     Printable.cut(previous.owner(), MAX_OWNER), from.id(), from.peer(),
                     previous.state() == State.RELEASED || from.ended() ? "connection ended" : "lease expired "
                             + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos()) + " ms ago",
-                    grantEpoch, rotated);
+                    granted.epoch(), rotated);
         } else {
             log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms, epoch {}{}{}", v,
-                    Printable.cut(owner, MAX_OWNER), c.id(), c.peer(), ttlMillis, grantEpoch,
-                    heldBefore ? " (its lease had lapsed: a new grant)" : "",
+                    Printable.cut(granted.owner(), MAX_OWNER), c.id(), c.peer(), granted.ttlMillis(), granted.epoch(),
+                    heldBy(previous, c) ? " (its lease had lapsed: a new grant)" : "",
                     rotated == 0 ? "" : "; " + rotated + " region key(s) rotated");
         }
-        return new Grant(new Lease(volume, owner, ttlMillis, tookOver, ownerChanges, grantEpoch, leaseId,
-                continued), false);
     }
 
     private long newLeaseId() {

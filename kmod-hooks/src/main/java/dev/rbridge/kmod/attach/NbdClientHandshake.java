@@ -42,7 +42,33 @@ final class NbdClientHandshake {
         return info;
     }
 
+    /** One option reply: its type and its body, read whole. */
+    private record OptionReply(int type, ByteBuffer body) {
+    }
+
     private static ExportInfo negotiate(NativeSocket s, String export, int optionCode) throws IOException {
+        int serverFlags = greeting(s);
+        sendOption(s, export, optionCode, Nbd.FLAG_FIXED_NEWSTYLE | (serverFlags & Nbd.FLAG_NO_ZEROES));
+        ExportInfo info = new ExportInfo(-1, 0, 0, 0, 0);
+        for (OptionReply r = optionReply(s, optionCode); r.type() != Nbd.REP_ACK; r = optionReply(s, optionCode)) {
+            if (r.type() < 0) { // the error bit
+                String message = StandardCharsets.UTF_8.decode(r.body()).toString();
+                throw new IOException(s.peer() + " refused export '" + export + "': " + errorName(r.type())
+                        + (message.isEmpty() ? "" : " (" + message + ")"));
+            }
+            if (r.type() == Nbd.REP_INFO) {
+                info = told(info, r.body());
+            }
+        }
+        if (info.size() < 0) {
+            throw new IOException(s.peer() + " finished " + (optionCode == Nbd.OPT_GO ? "OPT_GO" : "OPT_INFO")
+                    + " for '" + export + "' without saying its size");
+        }
+        return info;
+    }
+
+    /** Reads the server's greeting; returns its handshake flags once it proved a fixed-newstyle server. */
+    private static int greeting(NativeSocket s) throws IOException {
         ByteBuffer greeting = ByteBuffer.allocate(18);
         s.readFully(greeting);
         greeting.flip();
@@ -56,62 +82,58 @@ final class NbdClientHandshake {
         if ((serverFlags & Nbd.FLAG_FIXED_NEWSTYLE) == 0) {
             throw new IOException(s.peer() + " does not speak fixed newstyle NBD");
         }
-        int clientFlags = Nbd.FLAG_FIXED_NEWSTYLE | (serverFlags & Nbd.FLAG_NO_ZEROES);
+        return serverFlags;
+    }
+
+    /** Sends the client flags and the option for {@code export}, asking for its block sizes. */
+    private static void sendOption(NativeSocket s, String export, int optionCode, int clientFlags) throws IOException {
         byte[] name = export.getBytes(StandardCharsets.UTF_8);
         ByteBuffer go = ByteBuffer.allocate(4 + 16 + 4 + name.length + 2 + 2);
         go.putInt(clientFlags);
         go.putLong(Nbd.OPTS_MAGIC).putInt(optionCode).putInt(4 + name.length + 2 + 2);
         go.putInt(name.length).put(name).putShort((short) 1).putShort((short) Nbd.INFO_BLOCK_SIZE);
         s.writeAll(go.flip());
+    }
 
-        long size = -1;
-        int flags = 0;
-        int min = 0;
-        int preferred = 0;
-        int max = 0;
-        while (true) {
-            ByteBuffer head = ByteBuffer.allocate(20);
-            s.readFully(head);
-            head.flip();
-            long replyMagic = head.getLong();
-            int option = head.getInt();
-            int type = head.getInt();
-            int length = head.getInt();
-            if (replyMagic != Nbd.OPTION_REPLY_MAGIC || option != optionCode) {
-                throw new IOException(s.peer() + " sent a malformed option reply");
-            }
-            if (length < 0 || length > 64 << 10) {
-                throw new IOException(s.peer() + " sent an option reply of " + Integer.toUnsignedString(length)
-                        + " bytes");
-            }
-            ByteBuffer body = ByteBuffer.allocate(length);
-            s.readFully(body);
-            body.flip();
-            if (type == Nbd.REP_ACK) {
-                break;
-            }
-            if (type < 0) { // the error bit
-                String message = StandardCharsets.UTF_8.decode(body).toString();
-                throw new IOException(s.peer() + " refused export '" + export + "': " + errorName(type)
-                        + (message.isEmpty() ? "" : " (" + message + ")"));
-            }
-            if (type == Nbd.REP_INFO && length >= 2) {
-                int info = Short.toUnsignedInt(body.getShort());
-                if (info == Nbd.INFO_EXPORT && length >= 12) {
-                    size = body.getLong();
-                    flags = Short.toUnsignedInt(body.getShort());
-                } else if (info == Nbd.INFO_BLOCK_SIZE && length >= 14) {
-                    min = body.getInt();
-                    preferred = body.getInt();
-                    max = body.getInt();
-                }
-            }
+    /** The next reply to option {@code optionCode}, its body (at most 64 KiB) read whole. */
+    private static OptionReply optionReply(NativeSocket s, int optionCode) throws IOException {
+        ByteBuffer head = ByteBuffer.allocate(20);
+        s.readFully(head);
+        head.flip();
+        long replyMagic = head.getLong();
+        int option = head.getInt();
+        int type = head.getInt();
+        int length = head.getInt();
+        if (replyMagic != Nbd.OPTION_REPLY_MAGIC || option != optionCode) {
+            throw new IOException(s.peer() + " sent a malformed option reply");
         }
-        if (size < 0) {
-            throw new IOException(s.peer() + " finished " + (optionCode == Nbd.OPT_GO ? "OPT_GO" : "OPT_INFO")
-                    + " for '" + export + "' without saying its size");
+        if (length < 0 || length > 64 << 10) {
+            throw new IOException(s.peer() + " sent an option reply of " + Integer.toUnsignedString(length)
+                    + " bytes");
         }
-        return new ExportInfo(size, flags, min, preferred, max);
+        ByteBuffer body = ByteBuffer.allocate(length);
+        s.readFully(body);
+        return new OptionReply(type, body.flip());
+    }
+
+    /**
+     * {@code info} with what an {@code NBD_REP_INFO} body tells: the export's size and flags, or its block sizes;
+     * a body too short for what it names, or naming something else, tells nothing.
+     */
+    private static ExportInfo told(ExportInfo info, ByteBuffer body) {
+        int length = body.remaining();
+        if (length < 2) {
+            return info;
+        }
+        int kind = Short.toUnsignedInt(body.getShort());
+        if (kind == Nbd.INFO_EXPORT && length >= 12) {
+            return new ExportInfo(body.getLong(), Short.toUnsignedInt(body.getShort()), info.minimumBlock(),
+                    info.preferredBlock(), info.maximumPayload());
+        }
+        if (kind == Nbd.INFO_BLOCK_SIZE && length >= 14) {
+            return new ExportInfo(info.size(), info.flags(), body.getInt(), body.getInt(), body.getInt());
+        }
+        return info;
     }
 
     private static String errorName(int type) {

@@ -1,6 +1,9 @@
 package dev.rbridge.nbd.protocol;
 
+import dev.rbridge.common.codec.FixedHeader;
+
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 
 /**
  * Decodes transmission-phase requests (compact 28-byte headers; extended headers would add a second header
@@ -17,7 +20,7 @@ public final class RequestDecoder {
 
     private final PayloadAllocator allocator;
     private final int maxPayload;
-    private final ByteBuffer header = ByteBuffer.allocate(Nbd.REQUEST_HEADER_LENGTH);
+    private final FixedHeader header = new FixedHeader(Nbd.REQUEST_HEADER_LENGTH, ByteOrder.BIG_ENDIAN);
     private State state = State.HEADER;
     private int flags;
     private int type;
@@ -46,17 +49,11 @@ public final class RequestDecoder {
         while (true) {
             switch (state) {
                 case HEADER -> {
-                    if (!in.hasRemaining()) {
+                    ByteBuffer h = header.next(in);
+                    if (h == null) {
                         return null;
                     }
-                    int n = Math.min(in.remaining(), header.remaining());
-                    header.put(header.position(), in, in.position(), n);
-                    header.position(header.position() + n);
-                    in.position(in.position() + n);
-                    if (header.hasRemaining()) {
-                        return null;
-                    }
-                    Request r = decodeHeader();
+                    Request r = decodeHeader(h);
                     if (r != null) {
                         return r;
                     }
@@ -112,22 +109,21 @@ public final class RequestDecoder {
 
     /** True when no request is partly decoded, i.e. the stream is at a message boundary. */
     public boolean atBoundary() {
-        return state == State.HEADER && header.position() == 0;
+        return state == State.HEADER && !header.partial();
     }
 
-    private Request decodeHeader() throws NbdProtocolException {
-        header.flip();
-        int magic = header.getInt();
+    /** Reads the whole header from {@code h} before checking its magic: a refused header consumes all its bytes. */
+    private Request decodeHeader(ByteBuffer h) throws NbdProtocolException {
+        int magic = h.getInt();
+        flags = Short.toUnsignedInt(h.getShort());
+        type = Short.toUnsignedInt(h.getShort());
+        handle = h.getLong();
+        offset = h.getLong();
+        length = Integer.toUnsignedLong(h.getInt());
         if (magic != Nbd.REQUEST_MAGIC) {
             throw new NbdProtocolException("request magic 0x" + Integer.toHexString(magic) + " is not 0x"
                     + Integer.toHexString(Nbd.REQUEST_MAGIC));
         }
-        flags = Short.toUnsignedInt(header.getShort());
-        type = Short.toUnsignedInt(header.getShort());
-        handle = header.getLong();
-        offset = header.getLong();
-        length = Integer.toUnsignedLong(header.getInt());
-        header.clear();
         if (type != Nbd.CMD_WRITE || length == 0) {
             return new Request(flags, type, handle, offset, length, type == Nbd.CMD_WRITE ? ByteBuffer.allocate(0) : null,
                     false);

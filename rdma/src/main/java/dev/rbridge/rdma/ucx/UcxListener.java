@@ -245,11 +245,32 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
         } else {
             check.exposed();
         }
+        reg = new Registration(k, check, register(check, region, length));
+        Registration raced;
+        synchronized (registrations) {
+            raced = registrations.putIfAbsent(k, reg);
+            (raced != null ? raced : reg).mappers.add(c);
+        }
+        if (raced != null) {
+            reg.dead = true;
+            drop(reg, 0);
+            return raced;
+        }
+        confirm(s, reg);
+        log.debug("registered region {} ({} bytes) with UCX", region, length);
+        return reg;
+    }
+
+    /**
+     * Registers the memory {@code check} pins with UCX, on the registration thread, waiting a bounded time. When UCX
+     * does not finish in time or fails, {@code check} is closed (once UCX is done with the memory) and the caller told.
+     */
+    private Registered register(RegionService.Pin check, long region, long length) throws RemoteMemoryException {
         CompletableFuture<Registered> registering = CompletableFuture.supplyAsync(() -> Registered.of(
                 context.memoryMap(new UcpMemMapParams().setAddress(check.memory().address()).setLength(length)
                         .nonBlocking())), registrar);
         try {
-            reg = new Registration(k, check, registering.get(REGISTER_TIMEOUT_MILLIS, TimeUnit.MILLISECONDS));
+            return registering.get(REGISTER_TIMEOUT_MILLIS, TimeUnit.MILLISECONDS);
         } catch (java.util.concurrent.TimeoutException e) {
             // UCX may still finish: what it registers is deregistered then, and only then is the region unpinned.
             registering.whenCompleteAsync((late, x) -> {
@@ -266,21 +287,20 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
             throw new RemoteMemoryException(RemoteMemoryException.Status.INTERNAL, "UCX could not register region "
                     + region + " (" + length + " bytes): " + cause.getMessage());
         }
-        Registration raced;
-        synchronized (registrations) {
-            raced = registrations.putIfAbsent(k, reg);
-            (raced != null ? raced : reg).mappers.add(c);
-        }
-        if (raced != null) {
-            reg.dead = true;
-            drop(reg, 0);
-            return raced;
-        }
-        // The region may have been released, revoked or re-keyed while UCX registered it, and the withdrawal that came
-        // with that found nothing to withdraw. Checking again now that this registration is listed closes the gap:
-        // any later withdrawal finds it. Connections that found it listed meanwhile wait for this check (confirmed).
+    }
+
+    /**
+     * Checks the region of a registration just listed again, and confirms the registration to whoever waits for it;
+     * throws, having unlisted and dropped it, when the region went meanwhile.
+     *
+     * <p>The region may have been released, revoked or re-keyed while UCX registered it, and the withdrawal that came
+     * with that found nothing to withdraw. Checking again now that this registration is listed closes the gap: any
+     * later withdrawal finds it. Connections that found it listed meanwhile wait for this check (confirmed).
+     */
+    private void confirm(RegionService.Session s, Registration reg) throws RemoteMemoryException {
+        RegKey k = reg.id;
         try {
-            s.pin(region, key, 0, length).close();
+            s.pin(k.region(), k.key(), 0, k.length()).close();
         } catch (RemoteMemoryException | RuntimeException gone) {
             boolean mine;
             synchronized (registrations) {
@@ -294,8 +314,6 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
             throw gone;
         }
         reg.confirmed.complete(true);
-        log.debug("registered region {} ({} bytes) with UCX", region, length);
-        return reg;
     }
 
     /**

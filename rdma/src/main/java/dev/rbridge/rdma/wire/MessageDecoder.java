@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.wire;
 
+import dev.rbridge.common.codec.FixedHeader;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
@@ -40,7 +41,7 @@ public final class MessageDecoder {
     private boolean awaitingHello;
     /** After AUTH: only AUTH_PROOF may come next, as small as a greeting. */
     private boolean awaitingProof;
-    private final ByteBuffer header = ByteBuffer.allocate(Protocol.HEADER).order(ByteOrder.LITTLE_ENDIAN);
+    private final FixedHeader header = new FixedHeader(Protocol.HEADER, ByteOrder.LITTLE_ENDIAN);
     private State state = State.HEADER;
     private int version;
     private int code;
@@ -85,22 +86,11 @@ public final class MessageDecoder {
         while (true) {
             switch (state) {
                 case HEADER -> {
-                    if (header.position() == 0 && in.remaining() >= Protocol.HEADER) {
-                        readHeader(in);
-                    } else {
-                        if (!in.hasRemaining()) {
-                            return null;
-                        }
-                        int n = Math.min(in.remaining(), header.remaining());
-                        header.put(header.position(), in, in.position(), n);
-                        header.position(header.position() + n);
-                        in.position(in.position() + n);
-                        if (header.hasRemaining()) {
-                            return null;
-                        }
-                        readHeader(header.flip());
-                        header.clear();
+                    ByteBuffer h = header.next(in);
+                    if (h == null) {
+                        return null;
                     }
+                    readHeader(h);
                     Message m = atMemserver ? requestHeader() : replyHeader();
                     if (m != null) {
                         return m;
@@ -168,7 +158,7 @@ public final class MessageDecoder {
 
     /** No message is partly read: the stream is at a message boundary. */
     public boolean atBoundary() {
-        return state == State.HEADER && header.position() == 0;
+        return state == State.HEADER && !header.partial();
     }
 
     // ---------------------------------------------------------------------------------------------- framing
@@ -192,6 +182,36 @@ public final class MessageDecoder {
     /** A memserver's decoder after a header: the message if it has no body to read, else null (body state set). */
     private Message requestHeader() throws MalformedMessageException {
         Opcode op = Opcode.of(code);
+        if (awaitingProof || awaitingHello) {
+            return greetingHeader(op);
+        }
+        if (version != Protocol.VERSION) {
+            throw new MalformedMessageException("protocol version changed to " + version + " mid-stream");
+        }
+        if (op == null) {
+            return skip(length, new Message.Unreadable(id, code, "unexpected " + Opcode.name(code)));
+        }
+        return switch (op) {
+            case WRITE -> writeHeader();
+            case READ -> fixed(Protocol.READ_BODY);
+            case ZERO -> fixed(Protocol.ZERO_BODY);
+            case FLUSH -> fixed(0);
+            default -> {
+                if (length > Protocol.MAX_CONTROL_BODY) {
+                    throw new MalformedMessageException(op + " of " + length + " bytes (at most "
+                            + Protocol.MAX_CONTROL_BODY + ")");
+                }
+                yield body(length);
+            }
+        };
+    }
+
+    /**
+     * A memserver's decoder after a header during the greeting: HELLO or AUTH first, AUTH_PROOF after AUTH, each of at
+     * most {@link Protocol#MAX_HELLO_BODY} bytes; anything else is malformed. A first greeting of another version is
+     * skipped unread, as {@link Message.OtherVersion}.
+     */
+    private Message greetingHeader(Opcode op) throws MalformedMessageException {
         if (awaitingProof) {
             if (op != Opcode.AUTH_PROOF) {
                 throw new MalformedMessageException("expected AUTH_PROOF after AUTH, got " + Opcode.name(code));
@@ -205,51 +225,33 @@ public final class MessageDecoder {
             }
             return body(length);
         }
-        if (awaitingHello) {
-            if (op != Opcode.HELLO && op != Opcode.AUTH) {
-                throw new MalformedMessageException("expected HELLO or AUTH first, got " + Opcode.name(code));
-            }
-            if (length > Protocol.MAX_HELLO_BODY) {
-                throw new MalformedMessageException(op + " of " + length + " bytes (at most "
-                        + Protocol.MAX_HELLO_BODY + ")");
-            }
-            if (version != Protocol.VERSION) {
-                awaitingHello = false;
-                return skip(length, new Message.OtherVersion(id, version)); // its layout may differ: not read
-            }
-            return body(length);
+        if (op != Opcode.HELLO && op != Opcode.AUTH) {
+            throw new MalformedMessageException("expected HELLO or AUTH first, got " + Opcode.name(code));
+        }
+        if (length > Protocol.MAX_HELLO_BODY) {
+            throw new MalformedMessageException(op + " of " + length + " bytes (at most "
+                    + Protocol.MAX_HELLO_BODY + ")");
         }
         if (version != Protocol.VERSION) {
-            throw new MalformedMessageException("protocol version changed to " + version + " mid-stream");
+            awaitingHello = false;
+            return skip(length, new Message.OtherVersion(id, version)); // its layout may differ: not read
         }
-        if (op == null) {
-            return skip(length, new Message.Unreadable(id, code, "unexpected " + Opcode.name(code)));
+        return body(length);
+    }
+
+    /** A WRITE request's header: its address is read as the body, its data left to the transport. */
+    private Message writeHeader() {
+        if (length < Protocol.DATA_ADDRESS) {
+            return skip(length, new Message.Unreadable(id, code, "WRITE of " + length
+                    + " bytes has no room for its address"));
         }
-        return switch (op) {
-            case WRITE -> {
-                if (length < Protocol.DATA_ADDRESS) {
-                    yield skip(length, new Message.Unreadable(id, code, "WRITE of " + length
-                            + " bytes has no room for its address"));
-                }
-                // The body bound (MAX_BODY) leaves room for a control message's fields, not for more data: a WRITE
-                // carries at most MAX_DATA, as a READ reply does.
-                if (length - Protocol.DATA_ADDRESS > Protocol.MAX_DATA) {
-                    yield skip(length, new Message.Unreadable(id, code, "WRITE of " + (length - Protocol.DATA_ADDRESS)
-                            + " bytes of data (at most " + Protocol.MAX_DATA + ")"));
-                }
-                yield body(Protocol.DATA_ADDRESS);
-            }
-            case READ -> fixed(Protocol.READ_BODY);
-            case ZERO -> fixed(Protocol.ZERO_BODY);
-            case FLUSH -> fixed(0);
-            default -> {
-                if (length > Protocol.MAX_CONTROL_BODY) {
-                    throw new MalformedMessageException(op + " of " + length + " bytes (at most "
-                            + Protocol.MAX_CONTROL_BODY + ")");
-                }
-                yield body(length);
-            }
-        };
+        // The body bound (MAX_BODY) leaves room for a control message's fields, not for more data: a WRITE carries at
+        // most MAX_DATA, as a READ reply does.
+        if (length - Protocol.DATA_ADDRESS > Protocol.MAX_DATA) {
+            return skip(length, new Message.Unreadable(id, code, "WRITE of " + (length - Protocol.DATA_ADDRESS)
+                    + " bytes of data (at most " + Protocol.MAX_DATA + ")"));
+        }
+        return body(Protocol.DATA_ADDRESS);
     }
 
     /** A client's decoder after a header: see {@link #requestHeader}. */
@@ -432,30 +434,9 @@ public final class MessageDecoder {
             case HELLO -> new Message.HelloReply(id, getString(b), b.getLong(), b.getLong());
             case ALLOCATE -> new Message.AllocateReply(id, getDescriptor(b));
             case OPEN -> new Message.OpenReply(id, getDescriptor(b));
-            case LIST -> {
-                int n = b.getInt();
-                if (n < 0 || n > b.remaining() / MIN_LIST_ENTRY) {
-                    throw new IllegalArgumentException("it claims " + Integer.toUnsignedString(n) + " regions in "
-                            + b.remaining() + " bytes");
-                }
-                List<RegionInfo> regions = new ArrayList<>(n);
-                for (int i = 0; i < n; i++) {
-                    regions.add(new RegionInfo(getDescriptor(b), getString(b)));
-                }
-                yield new Message.ListReply(id, regions);
-            }
+            case LIST -> listReply(b);
             case RETAG -> new Message.RetagReply(id, getDescriptor(b));
-            case LEASE -> {
-                long ttl = b.getLong();
-                boolean tookOver = b.get() != 0;
-                long changes = b.remaining() >= 8 ? b.getLong() : dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES;
-                if (b.remaining() < 17) {
-                    yield new Message.LeaseReply(id, ttl, tookOver, changes);
-                }
-                long epoch = b.getLong();
-                long leaseId = b.getLong();
-                yield new Message.LeaseReply(id, ttl, tookOver, changes, epoch, leaseId, b.get() != 0);
-            }
+            case LEASE -> leaseReply(b);
             case INFO -> new Message.InfoReply(id, getString(b), b.getLong(), b.getLong());
             case STATE -> new Message.StateReply(id, b.getInt());
             case UCX_CONNECT -> new Message.UcxConnectReply(id, getBytes(b));
@@ -475,21 +456,54 @@ public final class MessageDecoder {
                 long free = b.getLong();
                 yield new Message.AuthWelcome(id, serverId, capacity, free, getBytes(b));
             }
-            case INVALIDATE -> {
-                int n = b.getInt();
-                if (n < 0 || n > b.remaining() / 8) {
-                    throw new IllegalArgumentException("it claims " + Integer.toUnsignedString(n) + " regions in "
-                            + b.remaining() + " bytes");
-                }
-                List<Long> regions = new ArrayList<>(n);
-                for (int i = 0; i < n; i++) {
-                    regions.add(b.getLong());
-                }
-                yield new Message.Invalidate(id, regions);
-            }
+            case INVALIDATE -> invalidate(b);
             // replies without a body, and READ's, are decided by the header
             case READ, WRITE, ZERO, FLUSH, RELEASE, UNLEASE -> throw new IllegalStateException(Opcode.name(code));
         };
+    }
+
+    /** A LIST reply: a count, checked against the bytes there are before anything is allocated, and the regions. */
+    private Message listReply(ByteBuffer b) {
+        int n = b.getInt();
+        if (n < 0 || n > b.remaining() / MIN_LIST_ENTRY) {
+            throw new IllegalArgumentException("it claims " + Integer.toUnsignedString(n) + " regions in "
+                    + b.remaining() + " bytes");
+        }
+        List<RegionInfo> regions = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            regions.add(new RegionInfo(getDescriptor(b), getString(b)));
+        }
+        return new Message.ListReply(id, regions);
+    }
+
+    /**
+     * A LEASE reply: its ttl and takeover flag, then what later memservers added (the owner-change count; the epoch,
+     * lease id and continued flag, all three or none), each read as unknown when absent.
+     */
+    private Message leaseReply(ByteBuffer b) {
+        long ttl = b.getLong();
+        boolean tookOver = b.get() != 0;
+        long changes = b.remaining() >= 8 ? b.getLong() : dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES;
+        if (b.remaining() < 17) {
+            return new Message.LeaseReply(id, ttl, tookOver, changes);
+        }
+        long epoch = b.getLong();
+        long leaseId = b.getLong();
+        return new Message.LeaseReply(id, ttl, tookOver, changes, epoch, leaseId, b.get() != 0);
+    }
+
+    /** An INVALIDATE: a count, checked against the bytes there are before anything is allocated, and the regions. */
+    private Message invalidate(ByteBuffer b) {
+        int n = b.getInt();
+        if (n < 0 || n > b.remaining() / 8) {
+            throw new IllegalArgumentException("it claims " + Integer.toUnsignedString(n) + " regions in "
+                    + b.remaining() + " bytes");
+        }
+        List<Long> regions = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            regions.add(b.getLong());
+        }
+        return new Message.Invalidate(id, regions);
     }
 
     // ---------------------------------------------------------------------------------------------- fields

@@ -109,14 +109,62 @@ public final class MessageEncoder {
         int version = m instanceof Message.OtherVersion v ? v.version() : Protocol.VERSION;
         int status = m instanceof Message.Error e ? e.status() : 0;
         header(dst, version, m.code(), m.id(), status, (int) length);
-        switch (m) { // the data path's messages first
+        switch (m) { // the body: the data path's, here and first; the others by family
             case Message.Read r -> dst.putLong(r.regionId()).putLong(r.key()).putLong(r.offset()).putInt(r.length());
-            case Message.Write w -> dst.putLong(w.regionId()).putLong(w.key()).putLong(w.offset());
+            case Message.Write w -> dst.putLong(w.regionId()).putLong(w.key()).putLong(w.offset()); // the data follows
             case Message.Zero z -> dst.putLong(z.regionId()).putLong(z.key()).putLong(z.offset()).putLong(z.length());
+            case Message.Flush _, Message.ReadReply _, Message.WriteReply _, Message.ZeroReply _,
+                 Message.FlushReply _ -> { // a READ reply's data follows
+            }
+            case Message.Hello _, Message.OtherVersion _, Message.HelloReply _, Message.AuthStart _,
+                 Message.AuthChallenge _, Message.AuthProof _, Message.AuthWelcome _ -> putGreeting(dst, m);
+            case Message.Allocate _, Message.Open _, Message.ListRegions _, Message.Release _, Message.Retag _,
+                 Message.AllocateReply _, Message.OpenReply _, Message.ListReply _, Message.ReleaseReply _,
+                 Message.RetagReply _ -> putRegions(dst, m);
+            case Message.Lease _, Message.Unlease _, Message.LeaseReply _, Message.UnleaseReply _ -> putLeases(dst, m);
+            case Message.Info _, Message.State _, Message.InfoReply _, Message.StateReply _ -> putServer(dst, m);
+            case Message.UcxConnect _, Message.MapRegion _, Message.UcxProbe _, Message.InvalidateDone _,
+                 Message.UcxConnectReply _, Message.MapReply _, Message.UcxProbeReply _, Message.Invalidate _ ->
+                    putUcx(dst, m);
+            case Message.Error e -> putString(dst, e.message());
+            case Message.Unreadable _ -> throw new IllegalArgumentException("an unreadable message is not sent");
+        }
+        return dst.position() - start;
+    }
+
+    // ------------------------------------------------------------------------------------- bodies, by family
+
+    /** HELLO, AUTH and AUTH_PROOF, their replies, and the answer to a greeting of another version. */
+    private static void putGreeting(ByteBuffer dst, Message m) {
+        switch (m) {
             case Message.Hello h -> {
                 putString(dst, h.token());
                 putString(dst, h.clientName());
             }
+            case Message.HelloReply h -> {
+                putString(dst, h.serverId());
+                dst.putLong(h.capacityBytes()).putLong(h.freeBytes());
+            }
+            case Message.AuthStart a -> {
+                putString(dst, a.clientName());
+                putBytes(dst, a.clientNonce());
+            }
+            case Message.AuthChallenge a -> putBytes(dst, a.serverNonce());
+            case Message.AuthProof a -> putBytes(dst, a.proof());
+            case Message.AuthWelcome a -> {
+                putString(dst, a.serverId());
+                dst.putLong(a.capacityBytes()).putLong(a.freeBytes());
+                putBytes(dst, a.serverProof());
+            }
+            case Message.OtherVersion _ -> {
+            }
+            default -> throw notOf("the greeting", m);
+        }
+    }
+
+    /** ALLOCATE, OPEN, LIST, RELEASE and RETAG, and their replies. */
+    private static void putRegions(ByteBuffer dst, Message m) {
+        switch (m) {
             case Message.Allocate a -> {
                 dst.putLong(a.length());
                 putTag(dst, a.tag());
@@ -127,6 +175,24 @@ public final class MessageEncoder {
                 dst.putLong(r.regionId()).putLong(r.key());
                 putTag(dst, r.tag());
             }
+            case Message.AllocateReply a -> putDescriptor(dst, a.region());
+            case Message.OpenReply o -> putDescriptor(dst, o.region());
+            case Message.ListReply l -> {
+                dst.putInt(l.regions().size());
+                for (RegionInfo r : l.regions()) {
+                    listEntry(dst, r);
+                }
+            }
+            case Message.RetagReply r -> putDescriptor(dst, r.region());
+            case Message.ListRegions _, Message.ReleaseReply _ -> {
+            }
+            default -> throw notOf("the region table", m);
+        }
+    }
+
+    /** LEASE and UNLEASE, and their replies. */
+    private static void putLeases(ByteBuffer dst, Message m) {
+        switch (m) {
             case Message.Lease l -> {
                 putString(dst, l.volume());
                 putString(dst, l.owner());
@@ -137,31 +203,42 @@ public final class MessageEncoder {
                 putString(dst, u.owner());
                 dst.putLong(u.leaseId());
             }
-            case Message.MapRegion r -> dst.putLong(r.regionId()).putLong(r.key()).putLong(r.length());
-            case Message.HelloReply h -> {
-                putString(dst, h.serverId());
-                dst.putLong(h.capacityBytes()).putLong(h.freeBytes());
-            }
-            case Message.AllocateReply a -> putDescriptor(dst, a.region());
-            case Message.OpenReply o -> putDescriptor(dst, o.region());
-            case Message.ListReply l -> {
-                dst.putInt(l.regions().size());
-                for (RegionInfo r : l.regions()) {
-                    listEntry(dst, r);
-                }
-            }
-            case Message.RetagReply r -> putDescriptor(dst, r.region());
             case Message.LeaseReply l -> {
                 dst.putLong(l.ttlMillis()).put((byte) (l.tookOver() ? 1 : 0)).putLong(l.ownerChanges());
                 if (hasGrantFields(l)) {
-                    dst.putLong(l.epoch()).putLong(l.leaseId()).put((byte) (Boolean.TRUE.equals(l.continued()) ? 1 : 0));
+                    dst.putLong(l.epoch()).putLong(l.leaseId())
+                            .put((byte) (Boolean.TRUE.equals(l.continued()) ? 1 : 0));
                 }
             }
+            case Message.UnleaseReply _ -> {
+            }
+            default -> throw notOf("the leases", m);
+        }
+    }
+
+    /** INFO and STATE, what a memserver says about itself, and their replies. */
+    private static void putServer(ByteBuffer dst, Message m) {
+        switch (m) {
             case Message.InfoReply i -> {
                 putString(dst, i.serverId());
                 dst.putLong(i.capacityBytes()).putLong(i.freeBytes());
             }
             case Message.StateReply st -> dst.putInt(st.flags());
+            case Message.Info _, Message.State _ -> {
+            }
+            default -> throw notOf("the server's own", m);
+        }
+    }
+
+    /** UCX_CONNECT, MAP and UCX_PROBE, and their replies; INVALIDATE, which a memserver sends, and its answer. */
+    private static void putUcx(ByteBuffer dst, Message m) {
+        switch (m) {
+            case Message.UcxConnect u -> {
+                if (u.workerAddress().hasRemaining()) {
+                    putBytes(dst, u.workerAddress());
+                }
+            }
+            case Message.MapRegion r -> dst.putLong(r.regionId()).putLong(r.key()).putLong(r.length());
             case Message.UcxConnectReply u -> putBytes(dst, u.workerAddress());
             case Message.MapReply r -> {
                 dst.putLong(r.address()).putLong(r.length());
@@ -177,52 +254,15 @@ public final class MessageEncoder {
                     dst.putLong(region);
                 }
             }
-            case Message.Error e -> putString(dst, e.message());
-            case Message.OtherVersion v -> {
+            case Message.UcxProbe _, Message.InvalidateDone _ -> {
             }
-            case Message.ListRegions l -> {
-            }
-            case Message.Info i -> {
-            }
-            case Message.State st -> {
-            }
-            case Message.Flush f -> {
-            }
-            case Message.UcxConnect u -> {
-                if (u.workerAddress().hasRemaining()) {
-                    putBytes(dst, u.workerAddress());
-                }
-            }
-            case Message.InvalidateDone d -> {
-            }
-            case Message.UcxProbe p -> {
-            }
-            case Message.AuthStart a -> {
-                putString(dst, a.clientName());
-                putBytes(dst, a.clientNonce());
-            }
-            case Message.AuthProof a -> putBytes(dst, a.proof());
-            case Message.AuthChallenge a -> putBytes(dst, a.serverNonce());
-            case Message.AuthWelcome a -> {
-                putString(dst, a.serverId());
-                dst.putLong(a.capacityBytes()).putLong(a.freeBytes());
-                putBytes(dst, a.serverProof());
-            }
-            case Message.ReleaseReply r -> {
-            }
-            case Message.UnleaseReply u -> {
-            }
-            case Message.ReadReply r -> {
-            }
-            case Message.WriteReply w -> {
-            }
-            case Message.ZeroReply z -> {
-            }
-            case Message.FlushReply f -> {
-            }
-            case Message.Unreadable u -> throw new IllegalArgumentException("an unreadable message is not sent");
+            default -> throw notOf("UCX", m);
         }
-        return dst.position() - start;
+    }
+
+    /** A message routed to the wrong family: a slip in {@link #encode(Message, ByteBuffer)}'s switch. */
+    private static IllegalStateException notOf(String family, Message m) {
+        return new IllegalStateException(m.getClass().getSimpleName() + " is not a message of " + family);
     }
 
     // ------------------------------------------------------------------------------------- LIST in pieces
