@@ -1,6 +1,7 @@
 package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.volume.VolumeSpec;
+import dev.rbridge.common.Checks;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Lease;
 
@@ -72,8 +73,8 @@ public final class BridgeConfig {
         this.hedgeReads = b.hedgeReads;
         this.spliceReads = b.spliceReads;
         this.owner = Objects.requireNonNull(b.owner, "owner");
-        this.operationTimeout = positive("operation timeout", b.operationTimeout);
-        this.leaseTtl = positive("lease", b.leaseTtl);
+        this.operationTimeout = Checks.positive("operation timeout", b.operationTimeout);
+        this.leaseTtl = Checks.positive("lease", b.leaseTtl);
         if (leaseTtl.compareTo(Duration.ofSeconds(1)) < 0) {
             throw new IllegalArgumentException("the lease must be at least 1 s");
         }
@@ -95,12 +96,6 @@ public final class BridgeConfig {
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
     }
 
-    private static Duration positive(String what, Duration d) {
-        if (d == null || d.isNegative() || d.isZero()) {
-            throw new IllegalArgumentException(what + " must be positive");
-        }
-        return d;
-    }
 
     public static Builder builder() {
         return new Builder();
