@@ -11,11 +11,8 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;
 
-import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.Arrays;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -43,24 +40,6 @@ class LostSlabGenerationTest {
         return cluster.memserver(64 * MIB);
     }
 
-    private static byte[] filled(char c) {
-        byte[] b = new byte[256 << 10];
-        Arrays.fill(b, (byte) c);
-        return b;
-    }
-
-    private static void write(Volume v, byte[] data) throws Exception {
-        v.write(0, ByteBuffer.allocateDirect(data.length).put(data).flip(), false).get(20, TimeUnit.SECONDS);
-    }
-
-    private static byte[] read(Volume v, int length) throws Exception {
-        ByteBuffer b = ByteBuffer.allocateDirect(length);
-        v.read(0, b).get(20, TimeUnit.SECONDS);
-        byte[] out = new byte[length];
-        b.get(out);
-        return out;
-    }
-
     private static void await(BooleanSupplier condition, Duration timeout, java.util.function.Supplier<String> what)
             throws InterruptedException {
         long deadline = System.nanoTime() + timeout.toNanos();
@@ -84,15 +63,15 @@ class LostSlabGenerationTest {
                 .memserver(toA.address()).memserver(toB.address())
                 .volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, 2, false, 1, "")).build());
         Volume v = bridge.volume("disk");
-        byte[] old = filled('o');
-        byte[] newest = filled('n');
-        write(v, old);
+        byte[] old = VolumeBytes.filled('o');
+        byte[] newest = VolumeBytes.filled('n');
+        VolumeBytes.write(v, old);
         assertEquals(2, v.slabStatus(0).replicas().size(), v.slabStatus(0).toString());
         long first = v.slabStatus(0).generation();
 
         // A goes away: the next write is acknowledged by B alone, at a newer generation A never sees.
         toA.partition();
-        write(v, newest);
+        VolumeBytes.write(v, newest);
         await(() -> v.slabStatus(0).state() == SlabState.DEGRADED && v.slabStatus(0).replicas().size() == 1,
                 WAIT, () -> v.slabStatus(0).toString());
         assertTrue(v.slabStatus(0).generation() > first, "the survivor serves a newer generation: " + v.slabStatus(0));
@@ -100,7 +79,7 @@ class LostSlabGenerationTest {
 
         // B goes away too: the slab is lost.
         toB.partition();
-        ExecutionException lost = assertThrows(ExecutionException.class, () -> read(v, 4096));
+        ExecutionException lost = assertThrows(ExecutionException.class, () -> VolumeBytes.read(v, 4096));
         assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, lost.getCause()).errno());
         await(() -> v.slabStatus(0).state() == SlabState.LOST, WAIT, () -> v.slabStatus(0).toString());
 
@@ -113,13 +92,13 @@ class LostSlabGenerationTest {
             return InJvmCluster.regionsOfSlab0(a) == 0;
         }, WAIT, () -> "A's stale copy of slab 0 was neither released nor taken back; slab 0: " + v.slabStatus(0)
                 + "; A: " + InJvmCluster.link(bridge, toA.address()).state());
-        ExecutionException stillLost = assertThrows(ExecutionException.class, () -> read(v, 4096),
+        ExecutionException stillLost = assertThrows(ExecutionException.class, () -> VolumeBytes.read(v, 4096),
                 "a read served data older than an acknowledged write");
         assertEquals(Errno.EIO, assertInstanceOf(BlockDeviceException.class, stillLost.getCause()).errno());
 
         // B comes back with the newest generation: taken back, and it reads what was last acknowledged.
         toB.heal();
         await(() -> v.slabStatus(0).state() != SlabState.LOST, WAIT, () -> v.slabStatus(0).toString());
-        assertArrayEquals(newest, read(v, newest.length));
+        assertArrayEquals(newest, VolumeBytes.read(v, newest.length));
     }
 }

@@ -10,11 +10,8 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
-import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.Arrays;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import java.util.function.Supplier;
 
@@ -45,24 +42,6 @@ class NewerRegionOnReconnectTest {
                 .volume(new VolumeSpec("disk", 8 * MIB, 4 * MIB, 2, false, 1, "")).build();
     }
 
-    private static byte[] filled(char c) {
-        byte[] b = new byte[256 << 10];
-        Arrays.fill(b, (byte) c);
-        return b;
-    }
-
-    private static void write(Volume v, byte[] data) throws Exception {
-        v.write(0, ByteBuffer.allocateDirect(data.length).put(data).flip(), false).get(20, TimeUnit.SECONDS);
-    }
-
-    private static byte[] read(Volume v, int length) throws Exception {
-        ByteBuffer b = ByteBuffer.allocateDirect(length);
-        v.read(0, b).get(20, TimeUnit.SECONDS);
-        byte[] out = new byte[length];
-        b.get(out);
-        return out;
-    }
-
     private static void await(BooleanSupplier condition, Supplier<String> what) throws InterruptedException {
         long deadline = System.nanoTime() + WAIT.toNanos();
         while (!condition.getAsBoolean()) {
@@ -83,17 +62,17 @@ class NewerRegionOnReconnectTest {
         MemServer b = cluster.memserver(64 * MIB);
         PartitionRelay toA = cluster.open(new PartitionRelay(a.address()));
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
-        byte[] old = filled('o');
-        byte[] newer = filled('n');
+        byte[] old = VolumeBytes.filled('o');
+        byte[] newer = VolumeBytes.filled('n');
 
         // The first bridge writes slab 0 on both, then, with B cut off, once more on A alone: A's copy is newer.
         Bridge first = Bridge.start(config(toA, toB));
         try {
             Volume v = first.volume("disk");
-            write(v, old);
+            VolumeBytes.write(v, old);
             assertEquals(2, v.slabStatus(0).replicas().size(), v.slabStatus(0).toString());
             toB.partition();
-            write(v, newer);
+            VolumeBytes.write(v, newer);
             await(() -> v.slabStatus(0).replicas().size() == 1, () -> v.slabStatus(0).toString());
         } finally {
             first.close(); // gives A its lease back; B's lapses, the bridge's connection to it never seen to end
@@ -109,7 +88,7 @@ class NewerRegionOnReconnectTest {
         toB.heal();
         Bridge second = cluster.bridge(config(toA, toB));
         Volume v = second.volume("disk");
-        assertArrayEquals(old, read(v, old.length), "served from B's copy");
+        assertArrayEquals(old, VolumeBytes.read(v, old.length), "served from B's copy");
         long served = v.roster().currentGeneration(0);
         assertTrue(newerGeneration >= served, "the setup must leave A's copy not older than the one served: A has "
                 + newerGeneration + ", the bridge serves " + served);
@@ -122,6 +101,6 @@ class NewerRegionOnReconnectTest {
                 "A's newer copy of slab 0 must be kept, not released");
         assertFalse(v.roster().holds(a.serverId(), regionOnA), "A's newer copy must not be adopted: " + v.slabStatus(0));
         assertEquals(served, v.roster().currentGeneration(0), "the slab's generation stays: " + v.slabStatus(0));
-        assertArrayEquals(old, read(v, old.length), "still served from B's copy alone");
+        assertArrayEquals(old, VolumeBytes.read(v, old.length), "still served from B's copy alone");
     }
 }
