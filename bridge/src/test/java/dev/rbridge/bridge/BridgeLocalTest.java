@@ -4,8 +4,8 @@ import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.bridge.volume.VolumeState;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.protocol.Errno;
 import org.junit.jupiter.api.AfterEach;
@@ -43,17 +43,17 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(120)
 class BridgeLocalTest {
     private static final long MIB = 1 << 20;
-    private final List<MemServer> memservers = new ArrayList<>();
+    private final List<Memserver> memservers = new ArrayList<>();
     private final List<Bridge> bridges = new ArrayList<>();
 
     @AfterEach
     void tearDown() {
         bridges.forEach(Bridge::close);
-        memservers.forEach(MemServer::close);
+        memservers.forEach(Memserver::close);
     }
 
-    private MemServer memserver(long capacity) throws Exception {
-        MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "local"));
+    private Memserver memserver(long capacity) throws Exception {
+        Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "local"));
         memservers.add(m);
         return m;
     }
@@ -155,11 +155,11 @@ class BridgeLocalTest {
         Volume v = b.volume("disk");
         assertArrayEquals(new byte[8192], read(v, 5 * MIB, 8192), "never-written slabs read as zeroes");
         // One allocation manifest per memserver; reads allocate nothing else.
-        assertEquals(3, memservers.stream().mapToInt(MemServer::regionCount).sum(), "reads allocate nothing");
+        assertEquals(3, memservers.stream().mapToInt(Memserver::regionCount).sum(), "reads allocate nothing");
         randomOps(v, new byte[24 * (int) MIB], new Random(7), 60);
         Volume.VolumeStatus st = v.status();
         assertEquals(VolumeState.HEALTHY, st.state());
-        assertEquals(st.allocated() * 2 + 3, memservers.stream().mapToInt(MemServer::regionCount).sum());
+        assertEquals(st.allocated() * 2 + 3, memservers.stream().mapToInt(Memserver::regionCount).sum());
         for (int i = 0; i < v.slabCount(); i++) {
             Volume.SlabStatus s = v.slabStatus(i);
             if (s.state() != SlabState.UNALLOCATED) {
@@ -205,7 +205,7 @@ class BridgeLocalTest {
             }
         });
         await("the writer's first writes", () -> written.get() >= 10 || writerError.get() != null);
-        MemServer victim = memservers.getFirst();
+        Memserver victim = memservers.getFirst();
         victim.close(); // its regions are gone, its connections fail
         await("degraded then rebuilt", () -> v.status().state() == VolumeState.HEALTHY
                 && b.memservers().getFirst().state() != dev.rbridge.bridge.memservers.MemserverLink.State.UP);
@@ -257,7 +257,7 @@ class BridgeLocalTest {
 
     @Test
     void withOneReplicaALostSlabFailsWithEioAndOtherVolumesKeepWorking() throws Exception {
-        MemServer a = memserver(256 * MIB);
+        Memserver a = memserver(256 * MIB);
         memserver(256 * MIB);
         Bridge b = bridge(volume("one", 8 * MIB, MIB, 1), volume("two", 8 * MIB, MIB, 1));
         Volume one = b.volume("one");

@@ -4,7 +4,7 @@ import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.Timeout;
@@ -37,7 +37,7 @@ class HedgedReadTest {
     @RegisterExtension
     final InJvmCluster cluster = new InJvmCluster();
 
-    private MemServer memserver() throws Exception {
+    private Memserver memserver() throws Exception {
         return cluster.memserver(64 * MIB);
     }
 
@@ -56,8 +56,8 @@ class HedgedReadTest {
     }
 
     private TwoReplicas twoReplicas(boolean hedge) throws Exception {
-        MemServer a = memserver();
-        MemServer b = memserver();
+        Memserver a = memserver();
+        Memserver b = memserver();
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         Bridge bridge = bridge(hedge, a.address(), toB.address());
         return new TwoReplicas(toB, bridge, bridge.volume("disk"));

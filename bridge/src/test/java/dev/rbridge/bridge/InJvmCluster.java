@@ -1,8 +1,8 @@
 package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import org.junit.jupiter.api.extension.AfterEachCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
 
@@ -25,8 +25,8 @@ final class InJvmCluster implements AfterEachCallback {
     }
 
     /** A memserver lending {@code capacity} bytes over tcp at a free loopback port. */
-    MemServer memserver(long capacity) throws Exception {
-        return open(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "tcp")));
+    Memserver memserver(long capacity) throws Exception {
+        return open(Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "tcp")));
     }
 
     /** A bridge, started from {@code config}. */
@@ -40,7 +40,7 @@ final class InJvmCluster implements AfterEachCallback {
     }
 
     /** How many regions of slab 0 of volume {@code disk} the memserver holds. */
-    static long regionsOfSlab0(MemServer m) {
+    static long regionsOfSlab0(Memserver m) {
         return m.regions().stream().filter(r -> r.descriptor().tag().volume().equals("disk")
                 && r.descriptor().tag().slab() == 0).count();
     }

@@ -3,7 +3,7 @@ package dev.rbridge.bridge;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.bridge.volume.VolumeState;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.tcp.TcpProvider;
@@ -37,7 +37,7 @@ class LeaseAfterRestartTest {
     @RegisterExtension
     final InJvmCluster cluster = new InJvmCluster();
 
-    private MemServer memserver() throws Exception {
+    private Memserver memserver() throws Exception {
         return cluster.memserver(256 * MIB);
     }
 
@@ -53,14 +53,14 @@ class LeaseAfterRestartTest {
 
 
     /** True if the volume {@code disk} is leased, live, on {@code m}. */
-    private static boolean leased(MemServer m) {
+    private static boolean leased(Memserver m) {
         return m.leases().stream().anyMatch(l -> l.volume().equals("disk") && l.remainingMillis() > 0);
     }
 
     @Test
     void thePreviousProcesssLeaseOnAMemserverThatWasCutOffIsWaitedOutNotFenced() throws Exception {
-        MemServer a = memserver();
-        MemServer b = memserver();
+        Memserver a = memserver();
+        Memserver b = memserver();
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         Bridge before = bridge(TTL, a.address(), toB.address());
         byte[] data = new byte[256 << 10];
@@ -103,8 +103,8 @@ class LeaseAfterRestartTest {
     @Test
     void aLeaseSomeoneElseHoldsPastTheTtlFencesTheVolume() throws Exception {
         Duration ttl = Duration.ofSeconds(3);
-        MemServer a = memserver();
-        MemServer b = memserver();
+        Memserver a = memserver();
+        Memserver b = memserver();
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         toB.partition();
         // Another bridge holds the volume on b, and renews its lease for as long as it runs.

@@ -2,7 +2,7 @@ package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RemoteConnection;
@@ -41,8 +41,8 @@ class LeaseDuringStartTest {
 
     @Test
     void aLeaseTakenAtTheStartIsRenewedWhileTheStartWaitsForAnotherMemserver() throws Exception {
-        MemServer a = cluster.memserver(64 * MIB);
-        MemServer b = cluster.memserver(64 * MIB);
+        Memserver a = cluster.memserver(64 * MIB);
+        Memserver b = cluster.memserver(64 * MIB);
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         toB.partition(); // b accepts the connection and answers nothing: each attempt waits out the connect timeout
         BridgeConfig config = BridgeConfig.builder().transport("tcp").startWait(Duration.ofSeconds(10))

@@ -4,8 +4,8 @@ import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
 import dev.rbridge.bridge.volume.VolumeState;
 import dev.rbridge.memserver.ClientView;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.protocol.Errno;
 import dev.rbridge.rdma.ConnectParams;
@@ -42,7 +42,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 @Timeout(120)
 class LeaseFencingTest {
     private static final long MIB = 1 << 20;
-    private final List<MemServer> memservers = new ArrayList<>();
+    private final List<Memserver> memservers = new ArrayList<>();
     private final List<Bridge> bridges = new ArrayList<>();
     private final List<RemoteConnection> rivals = new ArrayList<>();
 
@@ -50,11 +50,11 @@ class LeaseFencingTest {
     void tearDown() {
         rivals.forEach(RemoteConnection::close);
         bridges.forEach(Bridge::close);
-        memservers.forEach(MemServer::close);
+        memservers.forEach(Memserver::close);
     }
 
-    private MemServer memserver() throws Exception {
-        MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 256 * MIB, null,
+    private Memserver memserver() throws Exception {
+        Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 256 * MIB, null,
                 "local"));
         memservers.add(m);
         return m;
@@ -72,7 +72,7 @@ class LeaseFencingTest {
         return bridge;
     }
 
-    private RemoteConnection rival(MemServer m) throws RemoteMemoryException {
+    private RemoteConnection rival(Memserver m) throws RemoteMemoryException {
         RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).clientName("rival"));
         rivals.add(c);
         return c;
@@ -83,7 +83,7 @@ class LeaseFencingTest {
     }
 
     /** Cuts the bridge's connection to {@code m}, as a network fault or an operator would. */
-    private static void cutBridge(MemServer m) {
+    private static void cutBridge(Memserver m) {
         ClientView bridge = m.clients().stream().filter(c -> c.name().startsWith("rbridge-bridge"))
                 .findFirst().orElseThrow(() -> new AssertionError("no bridge among " + m.clients()));
         assertTrue(m.disconnect(bridge.id()));
@@ -116,8 +116,8 @@ class LeaseFencingTest {
 
     @Test
     void aBridgeWhoseLeaseWasTakenStopsServingThatVolumeWithEio() throws Exception {
-        MemServer taken = memserver();
-        MemServer kept = memserver();
+        Memserver taken = memserver();
+        Memserver kept = memserver();
         Bridge b = bridge(volume("victim"), volume("bystander"));
         byte[] data = new byte[64 << 10];
         new Random(3).nextBytes(data);
@@ -195,7 +195,7 @@ class LeaseFencingTest {
 
     @Test
     void aBridgeWhoseConnectionWasCutTakesItsLeaseBackAndReopensItsRegions() throws Exception {
-        MemServer cut = memserver();
+        Memserver cut = memserver();
         memserver();
         Bridge b = bridge(volume("disk"));
         Volume v = b.volume("disk");
@@ -221,7 +221,7 @@ class LeaseFencingTest {
 
     @Test
     void aBridgeReconnectingWhereAnotherBridgeHadTheVolumeMeanwhileStopsServingIt() throws Exception {
-        MemServer cut = memserver();
+        Memserver cut = memserver();
         memserver();
         Bridge b = bridge(volume("disk"));
         Volume v = b.volume("disk");

@@ -3,7 +3,7 @@ package dev.rbridge.bridge;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.protocol.Errno;
 import org.junit.jupiter.api.Tag;
@@ -36,7 +36,7 @@ class LostSlabGenerationTest {
     @RegisterExtension
     final InJvmCluster cluster = new InJvmCluster();
 
-    private MemServer memserver() throws Exception {
+    private Memserver memserver() throws Exception {
         return cluster.memserver(64 * MIB);
     }
 
@@ -53,8 +53,8 @@ class LostSlabGenerationTest {
 
     @Test
     void anOlderGenerationReplicaOfALostSlabIsRefusedAndTheNewestIsTakenBack() throws Exception {
-        MemServer a = memserver();
-        MemServer b = memserver();
+        Memserver a = memserver();
+        Memserver b = memserver();
         PartitionRelay toA = cluster.open(new PartitionRelay(a.address()));
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         // Two memservers for two replicas: nowhere to rebuild, so the failures below leave the slab as they make it.

@@ -4,7 +4,7 @@ import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionTag;
 import dev.rbridge.rdma.RemoteConnection;
@@ -44,7 +44,7 @@ class MemserverDrainTest {
     @RegisterExtension
     final InJvmCluster cluster = new InJvmCluster();
 
-    private MemServer memserver(long capacity) throws Exception {
+    private Memserver memserver(long capacity) throws Exception {
         return cluster.memserver(capacity);
     }
 
@@ -75,9 +75,9 @@ class MemserverDrainTest {
      */
     @Test
     void aDrainThatFoundNoRoomResumesWhenRoomAppears() throws Exception {
-        MemServer a = memserver(64 * MIB);
-        MemServer b = memserver(64 * MIB);
-        MemServer c = memserver(5 * MIB);
+        Memserver a = memserver(64 * MIB);
+        Memserver b = memserver(64 * MIB);
+        Memserver c = memserver(5 * MIB);
         RemoteConnection hoard = cluster.open(new TcpProvider().connect(new ConnectParams().address(c.address())
                 .connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5))));
         hoard.allocate(RegionTag.scratch("hoard"), 4 * MIB).get(5, TimeUnit.SECONDS);
@@ -112,8 +112,8 @@ class MemserverDrainTest {
      */
     @Test
     void aDrainingMemserverHoldingALostSlabsOnlyCopyIsNotLetGo() throws Exception {
-        MemServer a = memserver(64 * MIB);
-        MemServer c = memserver(2 * MIB); // no room for a 4 MiB slab
+        Memserver a = memserver(64 * MIB);
+        Memserver c = memserver(2 * MIB); // no room for a 4 MiB slab
         PartitionRelay toA = cluster.open(new PartitionRelay(a.address()));
         Bridge bridge = bridge(1, toA.address(), c.address());
         Volume v = bridge.volume("disk");
@@ -145,8 +145,8 @@ class MemserverDrainTest {
 
     @Test
     void controlWithoutDrainTheLostSlabIsAdoptedBack() throws Exception {
-        MemServer a = memserver(64 * MIB);
-        MemServer c = memserver(2 * MIB);
+        Memserver a = memserver(64 * MIB);
+        Memserver c = memserver(2 * MIB);
         PartitionRelay toA = cluster.open(new PartitionRelay(a.address()));
         Bridge bridge = bridge(1, toA.address(), c.address());
         Volume v = bridge.volume("disk");
@@ -187,8 +187,8 @@ class MemserverDrainTest {
      */
     @Test
     void aRemovedMemserverIsNotBroughtBackUpByAConnectInFlight() throws Exception {
-        MemServer a = memserver(64 * MIB);
-        MemServer b = memserver(64 * MIB);
+        Memserver a = memserver(64 * MIB);
+        Memserver b = memserver(64 * MIB);
         DelayRelay toA = cluster.open(new DelayRelay(a.address(), 60));
         Bridge bridge = bridge(1, b.address(), toA.address());
         MemserverLink l = link(bridge, toA.address());

@@ -3,7 +3,7 @@ package dev.rbridge.bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.rdma.RegionInfo;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
@@ -51,15 +51,15 @@ class NewerRegionOnReconnectTest {
     }
 
     /** The regions of slab 0 of volume {@code disk} that {@code m} holds. */
-    private static List<RegionInfo> slab0(MemServer m) {
+    private static List<RegionInfo> slab0(Memserver m) {
         return m.regions().stream().filter(r -> r.descriptor().tag().volume().equals("disk")
                 && r.descriptor().tag().slab() == 0).toList();
     }
 
     @Test
     void aRegionAtANewerGenerationFoundOnReconnectIsKeptNotAdoptedNotFreed() throws Exception {
-        MemServer a = cluster.memserver(64 * MIB);
-        MemServer b = cluster.memserver(64 * MIB);
+        Memserver a = cluster.memserver(64 * MIB);
+        Memserver b = cluster.memserver(64 * MIB);
         PartitionRelay toA = cluster.open(new PartitionRelay(a.address()));
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         byte[] old = VolumeBytes.filled('o');

@@ -4,7 +4,7 @@ import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.nbd.device.BlockDeviceException;
 import dev.rbridge.nbd.protocol.Errno;
 import dev.rbridge.rdma.ConnectParams;
@@ -47,16 +47,16 @@ class RebuildInterruptedTest {
     @RegisterExtension
     final InJvmCluster cluster = new InJvmCluster();
 
-    private MemServer memserver(long capacity) throws Exception {
+    private Memserver memserver(long capacity) throws Exception {
         return cluster.memserver(capacity);
     }
 
     /** A memserver with room for one slab, all of it taken by a scratch region until the hoard is closed. */
-    private record Full(MemServer memserver, RemoteConnection hoard) {
+    private record Full(Memserver memserver, RemoteConnection hoard) {
     }
 
     private Full full() throws Exception {
-        MemServer m = memserver(SLAB + MIB);
+        Memserver m = memserver(SLAB + MIB);
         RemoteConnection hoard = cluster.open(new TcpProvider().connect(new ConnectParams().address(m.address())
                 .connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5))));
         hoard.allocate(RegionTag.scratch("hoard"), SLAB).get(5, TimeUnit.SECONDS);
@@ -117,8 +117,8 @@ class RebuildInterruptedTest {
 
     @Test
     void aTargetThatDiesMidCopyIsGivenUpAndTheRebuildCompletesElsewhereWithEveryByte() throws Exception {
-        MemServer a = memserver(64 * MIB);
-        MemServer b = memserver(64 * MIB);
+        Memserver a = memserver(64 * MIB);
+        Memserver b = memserver(64 * MIB);
         Full c = full();
         Full d = full();
         MemserverDrainTest.DelayRelay slowC = cluster.open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
@@ -154,8 +154,8 @@ class RebuildInterruptedTest {
 
     @Test
     void aSourceThatDiesMidCopyLeavesTheSlabLostNotServedFromTheHalfCopyUntilItIsBack() throws Exception {
-        MemServer a = memserver(64 * MIB);
-        MemServer b = memserver(64 * MIB);
+        Memserver a = memserver(64 * MIB);
+        Memserver b = memserver(64 * MIB);
         Full c = full();
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
         MemserverDrainTest.DelayRelay slowC = cluster.open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));

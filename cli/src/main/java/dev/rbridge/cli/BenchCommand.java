@@ -71,7 +71,7 @@ final class BenchCommand implements Callable<Integer> {
 
 
     @CommandLine.Mixin
-    MemServerClientOptions remote;
+    MemserverClientOptions remote;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;

@@ -21,7 +21,7 @@ final class BridgeProcessOptions {
 
     @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
             description = "TCP congestion control of this bridge's sockets (its tcp-transport connections to"
-                    + " memservers and the NBD connections it accepts)" + MemServerClientOptions.TCP_CONGESTION_HELP)
+                    + " memservers and the NBD connections it accepts)" + MemserverClientOptions.TCP_CONGESTION_HELP)
     String tcpCongestion;
 
     @Mixin

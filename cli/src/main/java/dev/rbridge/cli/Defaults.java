@@ -1,13 +1,13 @@
 package dev.rbridge.cli;
 
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.MemserverConfig;
 
 /**
  * Every default of the rbridge commands, in one place: what an option is when it is not given, and the port a
  * {@code HOST} without one stands for. Options show them with picocli's {@code ${DEFAULT-VALUE}}, so the help and the
  * behaviour cannot disagree. Limits that belong to a module's own configuration stay there and the options show them
  * from it: the NBD server's ({@code NbdServerConfig}), the memserver's connection and region limits
- * ({@code ConnectionLimits}, {@code MemServerConfig}), TCP congestion control ({@code ConnectParams}).
+ * ({@code ConnectionLimits}, {@code MemserverConfig}), TCP congestion control ({@code ConnectParams}).
  */
 final class Defaults {
     private Defaults() {
@@ -20,7 +20,7 @@ final class Defaults {
     /** The port IANA assigned to NBD; nbd-client, qemu and libnbd assume it. */
     static final int NBD_PORT = 10809;
     /** The memserver's data port (its module's own default). */
-    static final int MEMSERVER_PORT = MemServerConfig.DEFAULT_PORT;
+    static final int MEMSERVER_PORT = MemserverConfig.DEFAULT_PORT;
     /** The ops ports: one per role and endpoint, so a memserver and a bridge on one host do not collide. */
     static final int MEMSERVER_ADMIN_PORT = 7472;
     static final int BRIDGE_ADMIN_PORT = 7473;

@@ -3,10 +3,10 @@ package dev.rbridge.cli;
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.bridge.volume.VolumeSpec;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import dev.rbridge.ops.metrics.BridgeMeters;
-import dev.rbridge.ops.metrics.MemServerMeters;
+import dev.rbridge.ops.metrics.MemserverMeters;
 import dev.rbridge.ops.metrics.Telemetry;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
@@ -82,20 +82,20 @@ final class DemoCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("demo: " + e.getMessage());
             return 1;
         }
-        List<MemServer> memservers = new ArrayList<>();
+        List<Memserver> memservers = new ArrayList<>();
         Telemetry telemetry = ops.telemetry();
         Bridge bridge;
         try {
             bridge = startBridge(volumes, telemetry, memservers);
         } catch (IllegalArgumentException e) {
-            memservers.forEach(MemServer::close);
+            memservers.forEach(Memserver::close);
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         } catch (RuntimeException | IOException e) {
-            memservers.forEach(MemServer::close);
+            memservers.forEach(Memserver::close);
             spec.commandLine().getErr().println("demo: " + e.getMessage());
             return 1;
         }
-        return new BridgeProcess("demo", bridge, process, ops, telemetry, () -> memservers.forEach(MemServer::close))
+        return new BridgeProcess("demo", bridge, process, ops, telemetry, () -> memservers.forEach(Memserver::close))
                 .run(spec.commandLine().getErr());
     }
 
@@ -125,7 +125,7 @@ final class DemoCommand implements Callable<Integer> {
      * Starts the memservers, adding each to {@code memservers} as it starts (the caller closes them when this
      * fails), and the bridge over them.
      */
-    private Bridge startBridge(List<VolumeSpec> volumes, Telemetry telemetry, List<MemServer> memservers)
+    private Bridge startBridge(List<VolumeSpec> volumes, Telemetry telemetry, List<Memserver> memservers)
             throws IOException {
         // Each memserver could hold every volume, plus its allocation manifest: capacity is a limit, memory is only
         // used when written.
@@ -139,13 +139,13 @@ final class DemoCommand implements Callable<Integer> {
             b.metrics(new BridgeMeters(telemetry.registry()));
         }
         for (int i = 0; i < memserverCount; i++) {
-            MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress(Defaults.LOOPBACK, 0),
+            Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress(Defaults.LOOPBACK, 0),
                     capacity, null, transport, false, false, process.tcpCongestion));
             memservers.add(m);
             b.memserver(m.address());
             if (telemetry != null) {
                 // Several memservers in one registry: the memserver tag tells them apart, as the bridge names them.
-                MemServerMeters.bind(telemetry.registry(), m,
+                MemserverMeters.bind(telemetry.registry(), m,
                         m.address().getHostString() + ":" + m.address().getPort());
             }
         }
@@ -165,7 +165,7 @@ final class DemoCommand implements Callable<Integer> {
                             + " requests from web pages and, on loopback, for a Host that is not a loopback name are"
                             + " refused. Default ${DEFAULT-VALUE}."},
                     {"tcp-congestion", "TCP congestion control of the NBD connections accepted (and, with"
-                            + " --transport tcp, of the memserver links)" + MemServerClientOptions.TCP_CONGESTION_HELP},
+                            + " --transport tcp, of the memserver links)" + MemserverClientOptions.TCP_CONGESTION_HELP},
             };
         }
     }

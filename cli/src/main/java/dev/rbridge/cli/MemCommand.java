@@ -100,7 +100,7 @@ final class MemCommand {
     }
 
     /** Connects, runs the action, and turns every failure into one {@code mem: ...} line and exit code 1. */
-    private static int connected(CommandLine.Model.CommandSpec spec, MemServerClientOptions remote, Action action) {
+    private static int connected(CommandLine.Model.CommandSpec spec, MemserverClientOptions remote, Action action) {
         ConnectParams params;
         RemoteMemoryProvider provider;
         try {
@@ -173,7 +173,7 @@ final class MemCommand {
                     "      --offset 1M --length 16M --file region3.bin"})
     static final class Read implements Callable<Integer> {
         @Mixin
-        MemServerClientOptions remote;
+        MemserverClientOptions remote;
 
         @Mixin
         RegionAddress where;
@@ -331,7 +331,7 @@ final class MemCommand {
                     "      --file blob.bin"})
     static final class Write implements Callable<Integer> {
         @Mixin
-        MemServerClientOptions remote;
+        MemserverClientOptions remote;
 
         @Mixin
         RegionAddress where;
@@ -476,7 +476,7 @@ final class MemCommand {
             footer = {"", "Example:", "  rbridge mem list " + SERVER + " --token-file /etc/rbridge/token"})
     static final class ListRegions implements Callable<Integer> {
         @Mixin
-        MemServerClientOptions remote;
+        MemserverClientOptions remote;
 
         @CommandLine.Spec
         CommandLine.Model.CommandSpec spec;

@@ -10,7 +10,7 @@ import java.net.InetSocketAddress;
 /**
  * A server process's operator endpoints: {@code --admin} (its admin interface) and {@code --metrics} ({@code /metrics},
  * {@code /healthz}, {@code /readyz}). The variant a command mixes in gives the defaults: {@link Serve}, {@link Demo},
- * {@link MemServer}. The {@code --admin} text is serve's; demo and memserver give theirs in their help bundle.
+ * {@link Memserver}. The {@code --admin} text is serve's; demo and memserver give theirs in their help bundle.
  */
 class OpsEndpointOptions {
     @Option(names = "--admin", paramLabel = "HOST:PORT|none",
@@ -76,8 +76,8 @@ class OpsEndpointOptions {
     }
 
     /** rbridge memserver: the memserver's ports. */
-    static final class MemServer extends OpsEndpointOptions {
-        MemServer() {
+    static final class Memserver extends OpsEndpointOptions {
+        Memserver() {
             super(Defaults.MEMSERVER_ADMIN, Defaults.MEMSERVER_ADMIN_PORT, Defaults.MEMSERVER_METRICS,
                     Defaults.MEMSERVER_METRICS_PORT);
         }

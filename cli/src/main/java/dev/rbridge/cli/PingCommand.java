@@ -44,7 +44,7 @@ final class PingCommand implements Callable<Integer> {
 
 
     @CommandLine.Mixin
-    MemServerClientOptions remote;
+    MemserverClientOptions remote;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;

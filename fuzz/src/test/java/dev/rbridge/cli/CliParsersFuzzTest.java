@@ -99,7 +99,7 @@ class CliParsersFuzzTest {
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
-        for (Object command : new Object[] {new ServeCommand(), new MemServerCommand()}) {
+        for (Object command : new Object[] {new ServeCommand(), new MemserverCommand()}) {
             CommandLine cl = new CommandLine(command);
             cl.parseArgs();
             try {

@@ -14,12 +14,12 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * Which peers the {@link MemServer} takes as clients: none while it drains, and only those that know its token when
+ * Which peers the {@link Memserver} takes as clients: none while it drains, and only those that know its token when
  * it has one. Counts the peers turned away, here and by the transport, by reason.
  */
 final class ClientAdmission {
     /** Peers can cause these lines (wrong tokens): at most one per reason every few seconds. */
-    private static final RateLimitedLog limited = new RateLimitedLog(LoggerFactory.getLogger(MemServer.class));
+    private static final RateLimitedLog limited = new RateLimitedLog(LoggerFactory.getLogger(Memserver.class));
 
     /** The token clients must prove they know, or null for none. */
     private final String token;
@@ -37,14 +37,14 @@ final class ClientAdmission {
         if (draining) {
             refused("draining");
             limited.info("draining", "refused client '{}' from {}: draining", Printable.cut(clientName,
-                    MemServer.MAX_CLIENT_NAME), peer);
+                    Memserver.MAX_CLIENT_NAME), peer);
             throw new RemoteMemoryException(Status.SHUTTING_DOWN, "memserver is draining; no new clients");
         }
         if (token != null && !credential.matches(token)) {
             refusedAuth.incrementAndGet();
             refused("token");
             limited.warn("token", "refused client '{}' from {}: wrong token", Printable.cut(clientName,
-                    MemServer.MAX_CLIENT_NAME), peer);
+                    Memserver.MAX_CLIENT_NAME), peer);
             throw new RemoteMemoryException(Status.AUTH_FAILED, "wrong token");
         }
     }

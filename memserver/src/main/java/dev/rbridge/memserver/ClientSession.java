@@ -16,7 +16,7 @@ import java.util.concurrent.ConcurrentHashMap;
 
 /** A connected client. Its regions outlive it: a restarted bridge reattaches to them. */
 final class ClientSession implements RegionService.Session, Leases.Holder {
-    private final MemServer server;
+    private final Memserver server;
     final long id;
     final String name;
     final String peer;
@@ -27,7 +27,7 @@ final class ClientSession implements RegionService.Session, Leases.Holder {
     /** Its operations in flight: what a grant in a new epoch of their volume waits for. */
     final Set<RegionPin> pins = ConcurrentHashMap.newKeySet();
 
-    ClientSession(MemServer server, long id, String name, String peer) {
+    ClientSession(Memserver server, long id, String name, String peer) {
         this.server = server;
         this.id = id;
         this.name = name;

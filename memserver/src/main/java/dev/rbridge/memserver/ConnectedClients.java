@@ -7,7 +7,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * The {@link MemServer}'s clients connected now, and the transport counters of those that have left, so totals over
+ * The {@link Memserver}'s clients connected now, and the transport counters of those that have left, so totals over
  * all clients never go backwards.
  */
 final class ConnectedClients {
@@ -23,7 +23,7 @@ final class ConnectedClients {
     private final Object transportTotals = new Object();
 
     /** A new client of {@code server}, connected now. */
-    ClientSession add(MemServer server, String name, String peer) {
+    ClientSession add(Memserver server, String name, String peer) {
         ClientSession c = new ClientSession(server, nextClientId.getAndIncrement(), name, peer);
         clients.add(c);
         return c;

@@ -31,7 +31,7 @@ import java.util.function.ToIntFunction;
  * <p>Every grant but a renewal by the holder's connection (of a live lease, or of a lapsed one that no other connection
  * touched meanwhile) opens a new <em>epoch</em> of the volume
  * (numbers increasing on this memserver) and rotates its keys, so that every key belongs to one epoch; the memserver
- * answers such a grant only once every access under an older epoch has ended ({@code MemServer#lease}). Each grant
+ * answers such a grant only once every access under an older epoch has ended ({@code Memserver#lease}). Each grant
  * carries a secret lease id, returned only to the grantee: presented again (on any connection) it continues the lease
  * ({@link Lease#continued}) as long as nobody else was granted the volume, nor touched its regions, in between.
  *

@@ -22,16 +22,16 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * The {@link MemServer}'s regions by id, and what they hold of its capacity and its region limit: a region's whole
+ * The {@link Memserver}'s regions by id, and what they hold of its capacity and its region limit: a region's whole
  * pages are reserved before its memory is mapped, so the limits hold under races, and stay reserved until its memory
  * is really unmapped; a region released or revoked whose memory a pin still holds is {@linkplain #lingering()
  * lingering} until then. The table itself is safe to read and change from any thread; what must be one step with a
  * lease check is the caller's to lock.
  */
 final class RegionTable {
-    private static final Logger log = LoggerFactory.getLogger(MemServer.class);
+    private static final Logger log = LoggerFactory.getLogger(Memserver.class);
 
-    private final MemServerConfig config;
+    private final MemserverConfig config;
     private final Map<Long, Region> regions = new ConcurrentHashMap<>();
     /** Regions released or revoked whose memory a pin still holds: counted against the capacity until unmapped. */
     private final Set<Region> lingering = ConcurrentHashMap.newKeySet();
@@ -41,7 +41,7 @@ final class RegionTable {
     private final AtomicInteger regionSlots = new AtomicInteger();
     private final SecureRandom random = new SecureRandom();
 
-    RegionTable(MemServerConfig config) {
+    RegionTable(MemserverConfig config) {
         this.config = config;
     }
 

@@ -40,21 +40,21 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 @Timeout(60)
 class FencingTest {
-    static final String TOKEN = MemServerFloodTest.TOKEN;
+    static final String TOKEN = MemserverFloodTest.TOKEN;
     static final int MIB = 1 << 20;
 
-    static MemServer start(long capacity) throws Exception {
-        return MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, TOKEN, "tcp",
+    static Memserver start(long capacity) throws Exception {
+        return Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), capacity, TOKEN, "tcp",
                 false, false, ConnectParams.TCP_CONGESTION_DEFAULT, ConnectionLimits.DEFAULTS,
-                MemServerConfig.MAX_REGIONS_DEFAULT), Duration.ofSeconds(20));
+                MemserverConfig.MAX_REGIONS_DEFAULT), Duration.ofSeconds(20));
     }
 
-    static RemoteConnection connect(MemServer m, String name) throws RemoteMemoryException {
-        return MemServerLimitsTest.connect(m, name);
+    static RemoteConnection connect(Memserver m, String name) throws RemoteMemoryException {
+        return MemserverLimitsTest.connect(m, name);
     }
 
     /** The first live lease of {@code volume} as the memserver lists it has lapsed. */
-    static boolean lapsed(MemServer m, String volume) {
+    static boolean lapsed(Memserver m, String volume) {
         return m.leases().stream().anyMatch(l -> l.volume().equals(volume) && l.state().equals("expired"));
     }
 
@@ -113,7 +113,7 @@ class FencingTest {
         final ByteBuffer in = ByteBuffer.allocate(1 << 16).order(ByteOrder.LITTLE_ENDIAN).flip();
         long nextId = 1;
 
-        RawClient(MemServer m) throws IOException {
+        RawClient(Memserver m) throws IOException {
             ch = SocketChannel.open(m.address());
             send(new Message.Hello(nextId++, TOKEN, "raw"));
             assertTrue(reply() instanceof Message.HelloReply);
@@ -161,7 +161,7 @@ class FencingTest {
 
     @Test
     void aWriteStalledAcrossATakeoverNeverLandsAfterIt() throws Exception {
-        try (MemServer m = start(256L << 20); RawClient a = new RawClient(m)) {
+        try (Memserver m = start(256L << 20); RawClient a = new RawClient(m)) {
             a.send(new Message.Lease(a.nextId++, "vol", "bridge-a", 300));
             assertTrue(a.reply() instanceof Message.LeaseReply);
             a.send(new Message.Allocate(a.nextId++, MIB, new RegionTag("vol", 0, 0, 1)));
@@ -196,7 +196,7 @@ class FencingTest {
 
     @Test
     void aKeyHandedOutWhileTheLeaseLapsedStopsWorkingWhenItsHolderRenews() throws Exception {
-        try (MemServer m = start(256L << 20); RemoteConnection holder = connect(m, "holder");
+        try (Memserver m = start(256L << 20); RemoteConnection holder = connect(m, "holder");
              RemoteConnection intruder = connect(m, "intruder")) {
             Lease first = holder.lease("vol", "holder", Duration.ofMillis(300)).get(5, TimeUnit.SECONDS);
             RegionDescriptor region = holder.allocate(new RegionTag("vol", 0, 0, 1), MIB).get(5, TimeUnit.SECONDS);
@@ -218,7 +218,7 @@ class FencingTest {
 
     @Test
     void aReleasedRegionThatAnOperationStillPinsCountsAgainstTheCapacity() throws Exception {
-        try (MemServer m = start(4L * MIB); RawClient stalled = new RawClient(m);
+        try (Memserver m = start(4L * MIB); RawClient stalled = new RawClient(m);
              RemoteConnection other = connect(m, "other")) {
             stalled.send(new Message.Allocate(stalled.nextId++, 2L * MIB, new RegionTag("scratch", 0, 0, 1)));
             RegionDescriptor region = ((Message.AllocateReply) stalled.reply()).region();
@@ -242,9 +242,9 @@ class FencingTest {
 
     @Test
     void aWriteWhoseDataStopsComingIsCutOffAtThePayloadDeadline() throws Exception {
-        try (MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64L * MIB,
+        try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64L * MIB,
                 TOKEN, "tcp", false, false, ConnectParams.TCP_CONGESTION_DEFAULT, ConnectionLimits.DEFAULTS,
-                MemServerConfig.MAX_REGIONS_DEFAULT), Duration.ofMillis(500)); RawClient stalled = new RawClient(m)) {
+                MemserverConfig.MAX_REGIONS_DEFAULT), Duration.ofMillis(500)); RawClient stalled = new RawClient(m)) {
             stalled.send(new Message.Allocate(stalled.nextId++, 2L * MIB, new RegionTag("scratch", 0, 0, 1)));
             RegionDescriptor region = ((Message.AllocateReply) stalled.reply()).region();
             stalled.send(new Message.Write(stalled.nextId++, region.id(), region.key(), 0, MIB));

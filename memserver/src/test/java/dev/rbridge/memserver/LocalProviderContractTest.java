@@ -19,8 +19,8 @@ class LocalProviderContractTest extends ProviderContractTest {
 
     @Override
     Target start(long capacity, Duration helloTimeout) throws Exception {
-        MemServerConfig config = new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, TOKEN, "local");
-        MemServer m = helloTimeout == null ? MemServer.start(config) : MemServer.start(config, helloTimeout);
+        MemserverConfig config = new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), capacity, TOKEN, "local");
+        Memserver m = helloTimeout == null ? Memserver.start(config) : Memserver.start(config, helloTimeout);
         return new Target() {
             public InetSocketAddress address() {
                 return m.address();

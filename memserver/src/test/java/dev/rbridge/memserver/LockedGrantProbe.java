@@ -20,7 +20,7 @@ final class LockedGrantProbe {
 
     public static void main(String[] args) throws Exception {
         long size = Long.parseLong(args[0]);
-        try (MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 1L << 30, "t",
+        try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 1L << 30, "t",
                 "local", false, true));
              RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).token("t"))) {
             try {

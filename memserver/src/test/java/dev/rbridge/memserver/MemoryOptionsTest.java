@@ -28,12 +28,12 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** Huge pages and mlock: what the system grants works, what it refuses is refused with the reason. */
 class MemoryOptionsTest {
-    private static MemServer start(boolean hugePages, boolean mlock) throws Exception {
-        return MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 1L << 30, "t", "local",
+    private static Memserver start(boolean hugePages, boolean mlock) throws Exception {
+        return Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 1L << 30, "t", "local",
                 hugePages, mlock));
     }
 
-    private static RemoteConnection connect(MemServer m) throws RemoteMemoryException {
+    private static RemoteConnection connect(Memserver m) throws RemoteMemoryException {
         return new LocalProvider().connect(new ConnectParams().address(m.address()).token("t"));
     }
 
@@ -58,7 +58,7 @@ class MemoryOptionsTest {
     @Test
     void hugePagesWithAnEmptyPoolAreRefusedWithTheReason() throws Exception {
         Assumptions.assumeTrue(hugePagesFree() == 0, "this host has huge pages; the refusal cannot be provoked");
-        try (MemServer m = start(true, false); RemoteConnection c = connect(m)) {
+        try (Memserver m = start(true, false); RemoteConnection c = connect(m)) {
             ExecutionException e = assertThrows(ExecutionException.class,
                     () -> c.allocate(RegionTag.scratch("huge"), 4 << 20).get());
             RemoteMemoryException cause = (RemoteMemoryException) e.getCause();
@@ -92,7 +92,7 @@ class MemoryOptionsTest {
         long size = 64L << 20;
         Assumptions.assumeTrue(mayLock(size), "this process may not lock " + size + " bytes (no CAP_IPC_LOCK, "
                 + "memlock limit too low): nothing to lock here; the refusal is tested in a child without either");
-        try (MemServer m = start(false, true); RemoteConnection c = connect(m); Arena arena = Arena.ofShared()) {
+        try (Memserver m = start(false, true); RemoteConnection c = connect(m); Arena arena = Arena.ofShared()) {
             long lockedBefore = statusKiB("VmLck");
             long residentBefore = statusKiB("VmRSS");
             RegionDescriptor r = c.allocate(RegionTag.scratch("locked"), size).get();

@@ -27,8 +27,8 @@ class NumaRegionTest {
                 .findFirst().orElseThrow(() -> new AssertionError("no mapping starts at " + start));
     }
 
-    private static String policyOfANewRegion(MemServerConfig config) throws Exception {
-        try (MemServer memserver = MemServer.start(config)) {
+    private static String policyOfANewRegion(MemserverConfig config) throws Exception {
+        try (Memserver memserver = Memserver.start(config)) {
             RegionService.Session session = memserver.open(new RegionService.Credential.Token("numa"), "numa",
                     new InetSocketAddress("127.0.0.1", 1));
             try {
@@ -47,7 +47,7 @@ class NumaRegionTest {
     @Test
     void regionsPreferTheConfiguredNode() throws Exception {
         Assumptions.assumeTrue(Files.exists(Path.of("/proc/self/numa_maps")), "a kernel without NUMA");
-        MemServerConfig config = new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, "numa", "local");
+        MemserverConfig config = new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, "numa", "local");
         int node = NumaNodes.firstAllowed();
         String placed = policyOfANewRegion(config.withNumaNode(node));
         assertEquals("prefer:" + node, placed.split(" ")[1], placed);

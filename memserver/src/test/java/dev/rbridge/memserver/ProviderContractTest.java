@@ -103,7 +103,7 @@ abstract class ProviderContractTest {
     }
 
     /** A memserver in its own JVM, as {@link Target}. */
-    static Target target(MemServerProcess p) {
+    static Target target(MemserverProcess p) {
         return new Target() {
             public InetSocketAddress address() {
                 return p.address;
@@ -184,12 +184,12 @@ abstract class ProviderContractTest {
     }
 
     @BeforeAll
-    void startMemServer() throws Exception {
+    void startMemserver() throws Exception {
         memserver = start(CAPACITY);
     }
 
     @AfterAll
-    void stopMemServer() throws Exception {
+    void stopMemserver() throws Exception {
         memserver.close();
     }
 

@@ -22,13 +22,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class RegionZeroTest {
     static final long MIB = 1 << 20;
     static final long PAGE = 4096;
-    MemServer memserver;
+    Memserver memserver;
     RegionService.Session session;
     RegionDescriptor region;
 
     @BeforeEach
     void start() throws Exception {
-        memserver = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, "zero",
+        memserver = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, "zero",
                 "local"));
         session = memserver.open(new RegionService.Credential.Token("zero"), "zero-rule", new InetSocketAddress("127.0.0.1", 1));
         region = session.allocate(RegionTag.scratch("zero-rule"), 4 * MIB);

@@ -17,6 +17,6 @@ class TcpProviderContractTest extends ProviderContractTest {
 
     @Override
     Target start(long capacity, Duration helloTimeout) throws Exception {
-        return target(MemServerProcess.start(capacity, TOKEN, "tcp", List.of(), helloTimeout));
+        return target(MemserverProcess.start(capacity, TOKEN, "tcp", List.of(), helloTimeout));
     }
 }

@@ -33,7 +33,7 @@ class UcxProviderContractTest extends ProviderContractTest {
 
     @Override
     Target start(long capacity, Duration helloTimeout) throws Exception {
-        return target(MemServerProcess.start(capacity, TOKEN, "ucx", List.of(), helloTimeout));
+        return target(MemserverProcess.start(capacity, TOKEN, "ucx", List.of(), helloTimeout));
     }
 
     @Override

@@ -35,7 +35,7 @@ class UnwrittenMemoryTest {
     @ParameterizedTest
     @ValueSource(strings = {"tcp", "local"})
     void readingNeverWrittenMemorySendsZeroesAndBacksNothing(String transport) throws Exception {
-        try (MemServer memserver = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0),
+        try (Memserver memserver = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0),
                 256L << 20, TOKEN, transport));
              RemoteConnection c = provider(transport).connect(new ConnectParams().address(memserver.address())
                      .token(TOKEN).clientName("unwritten").operationTimeout(Duration.ofSeconds(5)));

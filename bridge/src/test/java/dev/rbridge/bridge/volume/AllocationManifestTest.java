@@ -2,8 +2,8 @@ package dev.rbridge.bridge.volume;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.memservers.RemoteOpMetrics;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -47,7 +47,7 @@ class AllocationManifestTest {
     }
 
     /** One memserver as the manifest sees it: its link, a connection to it and a manifest-sized region there. */
-    private record Copy(MemServer server, MemserverLink link, RemoteConnection connection, RegionDescriptor region) {
+    private record Copy(Memserver server, MemserverLink link, RemoteConnection connection, RegionDescriptor region) {
         long[] words() throws Exception {
             ByteBuffer b = ByteBuffer.allocateDirect((int) region.length());
             connection.read(region, 0, MemorySegment.ofBuffer(b)).get(5, TimeUnit.SECONDS);
@@ -61,7 +61,7 @@ class AllocationManifestTest {
     }
 
     private Copy copy(AllocationManifest m) throws Exception {
-        MemServer server = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 1 << 20, null,
+        Memserver server = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 1 << 20, null,
                 "local"));
         open.add(server);
         RemoteConnection c = Providers.byName("local").connect(new ConnectParams().address(server.address()));

@@ -3,8 +3,8 @@ package dev.rbridge.bridge.volume;
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.bridge.memservers.MemserverLink;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -68,25 +68,25 @@ class RebuilderTest {
 
     private static final int ZERO_CHUNKS = CHUNKS / 2 + CHUNKS / 8;
 
-    private record Scene(Bridge bridge, Volume volume, Slab slab, byte[] model, MemServer b, MemServer c,
+    private record Scene(Bridge bridge, Volume volume, Slab slab, byte[] model, Memserver b, Memserver c,
                          RemoteConnection hoard) {
         Rebuilder rebuilder() {
             return bridge.rebuilder();
         }
 
-        MemserverLink linkOf(MemServer m) {
+        MemserverLink linkOf(Memserver m) {
             return bridge.memservers().stream().filter(l -> l.address().equals(m.address())).findFirst().orElseThrow();
         }
 
         /** The regions of the slab on {@code m}, with the tags the memserver holds. */
-        List<RegionDescriptor> slabRegions(MemServer m) {
+        List<RegionDescriptor> slabRegions(Memserver m) {
             return m.regions().stream().map(ri -> ri.descriptor())
                     .filter(d -> d.tag().volume().equals("disk") && d.tag().slab() == 0).toList();
         }
     }
 
-    private MemServer memserver(long capacity) throws Exception {
-        MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null,
+    private Memserver memserver(long capacity) throws Exception {
+        Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null,
                 "local"));
         open.add(m);
         return m;
@@ -94,9 +94,9 @@ class RebuilderTest {
 
     /** A, B and C up, C kept full by a scratch region; the slab written onto A and B; A closed; the slab degraded. */
     private Scene degradedWithNoRoomToRebuild() throws Exception {
-        MemServer a = memserver(64 * MIB);
-        MemServer b = memserver(64 * MIB);
-        MemServer c = memserver(SLAB + MIB);
+        Memserver a = memserver(64 * MIB);
+        Memserver b = memserver(64 * MIB);
+        Memserver c = memserver(SLAB + MIB);
         RemoteConnection hoard = Providers.byName("local").connect(new ConnectParams().address(c.address()));
         open.add(hoard::close);
         hoard.allocate(RegionTag.scratch("hoard"), SLAB).get(5, TimeUnit.SECONDS);

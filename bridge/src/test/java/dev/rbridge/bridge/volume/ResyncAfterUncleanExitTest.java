@@ -2,8 +2,8 @@ package dev.rbridge.bridge.volume;
 
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.Providers;
 import dev.rbridge.rdma.RemoteConnection;
@@ -33,13 +33,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(60)
 class ResyncAfterUncleanExitTest {
     private static final long MIB = 1 << 20;
-    private final List<MemServer> memservers = new ArrayList<>();
+    private final List<Memserver> memservers = new ArrayList<>();
     private final List<Bridge> bridges = new ArrayList<>();
 
     @AfterEach
     void tearDown() {
         bridges.forEach(Bridge::close);
-        memservers.forEach(MemServer::close);
+        memservers.forEach(Memserver::close);
     }
 
     private Bridge bridge(VolumeSpec spec) {
@@ -62,7 +62,7 @@ class ResyncAfterUncleanExitTest {
     @Test
     void divergedReplicasAreMadeIdenticalAfterAnUncleanExit() throws Exception {
         for (int i = 0; i < 2; i++) {
-            memservers.add(MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, null,
+            memservers.add(Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, null,
                     "local")));
         }
         VolumeSpec spec = new VolumeSpec("disk", 4 * MIB, MIB, 2, false, 1, "");
@@ -80,7 +80,7 @@ class ResyncAfterUncleanExitTest {
         first.close();
         bridges.remove(first);
         // The previous owner exits without giving its lease back (as a killed process does).
-        for (MemServer m : memservers) {
+        for (Memserver m : memservers) {
             try (RemoteConnection c = Providers.byName("local").connect(new ConnectParams().address(m.address()))) {
                 c.lease("disk", "a bridge that crashed", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
             }

@@ -22,7 +22,7 @@ class LogForgeryAttackTest extends MemserverAttackTest {
     /** What starts each forged line; a line of the log that starts so was forged. */
     static final String FORGED = "FORGED-LINE";
     /** A name that ends the log line and writes one of its own, with an escape sequence and a Unicode line separator. */
-    static final String NAME = "x\n" + FORGED + " INFO dev.rbridge.memserver.MemServer - client 'admin' granted\r\n"
+    static final String NAME = "x\n" + FORGED + " INFO dev.rbridge.memserver.Memserver - client 'admin' granted\r\n"
             + FORGED + " \u001b[2J\u2028" + "y".repeat(3000);
     /** Lines the attack may add to a log: a line every 5 s per reason, for a test that takes well under a minute. */
     static final int LINES_BOUND = 30;

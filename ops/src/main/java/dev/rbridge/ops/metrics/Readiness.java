@@ -4,7 +4,7 @@ import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeState;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.nbd.server.NbdServer;
 import dev.rbridge.ops.metrics.Telemetry.Problem;
 
@@ -75,7 +75,7 @@ public final class Readiness {
      * A memserver is ready unless it says why not (draining, a listener that takes no new clients); one whose remote keys
      * the NIC does not enforce is ready, with a warning: fencing there waits a grace period (docs/transports.md).
      */
-    public static List<Problem> memserver(MemServer server) {
+    public static List<Problem> memserver(Memserver server) {
         List<Problem> out = new ArrayList<>(2);
         String why = server.notReadyReason();
         if (why != null) {

@@ -24,7 +24,7 @@ import java.util.function.Supplier;
 /**
  * One process's metrics: a Prometheus registry with the JVM and process meters bound, the readiness checks of the
  * roles running in this process (the rules are in {@link Readiness}), and how to render both. The core modules report
- * through their own small metrics interfaces ({@link NbdMeters}, {@link BridgeMeters}, {@link MemServerMeters} bind
+ * through their own small metrics interfaces ({@link NbdMeters}, {@link BridgeMeters}, {@link MemserverMeters} bind
  * them here); nothing outside this package imports Micrometer.
  */
 public final class Telemetry implements AutoCloseable {

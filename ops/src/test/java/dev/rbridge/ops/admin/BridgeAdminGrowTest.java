@@ -3,8 +3,8 @@ package dev.rbridge.ops.admin;
 import dev.rbridge.bridge.Bridge;
 import dev.rbridge.bridge.BridgeConfig;
 import dev.rbridge.bridge.volume.VolumeSpec;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -31,14 +31,14 @@ class BridgeAdminGrowTest {
     private static final String TOKEN = "grow-secret";
     private static final long MIB = 1 << 20;
 
-    private MemServer memserver;
+    private Memserver memserver;
     private Bridge bridge;
     private BridgeAdminHttpServer admin;
     private HttpClient http;
 
     @BeforeEach
     void start() throws Exception {
-        memserver = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, TOKEN,
+        memserver = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, TOKEN,
                 "local"));
         bridge = Bridge.start(BridgeConfig.builder().transport("local").token(TOKEN).startWait(Duration.ZERO)
                 .operationTimeout(Duration.ofSeconds(2)).memserver(memserver.address())

@@ -2,11 +2,11 @@ package dev.rbridge.cli;
 
 import dev.rbridge.memserver.HugePages;
 import dev.rbridge.memserver.NumaPlacement;
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
-import dev.rbridge.ops.admin.MemServerAdminHttpServer;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
+import dev.rbridge.ops.admin.MemserverAdminHttpServer;
 import dev.rbridge.ops.http.OpsHttpMetrics;
-import dev.rbridge.ops.metrics.MemServerMeters;
+import dev.rbridge.ops.metrics.MemserverMeters;
 import dev.rbridge.ops.metrics.MetricsHttpServer;
 import dev.rbridge.ops.metrics.OpsHttpMeters;
 import dev.rbridge.ops.metrics.Readiness;
@@ -28,14 +28,14 @@ import java.util.concurrent.CountDownLatch;
 /** {@code rbridge memserver}: lend this machine's RAM to bridges. */
 @Command(name = "memserver",
         mixinStandardHelpOptions = true,
-        resourceBundle = "dev.rbridge.cli.MemServerCommand$Help",
+        resourceBundle = "dev.rbridge.cli.MemserverCommand$Help",
         description = {
                 "Lend RAM to bridges as regions over a remote-memory transport.",
                 "Memory is reserved per region but touched only when written; grants never exceed --capacity.",
                 "Clients must present the token; refused attempts are logged."},
         footer = {"", "Example:", "  rbridge memserver --listen 0.0.0.0:" + Defaults.MEMSERVER_PORT + " --capacity 64G --token-file /etc/rbridge/token"})
-final class MemServerCommand implements Callable<Integer> {
-    private static final Logger log = LoggerFactory.getLogger(MemServerCommand.class);
+final class MemserverCommand implements Callable<Integer> {
+    private static final Logger log = LoggerFactory.getLogger(MemserverCommand.class);
 
     @Option(names = "--config", paramLabel = "FILE", description = "Read options from FILE first: one 'option = value'"
             + " per line, without the leading dashes; '#' starts a comment; the command line adds to it.")
@@ -73,7 +73,7 @@ final class MemServerCommand implements Callable<Integer> {
     boolean insecure;
 
     @CommandLine.Mixin
-    OpsEndpointOptions.MemServer ops;
+    OpsEndpointOptions.Memserver ops;
 
     @Option(names = "--huge-pages", paramLabel = "auto|on|off", arity = "0..1", fallbackValue = "on",
             defaultValue = "auto",
@@ -101,7 +101,7 @@ final class MemServerCommand implements Callable<Integer> {
 
     @Option(names = "--tcp-congestion", paramLabel = "NAME", defaultValue = ConnectParams.TCP_CONGESTION_DEFAULT,
             description = "tcp: TCP congestion control of client connections"
-                    + MemServerClientOptions.TCP_CONGESTION_HELP)
+                    + MemserverClientOptions.TCP_CONGESTION_HELP)
     String tcpCongestion;
 
     @Option(names = "--max-connections", paramLabel = "N", defaultValue = "" + ConnectionLimits.MAX_CONNECTIONS_DEFAULT,
@@ -126,10 +126,10 @@ final class MemServerCommand implements Callable<Integer> {
                     + "holding the most makes way for a newcomer from another address. Default ${DEFAULT-VALUE}.")
     int maxUnauthenticated;
 
-    @Option(names = "--max-regions", paramLabel = "N", defaultValue = "" + MemServerConfig.MAX_REGIONS_DEFAULT,
+    @Option(names = "--max-regions", paramLabel = "N", defaultValue = "" + MemserverConfig.MAX_REGIONS_DEFAULT,
             description = "Most regions granted at once; beyond it grants fail with NO_CAPACITY. Each region is one "
                     + "memory mapping (keep it well under vm.max_map_count); at most "
-                    + MemServerConfig.MAX_REGIONS_LIMIT + ". Default ${DEFAULT-VALUE}.")
+                    + MemserverConfig.MAX_REGIONS_LIMIT + ". Default ${DEFAULT-VALUE}.")
     int maxRegions;
 
     @CommandLine.Mixin
@@ -140,16 +140,16 @@ final class MemServerCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        MemServerConfig config = config();
-        MemServer server;
+        MemserverConfig config = config();
+        Memserver server;
         try {
-            server = MemServer.start(config);
+            server = Memserver.start(config);
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         // made first so the admin server's refusals are counted in it too
         Telemetry telemetry = ops.telemetry();
-        MemServerAdminHttpServer adminServer;
+        MemserverAdminHttpServer adminServer;
         try {
             adminServer = startAdmin(server, config, telemetry);
         } catch (IOException | IllegalArgumentException e) {
@@ -159,7 +159,7 @@ final class MemServerCommand implements Callable<Integer> {
         }
         MetricsHttpServer metricsServer = null;
         if (telemetry != null) {
-            MemServerMeters.bind(telemetry.registry(), server);
+            MemserverMeters.bind(telemetry.registry(), server);
             telemetry.readinessCheck(() -> Readiness.memserver(server));
             try {
                 metricsServer = ops.startMetrics(telemetry);
@@ -183,8 +183,8 @@ final class MemServerCommand implements Callable<Integer> {
      * The memserver's configuration from the options (and --config), with the huge page and NUMA choices logged;
      * ParameterException when they do not make one.
      */
-    private MemServerConfig config() {
-        MemServerConfig config;
+    private MemserverConfig config() {
+        MemserverConfig config;
         HugePages.Choice huge;
         NumaPlacement.Choice numa;
         try {
@@ -209,7 +209,7 @@ final class MemServerCommand implements Callable<Integer> {
                         + " reach, to anyone who connects: add --token-file FILE (openssl rand -hex 32 > FILE) or"
                         + " --tls-certificates DIR --tls-verify-peer, or --insecure to lend it open on purpose");
             }
-            config = new MemServerConfig(address, capacityBytes,
+            config = new MemserverConfig(address, capacityBytes,
                     secret, transport, huge.use(), mlock, tcpCongestion,
                     ConnectionLimits.of(maxConnections, maxConnectionsPerPeer, maxUnauthenticated), maxRegions)
                     .withTls(tlsCertificates, tlsVerifyPeer).withNumaNode(numa.node());
@@ -222,13 +222,13 @@ final class MemServerCommand implements Callable<Integer> {
     }
 
     /** The admin interface, or null with {@code --admin none}; its refusals and connections are counted. */
-    private MemServerAdminHttpServer startAdmin(MemServer server, MemServerConfig config, Telemetry telemetry)
+    private MemserverAdminHttpServer startAdmin(Memserver server, MemserverConfig config, Telemetry telemetry)
             throws IOException {
         if (ops.admin.equals(Defaults.OFF)) {
             return null;
         }
         OpsHttpMeters adminMeters = telemetry == null ? null : new OpsHttpMeters(telemetry.registry(), "admin");
-        MemServerAdminHttpServer adminServer = new MemServerAdminHttpServer(ops.adminAddress(), server, config.token(),
+        MemserverAdminHttpServer adminServer = new MemserverAdminHttpServer(ops.adminAddress(), server, config.token(),
                 () -> System.exit(0), adminMeters == null ? OpsHttpMetrics.NONE : adminMeters);
         if (adminMeters != null) {
             adminMeters.bindConnections(adminServer::openConnections);
@@ -237,7 +237,7 @@ final class MemServerCommand implements Callable<Integer> {
     }
 
     /** On SIGTERM: the ops endpoints close, then the memserver; the latch opens once all are closed. */
-    private static CountDownLatch stopOnSigterm(MemServer server, MemServerAdminHttpServer adminServer,
+    private static CountDownLatch stopOnSigterm(Memserver server, MemserverAdminHttpServer adminServer,
                                                 MetricsHttpServer metricsServer) {
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
@@ -255,7 +255,7 @@ final class MemServerCommand implements Callable<Integer> {
     }
 
     /** Where it serves, on stdout (scripts and tests wait for this line), and READY=1 to systemd. */
-    private static void announce(MemServerConfig config, MemServer server, MemServerAdminHttpServer adminServer,
+    private static void announce(MemserverConfig config, Memserver server, MemserverAdminHttpServer adminServer,
                                  MetricsHttpServer metricsServer) {
         System.out.println("rbridge memserver: lending " + Sizes.format(config.capacityBytes()) + " at "
                 + server.address().getHostString() + ":" + server.address().getPort()

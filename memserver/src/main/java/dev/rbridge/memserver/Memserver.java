@@ -52,10 +52,10 @@ import java.util.concurrent.CompletableFuture;
  * client names ({@value #MAX_CLIENT_NAME} bytes), and the regions listed at once ({@value #CONCURRENT_LISTINGS}
  * listings in memory at a time, each held until it is sent).
  */
-public final class MemServer implements RegionService, AutoCloseable {
-    private static final Logger log = LoggerFactory.getLogger(MemServer.class);
+public final class Memserver implements RegionService, AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(Memserver.class);
 
-    private final MemServerConfig config;
+    private final MemserverConfig config;
     private final String serverId = UUID.randomUUID().toString();
     /** The regions and what they hold of the capacity; changes that go with a lease check happen under control. */
     private final RegionTable regions;
@@ -74,7 +74,7 @@ public final class MemServer implements RegionService, AutoCloseable {
     private final CompletableFuture<Void> drained = new CompletableFuture<>();
     private RemoteListener listener;
 
-    private MemServer(MemServerConfig config) {
+    private Memserver(MemserverConfig config) {
         this.config = config;
         this.regions = new RegionTable(config);
         this.admission = new ClientAdmission(config.token());
@@ -82,14 +82,14 @@ public final class MemServer implements RegionService, AutoCloseable {
     }
 
     /** Starts listening; fails with a clear message when the transport is unknown or the address is taken. */
-    public static MemServer start(MemServerConfig config) throws IOException {
+    public static Memserver start(MemserverConfig config) throws IOException {
         return start(config, new ListenParams().helloTimeout());
     }
 
-    /** As {@link #start(MemServerConfig)}, with another hello timeout (tests that wait it out). */
-    static MemServer start(MemServerConfig config, Duration helloTimeout) throws IOException {
+    /** As {@link #start(MemserverConfig)}, with another hello timeout (tests that wait it out). */
+    static Memserver start(MemserverConfig config, Duration helloTimeout) throws IOException {
         RemoteMemoryProvider provider = Providers.byName(config.transport());
-        MemServer server = new MemServer(config);
+        Memserver server = new Memserver(config);
         ListenParams params = new ListenParams().address(config.listen())
                 .tcpCongestion(config.tcpCongestion()).limits(config.connections()).helloTimeout(helloTimeout);
         if (config.tlsCertificates() != null) {

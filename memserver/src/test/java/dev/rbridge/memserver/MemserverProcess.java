@@ -26,18 +26,18 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 
 /** A memserver JVM started by a test, with the signals a test needs: SIGKILL, SIGSTOP, SIGCONT. */
-final class MemServerProcess implements AutoCloseable {
+final class MemserverProcess implements AutoCloseable {
     private final ChildJvm jvm;
     final Process process;
     final InetSocketAddress address;
-    /** Where the memserver's own counters are read (see {@link StandaloneMemServer}). */
+    /** Where the memserver's own counters are read (see {@link StandaloneMemserver}). */
     final InetSocketAddress stats;
     final String token;
     final Path log;
     /** The memserver's answers to {@link #revoke} (its stdout; its log goes to {@link #log}). */
     private final BufferedReader answers;
 
-    private MemServerProcess(ChildJvm jvm, InetSocketAddress address, InetSocketAddress stats, String token,
+    private MemserverProcess(ChildJvm jvm, InetSocketAddress address, InetSocketAddress stats, String token,
                              Path log) {
         this.jvm = jvm;
         this.process = jvm.process();
@@ -48,7 +48,7 @@ final class MemServerProcess implements AutoCloseable {
         this.answers = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
     }
 
-    static MemServerProcess start(long capacity, String token) throws IOException, InterruptedException {
+    static MemserverProcess start(long capacity, String token) throws IOException, InterruptedException {
         return start(capacity, token, "tcp");
     }
 
@@ -57,19 +57,19 @@ final class MemServerProcess implements AutoCloseable {
      * handlers off) and UCX_TLS=tcp unless the environment chose otherwise: this host has no RDMA device, and without
      * it two local processes would quietly use shared memory.
      */
-    static MemServerProcess start(long capacity, String token, String transport)
+    static MemserverProcess start(long capacity, String token, String transport)
             throws IOException, InterruptedException {
         return start(capacity, token, transport, List.of());
     }
 
     /** As {@link #start(long, String, String)}, with more JVM options (a small -XX:MaxDirectMemorySize, say). */
-    static MemServerProcess start(long capacity, String token, String transport, List<String> jvmArgs)
+    static MemserverProcess start(long capacity, String token, String transport, List<String> jvmArgs)
             throws IOException, InterruptedException {
         return start(capacity, token, transport, jvmArgs, null);
     }
 
     /** As {@link #start(long, String, String, List)}, with another hello timeout than the memserver's, or null. */
-    static MemServerProcess start(long capacity, String token, String transport, List<String> jvmArgs,
+    static MemserverProcess start(long capacity, String token, String transport, List<String> jvmArgs,
                                   Duration helloTimeout) throws IOException, InterruptedException {
         Path dir = Files.createTempDirectory("memserver");
         Path portFile = dir.resolve("port");
@@ -78,15 +78,15 @@ final class MemServerProcess implements AutoCloseable {
         if (helloTimeout != null) {
             args.add(String.valueOf(helloTimeout.toMillis()));
         }
-        ProcessBuilder pb = new ProcessBuilder(ChildJvm.command(jvmArgs, StandaloneMemServer.class, args));
+        ProcessBuilder pb = new ProcessBuilder(ChildJvm.command(jvmArgs, StandaloneMemserver.class, args));
         ucxEnvironment(pb.environment());
         ChildJvm jvm = ChildJvm.start("memserver", pb.redirectError(log.toFile()), portFile, log);
         String[] ports = Files.readString(portFile).trim().split(" ");
-        return new MemServerProcess(jvm, new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[0])),
+        return new MemserverProcess(jvm, new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[0])),
                 new InetSocketAddress("127.0.0.1", Integer.parseInt(ports[1])), token, log);
     }
 
-    /** The memserver's own counters (see {@link StandaloneMemServer}), by name. */
+    /** The memserver's own counters (see {@link StandaloneMemserver}), by name. */
     Map<String, Long> counters() throws IOException, InterruptedException {
         HttpClient http = HttpClient.newHttpClient();
         HttpResponse<String> response = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
@@ -123,7 +123,7 @@ final class MemServerProcess implements AutoCloseable {
     }
 
     /**
-     * An operator's revoke, asked on the process's stdin ({@link StandaloneMemServer}'s stand-in for the admin
+     * An operator's revoke, asked on the process's stdin ({@link StandaloneMemserver}'s stand-in for the admin
      * interface, which lives in ops); returns once the memserver has revoked the region.
      */
     synchronized void revoke(long regionId) throws IOException, InterruptedException {

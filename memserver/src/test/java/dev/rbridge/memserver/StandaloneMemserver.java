@@ -15,22 +15,22 @@ import java.time.Duration;
  * Test entry point: a memserver in its own JVM, so tests can SIGKILL and SIGSTOP it for real. Arguments:
  * PORT_FILE CAPACITY_BYTES TOKEN [TRANSPORT [HELLO_TIMEOUT_MS]]. Writes "PORT STATS_PORT" to PORT_FILE once
  * listening. The stats port (127.0.0.1) answers GET with the memserver's own counters a test reads
- * ({@link MemServer#stats()}: resident bytes and the refused peers by reason), one {@code name value} per line.
+ * ({@link Memserver#stats()}: resident bytes and the refused peers by reason), one {@code name value} per line.
  *
  * <p>An operator's revoke comes as the line {@code revoke REGION_ID} on stdin and is answered on stdout with
  * {@code revoked REGION_ID} or {@code no region REGION_ID}. This line protocol stands in for the admin interface,
  * whose HTTP routes live in the ops module (which this module cannot use); it calls the same
- * {@link MemServer#revoke}, and ops's MemServerAdminHttpServerTest covers the route itself.
+ * {@link Memserver#revoke}, and ops's MemserverAdminHttpServerTest covers the route itself.
  */
-public final class StandaloneMemServer {
+public final class StandaloneMemserver {
     public static void main(String[] args) throws Exception {
-        MemServerConfig config = new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), Long.parseLong(args[1]),
+        MemserverConfig config = new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), Long.parseLong(args[1]),
                 args[2], args.length > 3 ? args[3] : "tcp");
-        MemServer server = args.length > 4 ? MemServer.start(config, Duration.ofMillis(Long.parseLong(args[4])))
-                : MemServer.start(config);
+        Memserver server = args.length > 4 ? Memserver.start(config, Duration.ofMillis(Long.parseLong(args[4])))
+                : Memserver.start(config);
         HttpServer stats = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
         stats.createContext("/", exchange -> {
-            MemServer.Stats s = server.stats();
+            Memserver.Stats s = server.stats();
             StringBuilder b = new StringBuilder("resident_bytes " + s.residentBytes() + "\n");
             b.append("lingering_bytes ").append(s.lingeringBytes()).append('\n');
             b.append("connections ").append(server.connectionCount()).append('\n');

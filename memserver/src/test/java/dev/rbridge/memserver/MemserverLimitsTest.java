@@ -36,26 +36,26 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /** The memserver's limits on what clients may make it hold, each hit by a real client over tcp. */
 @Timeout(120)
 @Tag("fault")
-class MemServerLimitsTest {
-    static final String TOKEN = MemServerFloodTest.TOKEN;
+class MemserverLimitsTest {
+    static final String TOKEN = MemserverFloodTest.TOKEN;
 
-    static MemServer start(ConnectionLimits limits, int maxRegions) throws Exception {
-        return MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 256L << 20, TOKEN, "tcp",
+    static Memserver start(ConnectionLimits limits, int maxRegions) throws Exception {
+        return Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 256L << 20, TOKEN, "tcp",
                 false, false, ConnectParams.TCP_CONGESTION_DEFAULT, limits, maxRegions));
     }
 
-    static RemoteConnection connect(MemServer m, String name) throws RemoteMemoryException {
+    static RemoteConnection connect(Memserver m, String name) throws RemoteMemoryException {
         return new TcpProvider().connect(new ConnectParams().address(m.address()).token(TOKEN).clientName(name)
                 .connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5)));
     }
 
-    static long refused(MemServer m, String reason) {
+    static long refused(Memserver m, String reason) {
         return m.stats().refused().getOrDefault(reason, 0L);
     }
 
     @Test
     void aClientBeyondTheConnectionLimitIsToldWhy() throws Exception {
-        try (MemServer m = start(new ConnectionLimits(2, 2, 2, 2), MemServerConfig.MAX_REGIONS_DEFAULT);
+        try (Memserver m = start(new ConnectionLimits(2, 2, 2, 2), MemserverConfig.MAX_REGIONS_DEFAULT);
              RemoteConnection a = connect(m, "a"); RemoteConnection b = connect(m, "b")) {
             RemoteMemoryException e = assertThrows(RemoteMemoryException.class, () -> connect(m, "c"));
             assertEquals(Status.NO_CAPACITY, e.status(), e.getMessage());
@@ -74,8 +74,8 @@ class MemServerLimitsTest {
 
     @Test
     void silentConnectionsMakeWayForNewcomersFromTheirOwnAddressAndFromOthers() throws Exception {
-        try (MemServer m = start(new ConnectionLimits(100, 50, 4, 2), MemServerConfig.MAX_REGIONS_DEFAULT)) {
-            List<Socket> flood = MemServerFloodTest.silent(m.address(), 16); // 127.0.0.2 and .3, eight each
+        try (Memserver m = start(new ConnectionLimits(100, 50, 4, 2), MemserverConfig.MAX_REGIONS_DEFAULT)) {
+            List<Socket> flood = MemserverFloodTest.silent(m.address(), 16); // 127.0.0.2 and .3, eight each
             try {
                 long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
                 while (refused(m, "unauthenticated_peer_limit") < 12 && System.nanoTime() < deadline) {
@@ -93,7 +93,7 @@ class MemServerLimitsTest {
                 }
                 assertEquals(1, refused(m, "unauthenticated_evicted"), m.stats().refused().toString());
             } finally {
-                MemServerFloodTest.closeAll(flood);
+                MemserverFloodTest.closeAll(flood);
             }
         }
     }
@@ -102,7 +102,7 @@ class MemServerLimitsTest {
     void silentConnectionsFromAClientsOwnAddressCannotLockItOut() throws Exception {
         // A local process, or a NAT the bridge sits behind, shares the bridge's address: its silent connections fill
         // that address's unauthenticated places, and the bridge must still get in.
-        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
+        try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT)) {
             List<Socket> flood = new ArrayList<>();
             try {
                 for (int i = 0; i < ConnectionLimits.MAX_UNAUTHENTICATED_PER_PEER_DEFAULT; i++) {
@@ -120,7 +120,7 @@ class MemServerLimitsTest {
                     assertFalse(droppedWithin(s, 10), "only the oldest made way");
                 }
             } finally {
-                MemServerFloodTest.closeAll(flood);
+                MemserverFloodTest.closeAll(flood);
             }
         }
     }
@@ -129,7 +129,7 @@ class MemServerLimitsTest {
     private static boolean droppedWithin(Socket s, long millis) throws Exception {
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
         do {
-            if (MemServerFloodTest.dropped(s)) {
+            if (MemserverFloodTest.dropped(s)) {
                 return true;
             }
         } while (System.nanoTime() < deadline);
@@ -138,7 +138,7 @@ class MemServerLimitsTest {
 
     @Test
     void aGreetingLargerThanAnyHonestOneIsRefused() throws Exception {
-        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT);
+        try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT);
              Socket s = new Socket()) {
             byte[] name = new byte[8000];
             ByteBuffer hello = ByteBuffer.allocate(24 + 4 + TOKEN.length() + name.length).order(ByteOrder.LITTLE_ENDIAN)
@@ -160,7 +160,7 @@ class MemServerLimitsTest {
 
     @Test
     void aListenerThatCannotAcceptMakesTheMemserverNotReady() throws Exception {
-        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
+        try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT)) {
             assertNull(m.notReadyReason());
             Thread accept = Thread.getAllStackTraces().keySet().stream()
                     .filter(t -> t.getName().equals("rdma-tcp-accept-" + m.address().getPort())).findFirst()
@@ -171,7 +171,7 @@ class MemServerLimitsTest {
             assertNotNull(why, "a memserver that cannot take new clients says it is ready");
             assertTrue(why.contains("takes no new clients") && why.contains("closed unexpectedly"), why);
         }
-        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
+        try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT)) {
             m.drain();
             assertTrue(m.notReadyReason().startsWith("draining"), m.notReadyReason());
         }
@@ -179,7 +179,7 @@ class MemServerLimitsTest {
 
     @Test
     void regionsAreCountedAndListedWithNamesCutShort() throws Exception {
-        try (MemServer m = start(ConnectionLimits.DEFAULTS, 300);
+        try (Memserver m = start(ConnectionLimits.DEFAULTS, 300);
              RemoteConnection c = connect(m, "x".repeat(2000) + "\nforged log line")) {
             for (int i = 0; i < 300; i++) {
                 c.allocate(new RegionTag("v".repeat(255), i, 0, 1), 4096).get(5, TimeUnit.SECONDS);
@@ -191,7 +191,7 @@ class MemServerLimitsTest {
             assertTrue(r.getMessage().contains("limit of 300 regions (--max-regions)"), r.getMessage());
             List<RegionInfo> listed = c.list().get(5, TimeUnit.SECONDS); // ~130 KiB: through the reply buffer
             assertEquals(300, listed.size());
-            assertEquals("x".repeat(MemServer.MAX_CLIENT_NAME), listed.getFirst().owner());
+            assertEquals("x".repeat(Memserver.MAX_CLIENT_NAME), listed.getFirst().owner());
             assertEquals(300, m.regionCount());
         }
     }
@@ -200,7 +200,7 @@ class MemServerLimitsTest {
     static final int LISTED = 24_000;
 
     /** A raw client with the token that greets and asks for a LIST, and then reads nothing at all. */
-    static Socket stalledLister(MemServer m) throws Exception {
+    static Socket stalledLister(Memserver m) throws Exception {
         Socket s = new Socket();
         s.setReceiveBufferSize(4096);
         s.connect(m.address(), 5000);
@@ -222,8 +222,8 @@ class MemServerLimitsTest {
 
     @Test
     void aClientThatDoesNotReadItsListingIsCutOffAndGivesItsPlaceBack() throws Exception {
-        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT);
-             RemoteConnection c = connect(m, "x".repeat(MemServer.MAX_CLIENT_NAME))) {
+        try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT);
+             RemoteConnection c = connect(m, "x".repeat(Memserver.MAX_CLIENT_NAME))) {
             // ~10 MB of listing, more than the 2 x 4 MiB of socket buffer the kernel gives the memserver's side.
             for (int done = 0; done < LISTED; ) {
                 List<java.util.concurrent.CompletableFuture<?>> batch = new ArrayList<>();
@@ -238,14 +238,14 @@ class MemServerLimitsTest {
             // its listing in memory for as long as it stayed connected, and any number of them could.
             List<Socket> stalled = new ArrayList<>();
             try {
-                for (int i = 0; i < MemServer.CONCURRENT_LISTINGS; i++) {
+                for (int i = 0; i < Memserver.CONCURRENT_LISTINGS; i++) {
                     stalled.add(stalledLister(m));
                 }
                 long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-                while (m.listingsHeld() < MemServer.CONCURRENT_LISTINGS && System.nanoTime() < deadline) {
+                while (m.listingsHeld() < Memserver.CONCURRENT_LISTINGS && System.nanoTime() < deadline) {
                     Thread.sleep(10);
                 }
-                assertEquals(MemServer.CONCURRENT_LISTINGS, m.listingsHeld(), "the stalled listings hold their places");
+                assertEquals(Memserver.CONCURRENT_LISTINGS, m.listingsHeld(), "the stalled listings hold their places");
                 // Another client is told to try again rather than made to wait behind them.
                 long asked = System.nanoTime();
                 ExecutionException busy = assertThrows(ExecutionException.class,
@@ -261,7 +261,7 @@ class MemServerLimitsTest {
                 }
                 assertEquals(0, m.listingsHeld(), "the places of the clients cut off are free again");
             } finally {
-                MemServerFloodTest.closeAll(stalled);
+                MemserverFloodTest.closeAll(stalled);
             }
             List<RegionInfo> listed = c.list().get(10, TimeUnit.SECONDS);
             assertEquals(LISTED, listed.size());
@@ -293,17 +293,17 @@ class MemServerLimitsTest {
 
     @Test
     void aListingHoldsItsPlaceUntilClosed() throws Exception {
-        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT)) {
+        try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT)) {
             RegionService.Session s = m.open(new RegionService.Credential.Token(TOKEN), "lister", new InetSocketAddress("127.0.0.1", 1));
             List<RegionService.Listing> held = new ArrayList<>();
-            for (int i = 0; i < MemServer.CONCURRENT_LISTINGS; i++) {
+            for (int i = 0; i < Memserver.CONCURRENT_LISTINGS; i++) {
                 held.add(s.listing());
             }
             RemoteMemoryException e = assertThrows(RemoteMemoryException.class, s::listing);
             assertEquals(Status.NO_CAPACITY, e.status());
             held.getFirst().close();
             held.getFirst().close(); // idempotent: gives back one place, once
-            assertEquals(MemServer.CONCURRENT_LISTINGS - 1, m.listingsHeld());
+            assertEquals(Memserver.CONCURRENT_LISTINGS - 1, m.listingsHeld());
             held.set(0, s.listing());
             held.forEach(RegionService.Listing::close);
             assertEquals(0, m.listingsHeld());
@@ -320,7 +320,7 @@ class MemServerLimitsTest {
 
     @Test
     void aClientHoldsALimitedNumberOfLeases() throws Exception {
-        try (MemServer m = start(ConnectionLimits.DEFAULTS, MemServerConfig.MAX_REGIONS_DEFAULT);
+        try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT);
              RemoteConnection c = connect(m, "hoarder"); RemoteConnection other = connect(m, "other")) {
             for (int i = 0; i < Leases.MAX_LEASES_PER_CLIENT; i++) {
                 c.lease("vol-" + i, "hoarder", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);

@@ -34,7 +34,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 @Timeout(180)
 @Tag("fault")
-class MemServerFloodTest {
+class MemserverFloodTest {
     static final String TOKEN = "flood-secret";
 
     /**
@@ -129,7 +129,7 @@ class MemServerFloodTest {
 
     @Test
     void silentConnectionsCostNoLargeBuffersAndKeepNoClientOut() throws Exception {
-        try (MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20,
+        try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20,
                 TOKEN, "tcp"))) {
             served(m.address()); // the shared buffers of the first connection ever are not the flood's doing
             System.gc();
@@ -178,7 +178,7 @@ class MemServerFloodTest {
 
     @Test
     void clientsThatComeAndGoLeaveNoDirectMemoryBehind() throws Exception {
-        try (MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20,
+        try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20,
                 TOKEN, "tcp"))) {
             greetAndLeave(m.address());
             System.gc();
@@ -195,7 +195,7 @@ class MemServerFloodTest {
 
     @Test
     void theAcceptLoopOutlivesExhaustedDirectMemory() throws Exception {
-        try (MemServerProcess p = MemServerProcess.start(64L << 20, TOKEN, "tcp",
+        try (MemserverProcess p = MemserverProcess.start(64L << 20, TOKEN, "tcp",
                 List.of("-XX:MaxDirectMemorySize=16m"))) {
             List<Socket> flood = silent(p.address, 300);
             try {
@@ -217,7 +217,7 @@ class MemServerFloodTest {
 
     @Test
     void aUcxMemserverHoldsAtMostItsUnauthenticatedLimitToo() throws Exception {
-        try (MemServerProcess p = MemServerProcess.start(64L << 20, TOKEN, "ucx",
+        try (MemserverProcess p = MemserverProcess.start(64L << 20, TOKEN, "ucx",
                 List.of("-XX:MaxDirectMemorySize=16m"))) {
             List<Socket> flood = silent(p.address, 300); // 8 from each of 38 addresses
             try {
@@ -244,7 +244,7 @@ class MemServerFloodTest {
 
     @Test
     void aGarbageFloodIsLoggedInAFewLinesAndHurtsNoClient() throws Exception {
-        try (MemServerProcess p = MemServerProcess.start(64L << 20, TOKEN, "tcp")) {
+        try (MemserverProcess p = MemserverProcess.start(64L << 20, TOKEN, "tcp")) {
             byte[] garbage = "GET / HTTP/1.1\r\nHost: memserver\r\n\r\n".getBytes();
             for (int i = 0; i < 300; i++) {
                 try (Socket s = new Socket()) {

@@ -17,7 +17,7 @@ import java.util.Objects;
  * {@code numaNode}: the NUMA node region memory prefers ({@link NumaPlacement}), or
  * {@link AnonymousMemory#ANY_NODE}.
  */
-public record MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
+public record MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
                               boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
                               int maxRegions, Path tlsCertificates, boolean tlsVerifyPeer,
                               int numaNode) {
@@ -29,32 +29,32 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
     public static final int MAX_REGIONS_DEFAULT = 32768;
     /**
      * The most regions a LIST reply can carry: 16 MiB over the largest entry (a 255-byte volume name and a client name
-     * cut to {@link MemServer#MAX_CLIENT_NAME} bytes).
+     * cut to {@link Memserver#MAX_CLIENT_NAME} bytes).
      */
     public static final int MAX_REGIONS_LIMIT = 38000;
     /** Capacity is counted in whole pages: beyond this, page rounding of a size could overflow. */
     public static final long MAX_CAPACITY = 1L << 62;
 
     /** Plain pages, not locked. */
-    public MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport) {
+    public MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport) {
         this(listen, capacityBytes, token, transport, false, false);
     }
 
     /** The default TCP congestion control. */
-    public MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
+    public MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
                            boolean hugePages, boolean mlock) {
         this(listen, capacityBytes, token, transport, hugePages, mlock, ConnectParams.TCP_CONGESTION_DEFAULT);
     }
 
     /** The default limits. */
-    public MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
+    public MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
                            boolean hugePages, boolean mlock, String tcpCongestion) {
         this(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion, ConnectionLimits.DEFAULTS,
                 MAX_REGIONS_DEFAULT);
     }
 
     /** In clear. */
-    public MemServerConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
+    public MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
                            boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
                            int maxRegions) {
         this(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion, connections, maxRegions, null,
@@ -62,18 +62,18 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
     }
 
     /** This config with TLS from {@code certificates} (null: in clear). */
-    public MemServerConfig withTls(Path certificates, boolean verifyPeer) {
-        return new MemServerConfig(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion,
+    public MemserverConfig withTls(Path certificates, boolean verifyPeer) {
+        return new MemserverConfig(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion,
                 connections, maxRegions, certificates, verifyPeer, numaNode);
     }
 
     /** This config with region memory preferring NUMA node {@code node} ({@link AnonymousMemory#ANY_NODE}: none). */
-    public MemServerConfig withNumaNode(int node) {
-        return new MemServerConfig(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion,
+    public MemserverConfig withNumaNode(int node) {
+        return new MemserverConfig(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion,
                 connections, maxRegions, tlsCertificates, tlsVerifyPeer, node);
     }
 
-    public MemServerConfig {
+    public MemserverConfig {
         Objects.requireNonNull(listen, "listen");
         Objects.requireNonNull(transport, "transport");
         Objects.requireNonNull(connections, "connections");
@@ -99,7 +99,7 @@ public record MemServerConfig(InetSocketAddress listen, long capacityBytes, Stri
     /** Every field but the token's value: a record's own toString would print it, and configs end up in logs. */
     @Override
     public String toString() {
-        return "MemServerConfig[listen=" + listen + ", capacityBytes=" + capacityBytes + ", token="
+        return "MemserverConfig[listen=" + listen + ", capacityBytes=" + capacityBytes + ", token="
                 + (token == null ? "none" : "(withheld)") + ", transport=" + transport + ", hugePages=" + hugePages
                 + ", mlock=" + mlock + ", tcpCongestion=" + tcpCongestion + ", connections=" + connections
                 + ", maxRegions=" + maxRegions + ", tls=" + (tlsCertificates == null ? "off" : tlsCertificates

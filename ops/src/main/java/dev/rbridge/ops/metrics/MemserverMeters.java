@@ -1,6 +1,6 @@
 package dev.rbridge.ops.metrics;
 
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.rdma.ConnectionGate;
 import dev.rbridge.rdma.ConnectionStats;
 import io.micrometer.core.instrument.FunctionCounter;
@@ -14,7 +14,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.ToDoubleFunction;
 
 /**
- * A memserver's metrics on a Micrometer registry, all read from {@link MemServer#stats()} when scraped (nothing on
+ * A memserver's metrics on a Micrometer registry, all read from {@link Memserver#stats()} when scraped (nothing on
  * the data path). Transport counters are krping's, summed over every client since start.
  *
  * <pre>
@@ -34,18 +34,18 @@ import java.util.function.ToDoubleFunction;
  * rbridge_transport_write_ops_total{transport}        one-sided writes served (and _bytes_total)
  * </pre>
  */
-public final class MemServerMeters {
+public final class MemserverMeters {
     /** Refusal reasons registered up front, so their series exist at zero. */
     static final List<String> REFUSAL_REASONS = List.of("token", "draining", "version", "malformed", "hello_timeout",
             "tls_required", "tls_handshake", "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT, ConnectionGate.PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_LIMIT, ConnectionGate.UNAUTHENTICATED_PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_EVICTED);
 
-    private MemServerMeters() {
+    private MemserverMeters() {
     }
 
     /** Binds the one memserver of a memserver process. */
-    public static void bind(MeterRegistry registry, MemServer server) {
+    public static void bind(MeterRegistry registry, Memserver server) {
         bind(registry, server, Tags.empty());
     }
 
@@ -53,12 +53,12 @@ public final class MemServerMeters {
      * Binds one of several memservers that share a registry (the embedded mode): a {@code memserver} tag with
      * {@code label} tells them apart, as the bridge names them.
      */
-    public static void bind(MeterRegistry registry, MemServer server, String label) {
+    public static void bind(MeterRegistry registry, Memserver server, String label) {
         bind(registry, server, Tags.of("memserver", label));
     }
 
     /** @param tags added to every meter */
-    private static void bind(MeterRegistry registry, MemServer server, Tags tags) {
+    private static void bind(MeterRegistry registry, Memserver server, Tags tags) {
         // FunctionCounters hold their object weakly; the gauges below hold c strongly, which keeps it alive for both.
         Cached c = new Cached(server, tags);
         gauge(registry, "rbridge.memserver.capacity", c, s -> s.stats().capacityBytes(), "bytes",
@@ -117,19 +117,19 @@ public final class MemServerMeters {
                 .baseUnit(unit).tags(c.tags).tag("transport", transport).description(description).register(registry);
     }
 
-    /** One {@link MemServer#stats()} pass (a mincore per region) per scrape, not one per meter. */
+    /** One {@link Memserver#stats()} pass (a mincore per region) per scrape, not one per meter. */
     private static final class Cached {
-        private final MemServer server;
+        private final Memserver server;
         private final Tags tags;
-        private MemServer.Stats last;
+        private Memserver.Stats last;
         private long readAtNanos;
 
-        Cached(MemServer server, Tags tags) {
+        Cached(Memserver server, Tags tags) {
             this.server = server;
             this.tags = tags;
         }
 
-        synchronized MemServer.Stats stats() {
+        synchronized Memserver.Stats stats() {
             long now = System.nanoTime();
             if (last == null || now - readAtNanos > TimeUnit.MILLISECONDS.toNanos(200)) {
                 last = server.stats();

@@ -18,7 +18,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code rbridge memserver --numa-node}: a node the host lacks stops the start, and the choice is logged. */
 @Timeout(120)
-class MemServerNumaOptionTest {
+class MemserverNumaOptionTest {
     private static final String[] BASE = {"memserver", "--capacity", "64M", "--listen", "127.0.0.1:0", "--admin",
             "none", "--metrics", "none"};
 

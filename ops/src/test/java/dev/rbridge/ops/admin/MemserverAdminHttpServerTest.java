@@ -1,7 +1,7 @@
 package dev.rbridge.ops.admin;
 
-import dev.rbridge.memserver.MemServer;
-import dev.rbridge.memserver.MemServerConfig;
+import dev.rbridge.memserver.Memserver;
+import dev.rbridge.memserver.MemserverConfig;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionTag;
@@ -24,10 +24,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The memserver's admin interface shows what an operator needs about regions and leases. */
 @Timeout(60)
-class MemServerAdminHttpServerTest {
+class MemserverAdminHttpServerTest {
     private static final String TOKEN = "admin-secret";
 
-    private static String get(HttpClient http, MemServerAdminHttpServer admin, String path) throws Exception {
+    private static String get(HttpClient http, MemserverAdminHttpServer admin, String path) throws Exception {
         HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
                         + admin.address().getPort() + "/" + path)).header("Authorization", "Bearer " + TOKEN).build(),
                 HttpResponse.BodyHandlers.ofString());
@@ -37,9 +37,9 @@ class MemServerAdminHttpServerTest {
 
     @Test
     void regionsShowTheirGenerationAndLeasesTheirHolderAndTimeLeft() throws Exception {
-        try (MemServer m = MemServer.start(new MemServerConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20, TOKEN,
+        try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20, TOKEN,
                 "local"));
-             MemServerAdminHttpServer admin = new MemServerAdminHttpServer(new InetSocketAddress("127.0.0.1", 0), m, TOKEN, () -> {
+             MemserverAdminHttpServer admin = new MemserverAdminHttpServer(new InetSocketAddress("127.0.0.1", 0), m, TOKEN, () -> {
              });
              HttpClient http = HttpClient.newHttpClient()) {
             assertEquals("[]", get(http, admin, "leases"));

@@ -31,7 +31,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /** {@code rbridge admin} against a memserver process: list, revoke, disconnect, drain. */
 @Timeout(120)
 @Tag("interop")
-class MemServerAdminTest {
+class MemserverAdminTest {
     private static final Pattern LINE = Pattern.compile("at (\\S+):(\\d+) admin (\\S+)");
 
     private record Result(int code, String out, String err) {

@@ -20,7 +20,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 
 /** How a command reaches a memserver: the options ping, bench and mem share (a picocli mixin). */
-final class MemServerClientOptions {
+final class MemserverClientOptions {
     @Option(names = "--server", paramLabel = "HOST:PORT", required = true, description = "The memserver.")
     String server;
 

@@ -13,7 +13,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code rbridge memserver}'s limits: documented in --help, and a bad value named before anything starts. */
 @Timeout(120)
-class MemServerLimitOptionsTest {
+class MemserverLimitOptionsTest {
     private record Result(int code, String out, String err) {
     }
 

@@ -2,7 +2,7 @@ package dev.rbridge.ops.admin;
 
 import dev.rbridge.memserver.ClientView;
 import dev.rbridge.memserver.LeaseView;
-import dev.rbridge.memserver.MemServer;
+import dev.rbridge.memserver.Memserver;
 import dev.rbridge.ops.http.AdminRules;
 import dev.rbridge.ops.http.ErrorPage;
 import dev.rbridge.ops.http.HttpError;
@@ -39,8 +39,8 @@ import java.util.Map;
  * POST /shutdown                 exit now
  * </pre>
  */
-public final class MemServerAdminHttpServer implements AutoCloseable {
-    private static final Logger log = LoggerFactory.getLogger(MemServerAdminHttpServer.class);
+public final class MemserverAdminHttpServer implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(MemserverAdminHttpServer.class);
 
     /** Transport counters, per client and summed over the connected ones. */
     record Transport(long sendMessages, long sendBytes, long recvMessages, long recvBytes, long readOps,
@@ -72,13 +72,13 @@ public final class MemServerAdminHttpServer implements AutoCloseable {
     }
 
     private final OpsHttpServer http;
-    private final MemServer memserver;
+    private final Memserver memserver;
     private final Runnable exit;
 
     /**
      * @param exit what shutdown and a finished drain do (the command line stops the process)
      */
-    public MemServerAdminHttpServer(InetSocketAddress address, MemServer memserver, String token, Runnable exit)
+    public MemserverAdminHttpServer(InetSocketAddress address, Memserver memserver, String token, Runnable exit)
             throws IOException {
         this(address, memserver, token, exit, OpsHttpMetrics.NONE);
     }
@@ -87,7 +87,7 @@ public final class MemServerAdminHttpServer implements AutoCloseable {
      * @param token   the memserver's token, or null: reads are then open and operations that change state off
      * @param metrics where the server's refusals are counted
      */
-    public MemServerAdminHttpServer(InetSocketAddress address, MemServer memserver, String token, Runnable exit,
+    public MemserverAdminHttpServer(InetSocketAddress address, Memserver memserver, String token, Runnable exit,
                            OpsHttpMetrics metrics) throws IOException {
         this.memserver = memserver;
         this.exit = exit;
