@@ -65,8 +65,7 @@ final class HttpConnection {
         this.refusals = refusals;
         this.workers = workers;
         this.slots = slots;
-        this.decoder = new HttpRequestDecoder(config.maxRequestLine(), config.maxHeaderBytes(), config.maxHeaders(),
-                config.maxBody());
+        this.decoder = new HttpRequestDecoder(config.requestLimits());
         this.writer = new ResponseWriter(ch, config);
     }
 

@@ -322,7 +322,7 @@ class OpsHttpServerTest {
 
     @Test
     void oversizedRequestsGetTheirStatusReadableBeforeTheClose() throws Exception {
-        OpsHttpServer s = start(config().limits(128, 256, 8, 16), HELLO);
+        OpsHttpServer s = start(config().limits(new RequestLimits(128, 256, 8, 16)), HELLO);
         try (RawHttp c = new RawHttp(s.address())) {
             // the client is still sending when the server answers: lingering keeps the answer from being reset away
             c.send("GET /" + "x".repeat(4000) + " HTTP/1.1\r\n");
