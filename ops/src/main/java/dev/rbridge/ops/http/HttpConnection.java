@@ -1,5 +1,6 @@
 package dev.rbridge.ops.http;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.common.Durations;
 import dev.rbridge.common.PeerGroup;
 
@@ -342,7 +343,7 @@ final class HttpConnection {
         if (key != null) {
             key.cancel();
         }
-        HttpConnectionSlots.closeQuietly(ch);
+        Closeables.closeQuietly(ch);
         slots.release(this);
     }
 }

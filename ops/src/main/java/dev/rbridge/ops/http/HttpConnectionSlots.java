@@ -1,5 +1,6 @@
 package dev.rbridge.ops.http;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.common.PeerGroup;
 
 import java.io.IOException;
@@ -82,7 +83,7 @@ final class HttpConnectionSlots {
             try {
                 admit(ch);
             } catch (IOException | RuntimeException e) {
-                closeQuietly(ch);
+                Closeables.closeQuietly(ch);
                 refusals.warn("admit", "could not take a connection: " + e);
             }
         }
@@ -194,7 +195,7 @@ final class HttpConnectionSlots {
         } catch (IOException | RuntimeException e) {
             // the refusal is counted and logged; a peer that cannot take its 503 loses nothing more
         }
-        closeQuietly(ch);
+        Closeables.closeQuietly(ch);
     }
 
     /** A connection closed: its slot is free. */
@@ -216,14 +217,6 @@ final class HttpConnectionSlots {
             return String.valueOf(ch.getRemoteAddress());
         } catch (IOException e) {
             return "(gone)";
-        }
-    }
-
-    static void closeQuietly(SocketChannel ch) {
-        try {
-            ch.close();
-        } catch (IOException e) {
-            // closing a socket we give up on: nothing left to do with it
         }
     }
 }
