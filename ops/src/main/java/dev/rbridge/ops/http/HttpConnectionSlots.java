@@ -7,7 +7,6 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.StandardSocketOptions;
 import java.nio.channels.SelectionKey;
-import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
@@ -28,12 +27,11 @@ final class HttpConnectionSlots {
     /** How long a failing accept (out of file descriptors) pauses accepting, instead of spinning on it. */
     private static final long ACCEPT_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
 
+    private final WorkerPool workers;
+    /** The listener's registration: its channel is the listener, its selector the selector thread's. */
+    private final SelectionKey acceptKey;
     private final OpsHttpConfig config;
     private final RefusalLog refusals;
-    private final WorkerPool workers;
-    private final Selector selector;
-    private final ServerSocketChannel listener;
-    private final SelectionKey acceptKey;
     private final AtomicInteger open = new AtomicInteger();
     // selector thread only
     private final List<HttpConnection> conns = new ArrayList<>();
@@ -42,14 +40,12 @@ final class HttpConnectionSlots {
     private long acceptPausedUntil;
     private boolean acceptPaused;
 
-    HttpConnectionSlots(OpsHttpConfig config, RefusalLog refusals, WorkerPool workers, Selector selector,
-                    ServerSocketChannel listener, SelectionKey acceptKey) {
-        this.config = config;
-        this.refusals = refusals;
+    /** Connections get {@code workers}' settings and refusal log: the server's. */
+    HttpConnectionSlots(WorkerPool workers, SelectionKey acceptKey) {
         this.workers = workers;
-        this.selector = selector;
-        this.listener = listener;
         this.acceptKey = acceptKey;
+        this.config = workers.config();
+        this.refusals = workers.refusals();
     }
 
     /** Connections open now; any thread. */
@@ -68,7 +64,7 @@ final class HttpConnectionSlots {
         for (int i = 0; i < ACCEPTS_PER_ROUND; i++) {
             SocketChannel ch;
             try {
-                ch = listener.accept();
+                ch = ((ServerSocketChannel) acceptKey.channel()).accept();
             } catch (IOException e) {
                 // out of file descriptors, typically: stop accepting for a moment instead of spinning on it
                 refusals.warn("accept", "accept failed: " + e.getMessage());
@@ -130,7 +126,7 @@ final class HttpConnectionSlots {
         ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
         HttpConnection c = new HttpConnection(ch, peer, (InetSocketAddress) ch.getLocalAddress(), config, refusals,
                 workers, this);
-        c.register(selector);
+        c.register(acceptKey.selector());
         conns.add(c);
         perPeer.merge(peerAddress, 1, Integer::sum);
         open.incrementAndGet();
