@@ -316,9 +316,12 @@ public final class NbdServer implements AutoCloseable {
         return slots.count();
     }
 
-    /** Whether every connection is idle: nothing in flight, half-received, held or unwritten (for tests here). */
-    boolean allIdle() {
-        return slots.connections().stream().allMatch(Connection::idle);
+    /**
+     * Sessions idle now: connections in transmission with nothing in flight, half-received, held or waiting to be
+     * written. At a connection limit, a newcomer takes the place of one of these or is refused.
+     */
+    public int idleConnections() {
+        return (int) slots.connections().stream().filter(c -> c.inTransmission() && c.idle()).count();
     }
 
     /**
