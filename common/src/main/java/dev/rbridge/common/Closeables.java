@@ -6,7 +6,7 @@ import org.slf4j.LoggerFactory;
 import java.io.Closeable;
 import java.io.IOException;
 
-/** Closing what is given up on (a refused or failed socket, a listener at shutdown), where a failure changes nothing. */
+/** Closing what is given up on (a refused or failed socket, a listener at shutdown): a failure changes nothing. */
 public final class Closeables {
     private static final Logger log = LoggerFactory.getLogger(Closeables.class);
 
