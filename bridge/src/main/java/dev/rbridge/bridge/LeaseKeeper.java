@@ -42,7 +42,7 @@ import java.util.function.BiConsumer;
  * reconnect opening its regions, a resynchronization) may hold a renewal back: a lease left to lapse is anyone's to
  * take, and taking it rotates the keys this bridge uses.
  */
-final class LeaseKeeper implements AutoCloseable {
+final class LeaseKeeper implements Duty, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(LeaseKeeper.class);
     /** Room for the memserver's clock running a little slower than this one over one ttl. */
     private static final long LEASE_CLOCK_SLACK_NANOS = TimeUnit.SECONDS.toNanos(1);
@@ -120,19 +120,23 @@ final class LeaseKeeper implements AutoCloseable {
 
     /** Starts renewing, every third of the lease's time to live; before the first lease is taken. */
     void start() {
-        Duration every = config.leaseTtl().dividedBy(3);
-        cycle = DutyCycle.start(new Duty() {
-            @Override
-            public String role() {
-                return "bridge-lease";
-            }
+        cycle = DutyCycle.start(this, renewalInterval());
+    }
 
-            @Override
-            public long doWork() {
-                renew();
-                return every.toNanos();
-            }
-        }, every);
+    private Duration renewalInterval() {
+        return config.leaseTtl().dividedBy(3);
+    }
+
+    @Override
+    public String role() {
+        return "bridge-lease";
+    }
+
+    /** A renewal pass ({@link #renew()}); the next one a third of the lease's time to live later. */
+    @Override
+    public long doWork() {
+        renew();
+        return renewalInterval().toNanos();
     }
 
     /** Stops renewing (the leases lapse, or are given back by {@link #giveBack}). */

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.common.RateLimitedLog;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -132,11 +133,11 @@ public final class GatedAcceptor implements AutoCloseable {
                     backoff = 0;
                 } catch (IOException e) {
                     // This peer's socket failed (reset before it was taken, say): its loss alone, no pause.
-                    closeQuietly(ch);
+                    Closeables.closeQuietly(ch);
                     service.refused("accept_failed", null);
                     limited.info("accept_failed", "could not take a new connection ({}); dropped it", e.toString());
                 } catch (Throwable e) { // out of memory or threads: give the process a moment
-                    closeQuietly(ch);
+                    Closeables.closeQuietly(ch);
                     service.refused("accept_failed", null);
                     backoff = Math.min(BACKOFF_MAX_MILLIS, Math.max(BACKOFF_MIN_MILLIS, backoff * 2));
                     limited.warn("accept_failed", "could not take a new connection ({}); dropped it, accepting again "
@@ -155,7 +156,7 @@ public final class GatedAcceptor implements AutoCloseable {
     /** Admits {@code ch} or turns it away. */
     private void take(SocketChannel ch) throws IOException {
         InetSocketAddress remote = (InetSocketAddress) ch.getRemoteAddress();
-        switch (gate.admit(remote.getAddress(), () -> closeQuietly(ch))) {
+        switch (gate.admit(remote.getAddress(), () -> Closeables.closeQuietly(ch))) {
             case ConnectionGate.Refused r -> {
                 service.refused(r.reason(), remote);
                 limited.info(r.reason(), "refused a connection from {}: {}", remote.getAddress().getHostAddress(),
@@ -198,17 +199,10 @@ public final class GatedAcceptor implements AutoCloseable {
         } catch (IOException e) {
             log.debug("could not tell a refused peer why: {}", e.toString());
         } finally {
-            closeQuietly(ch);
+            Closeables.closeQuietly(ch);
         }
     }
 
-    private static void closeQuietly(SocketChannel ch) {
-        try {
-            ch.close();
-        } catch (IOException e) {
-            log.debug("close failed", e);
-        }
-    }
 
     private static void pause(long millis) {
         try {

@@ -99,7 +99,9 @@ public final class ReadHedger implements Duty, AutoCloseable {
     /** A duty cycle now; then ticks while nothing is watched, and parks (idle) once that lasted a while. */
     @Override
     public long doWork() {
-        idle = false;
+        if (idle) { // set only before a park: written once per wake-up, not every cycle
+            idle = false;
+        }
         long now = System.nanoTime();
         long sleep = doWork(now);
         if (sleep >= 0) {
@@ -124,7 +126,11 @@ public final class ReadHedger implements Duty, AutoCloseable {
      * to sleep until the head's deadline (at least {@link #MIN_SLEEP_NANOS}), or -1 when nothing is watched.
      */
     long doWork(long now) {
-        tokens = Math.min(HEDGE_BURST, tokens + readsSinceRefill.getAndSet(0) * HEDGE_SHARE);
+        int reads = readsSinceRefill.get();
+        if (reads != 0) { // taken only when there are some: no atomic write in a cycle without reads
+            readsSinceRefill.addAndGet(-reads);
+            tokens = Math.min(HEDGE_BURST, tokens + reads * HEDGE_SHARE);
+        }
         HedgedRead r;
         while ((r = watched.peek()) != null) {
             if (r.waiting()) {

@@ -143,9 +143,13 @@ public final class Rebuilder implements Duty, AutoCloseable {
         return "bridge-rebuild";
     }
 
-    /** Copies the next queued slab, if any and not backing off; rests until {@link #offer} wakes it otherwise. */
+    /**
+     * Copies the next queued slab, if any and not backing off; rests until {@link #offer} wakes it otherwise.
+     *
+     * @throws InterruptedException when {@link #close} cuts a copy short ({@link DutyCycle#closeInterrupting})
+     */
     @Override
-    public long doWork() {
+    public long doWork() throws InterruptedException {
         if (!running) {
             return UNTIL_WOKEN;
         }
@@ -166,8 +170,6 @@ public final class Rebuilder implements Duty, AutoCloseable {
             if (!rebuild(s, buffer)) {
                 backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
             }
-        } catch (InterruptedException e) {
-            return UNTIL_WOKEN; // closing: close() interrupts the copy's wait and ends the cycles
         } catch (RuntimeException e) {
             log.error("rebuild of volume {} slab {} failed unexpectedly", s.volume.name(), s.index, e);
             backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
@@ -389,10 +391,8 @@ public final class Rebuilder implements Duty, AutoCloseable {
         running = false;
         DutyCycle c = cycle;
         if (c != null) {
-            // A copy waits on the memservers' futures, never on a channel of its own: the interrupt only ends the
-            // wait (DutyCycle itself never interrupts).
-            c.thread().interrupt();
-            c.close(Duration.ofSeconds(5));
+            // A copy waits on the memservers' futures, never on a channel of its own: the interrupt only ends the wait.
+            c.closeInterrupting(Duration.ofSeconds(5));
         }
     }
 }

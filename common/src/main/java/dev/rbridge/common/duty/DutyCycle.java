@@ -16,11 +16,14 @@ import java.util.concurrent.locks.LockSupport;
  * <li>an {@link Exception} from a cycle is logged (at most one line per five seconds, with the count of those left
  *     out) and the thread rests the back-off before the next cycle: a failure that repeats must neither spin nor
  *     flood the log;</li>
+ * <li>an {@link Exception} from a cycle that a close cut short, {@link InterruptedException} from
+ *     {@link #closeInterrupting} above all, ends the thread without a word: it is the close, not a failure;</li>
  * <li>an {@link Error} (out of memory, a bug in a native binding) ends the role: the thread logs that the role
  *     stopped and why, and {@link #stoppedBy} answers it, so whoever reports health can say so.</li>
  * </ul>
  * {@link #close} never interrupts the thread (an interrupt closes any NIO channel the duty is using); it stops the
- * cycles, wakes the thread and waits for the cycle under way, up to a bound.
+ * cycles, wakes the thread and waits for the cycle under way, up to a bound. A duty whose cycle waits only on futures
+ * and locks, never on a channel, may be closed with {@link #closeInterrupting} instead, which also ends that wait.
  */
 public final class DutyCycle implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(DutyCycle.class);
@@ -87,6 +90,18 @@ public final class DutyCycle implements AutoCloseable {
             Thread.currentThread().interrupt();
             return !thread.isAlive();
         }
+    }
+
+    /**
+     * Stops the cycles, interrupts the cycle under way and waits up to {@code wait} for it; answers whether the thread
+     * ended. Only for a duty whose cycle waits on futures and locks, never on a channel of its own (an interrupt
+     * closes the channel). The cycles are stopped before the interrupt, so what the interrupt makes the cycle throw
+     * ends the thread quietly.
+     */
+    public boolean closeInterrupting(Duration wait) {
+        running = false;
+        thread.interrupt();
+        return close(wait);
     }
 
     private void run() {

@@ -5,6 +5,7 @@ import org.junit.jupiter.api.Test;
 import java.time.Duration;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -169,6 +170,38 @@ class DutyCycleTest {
         release.countDown();
         assertTrue(c.close(LONG), "the thread ends once the cycle returns");
         assertFalse(interrupted.get(), "close did not interrupt the cycle");
+    }
+
+    /**
+     * A cycle waiting on a future that never completes: closeInterrupting ends the wait, and the cycle's
+     * InterruptedException ends the thread as the close it is, not as a failed cycle (after which, with a 1 ms
+     * back-off, the next cycle would wait on the future for ever and the close would time out).
+     */
+    @Test
+    void closeInterruptingEndsAWaitUnderWayAndTheThreadWithoutAnotherCycle() throws Exception {
+        CountDownLatch inCycle = new CountDownLatch(1);
+        CompletableFuture<Void> never = new CompletableFuture<>();
+        AtomicInteger calls = new AtomicInteger();
+        Duty d = new Duty() {
+            @Override
+            public String role() {
+                return "waiting-duty";
+            }
+
+            @Override
+            public long doWork() throws Exception {
+                calls.incrementAndGet();
+                inCycle.countDown();
+                never.get();
+                return 0;
+            }
+        };
+        DutyCycle c = DutyCycle.start(d, Duration.ofMillis(1));
+        assertTrue(inCycle.await(30, TimeUnit.SECONDS));
+        assertTrue(c.closeInterrupting(LONG), "the interrupt ends the wait, and the thread ends");
+        assertFalse(c.thread().isAlive());
+        assertEquals(1, calls.get(), "no cycle after the close");
+        assertNull(c.stoppedBy(), "a close is no error");
     }
 
     @Test

@@ -39,17 +39,12 @@ class HttpRequestDecoderFuzzTest {
     private record Outcome(List<Seen> requests, int status) {
     }
 
-    private record Limits(int requestLine, int headerBytes, int headers, int body) {
-        HttpRequestDecoder decoder() {
-            return new HttpRequestDecoder(requestLine, headerBytes, headers, body);
-        }
-    }
-
     @FuzzTest(maxDuration = "10s")
     void decode(FuzzedDataProvider data) {
         int cut = data.consumeInt();
-        Limits limits = new Limits(1 + Math.floorMod(data.consumeInt(), 4096), 1 + Math.floorMod(data.consumeInt(), 8192),
-                Math.floorMod(data.consumeInt(), 64), Math.floorMod(data.consumeInt(), 1 << 16));
+        RequestLimits limits = new RequestLimits(1 + Math.floorMod(data.consumeInt(), 4096),
+                1 + Math.floorMod(data.consumeInt(), 8192), Math.floorMod(data.consumeInt(), 64),
+                Math.floorMod(data.consumeInt(), 1 << 16));
         byte[] stream = data.consumeRemainingAsBytes();
         Outcome first = null;
         for (int mode = 0; mode < Feeds.modes(stream.length); mode++) {
@@ -62,8 +57,8 @@ class HttpRequestDecoderFuzzTest {
         }
     }
 
-    private static Outcome run(byte[] stream, int[] cuts, Limits limits) {
-        HttpRequestDecoder decoder = limits.decoder();
+    private static Outcome run(byte[] stream, int[] cuts, RequestLimits limits) {
+        HttpRequestDecoder decoder = new HttpRequestDecoder(limits);
         ByteBuffer in = ByteBuffer.wrap(stream);
         List<Seen> out = new ArrayList<>();
         int start = 0;
@@ -91,7 +86,7 @@ class HttpRequestDecoderFuzzTest {
         return new Outcome(out, 0);
     }
 
-    private static void checkRequest(HttpRequest r, int took, Limits limits) {
+    private static void checkRequest(HttpRequest r, int took, RequestLimits limits) {
         check(r.headers().size() <= limits.headers() && r.body().length <= limits.body(), () -> r + " exceeds the limits");
         check(took <= limits.requestLine() + limits.headerBytes() + r.body().length,
                 () -> "a request of " + took + " bytes within limits " + limits);
@@ -118,7 +113,8 @@ class HttpRequestDecoderFuzzTest {
         enc.writeBytes("\r\n".getBytes(StandardCharsets.US_ASCII));
         enc.writeBytes(r.body());
         byte[] bytes = enc.toByteArray();
-        HttpRequest again = new HttpRequestDecoder(bytes.length, bytes.length, r.headers().size(), r.body().length)
+        HttpRequest again = new HttpRequestDecoder(new RequestLimits(bytes.length, bytes.length, r.headers().size(),
+                r.body().length))
                 .next(ByteBuffer.wrap(bytes));
         check(again != null && Seen.of(again).equals(Seen.of(r)) && Arrays.equals(again.body(), r.body()),
                 () -> r + " re-encoded reads back as " + again);

@@ -151,11 +151,7 @@ public final class HandshakeDecoder {
     }
 
     private static OptionRequest parseInfo(int option, ByteBuffer d) throws MalformedOptionException {
-        long nameLength = u32(d, "export name length");
-        if (nameLength > d.remaining() - 2L) {
-            throw new MalformedOptionException("export name length " + nameLength + " overruns the option data");
-        }
-        String name = string(d, (int) nameLength, "export name");
+        String name = exportName(d, 2);
         int count = u16(d, "number of information requests");
         if (d.remaining() != 2 * count) {
             throw new MalformedOptionException(count + " information requests need " + 2 * count
@@ -169,11 +165,7 @@ public final class HandshakeDecoder {
     }
 
     private static OptionRequest parseMetaContext(int option, ByteBuffer d) throws MalformedOptionException {
-        long nameLength = u32(d, "export name length");
-        if (nameLength > d.remaining() - 4L) {
-            throw new MalformedOptionException("export name length " + nameLength + " overruns the option data");
-        }
-        String name = string(d, (int) nameLength, "export name");
+        String name = exportName(d, 4);
         long count = u32(d, "number of queries");
         if (count * 4 > d.remaining()) {
             throw new MalformedOptionException(count + " queries cannot fit in " + d.remaining() + " bytes");
@@ -190,6 +182,18 @@ public final class HandshakeDecoder {
             throw new MalformedOptionException(d.remaining() + " bytes follow the last query");
         }
         return new OptionRequest.MetaContext(option == Nbd.OPT_SET_META_CONTEXT, name, queries);
+    }
+
+    /**
+     * The export name that starts INFO, GO and the meta-context options: its 32-bit length, then the name, which must
+     * leave room for the {@code after} bytes of the count that follows it.
+     */
+    private static String exportName(ByteBuffer d, int after) throws MalformedOptionException {
+        long nameLength = u32(d, "export name length");
+        if (nameLength > d.remaining() - (long) after) {
+            throw new MalformedOptionException("export name length " + nameLength + " overruns the option data");
+        }
+        return string(d, (int) nameLength, "export name");
     }
 
     private static long u32(ByteBuffer d, String what) throws MalformedOptionException {

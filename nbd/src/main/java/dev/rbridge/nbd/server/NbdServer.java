@@ -1,5 +1,6 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.common.Durations;
 import dev.rbridge.common.PeerGroup;
 import dev.rbridge.common.RateLimitedLog;
@@ -174,10 +175,10 @@ public final class NbdServer implements AutoCloseable {
                 } catch (IOException | RuntimeException e) {
                     // this peer's socket failed (reset before we set it up): nothing to wait for
                     limitedLog.warn("admit", "could not serve a connection on {}: {}", address, e.toString());
-                    closeQuietly(ch);
+                    Closeables.closeQuietly(ch);
                 } catch (Error e) {
                     limitedLog.warn("admit", "could not serve a connection on {}: {}", address, e.toString());
-                    closeQuietly(ch);
+                    Closeables.closeQuietly(ch);
                     sleep(50); // out of memory or threads: give what is running room to finish
                 }
             }
@@ -193,7 +194,7 @@ public final class NbdServer implements AutoCloseable {
         String peerAddress = address instanceof ListenAddress.Unix ? "unix" : hostOf(ch);
         String peer = address instanceof ListenAddress.Unix ? "unix:" + address : peerAddress + ":" + portOf(ch);
         if (closing) {
-            closeQuietly(ch);
+            Closeables.closeQuietly(ch);
             return;
         }
         if (address instanceof ListenAddress.Tcp) {
@@ -209,7 +210,7 @@ public final class NbdServer implements AutoCloseable {
         }
         Connection c = new Connection(this, ch, nextId.getAndIncrement(), peer, peerAddress);
         if (!slots.take(c)) {
-            closeQuietly(ch);
+            Closeables.closeQuietly(ch);
             return;
         }
         log.debug("connection {} from {} accepted on {}", c.id(), peer, address);
@@ -315,9 +316,12 @@ public final class NbdServer implements AutoCloseable {
         return slots.count();
     }
 
-    /** Whether every connection is idle: nothing in flight, half-received, held or unwritten (for tests here). */
-    boolean allIdle() {
-        return slots.connections().stream().allMatch(Connection::idle);
+    /**
+     * Sessions idle now: connections in transmission with nothing in flight, half-received, held or waiting to be
+     * written. At a connection limit, a newcomer takes the place of one of these or is refused.
+     */
+    public int idleConnections() {
+        return (int) slots.connections().stream().filter(c -> c.inTransmission() && c.idle()).count();
     }
 
     /**
@@ -386,7 +390,7 @@ public final class NbdServer implements AutoCloseable {
 
     private void closeListeners() {
         for (int i = 0; i < listeners.size(); i++) {
-            closeQuietly(listeners.get(i));
+            Closeables.closeQuietly(listeners.get(i));
             if (i < bound.size() && bound.get(i) instanceof ListenAddress.Unix unix) {
                 try {
                     Files.deleteIfExists(unix.path());
@@ -394,14 +398,6 @@ public final class NbdServer implements AutoCloseable {
                     log.debug("could not remove socket {}", unix.path(), e);
                 }
             }
-        }
-    }
-
-    private static void closeQuietly(java.io.Closeable c) {
-        try {
-            c.close();
-        } catch (IOException e) {
-            log.debug("close failed", e);
         }
     }
 

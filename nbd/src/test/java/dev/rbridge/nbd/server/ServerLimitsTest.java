@@ -283,7 +283,7 @@ class ServerLimitsTest {
             assertReads(a2, 3);
             // A reply reaches the client before its connection counts the request done: a newcomer now could find
             // no connection of 127.0.0.2 idle yet (seen in 3 of 120 tries).
-            await("every connection idle at the server", ts.server::allIdle);
+            await("every connection idle at the server", () -> ts.server.idleConnections() == 3);
             // b1 is now the longest idle of all, but its address holds fewer: a slot of 127.0.0.2 goes
             try (RawClient c1 = RawClient.connectFrom(ts.server, "127.0.0.4")) {
                 c1.go("disk", false, false);

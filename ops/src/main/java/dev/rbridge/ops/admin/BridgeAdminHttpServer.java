@@ -6,10 +6,8 @@ import dev.rbridge.bridge.volume.Slab;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.ops.http.AdminRules;
-import dev.rbridge.ops.http.ErrorPage;
 import dev.rbridge.ops.http.HttpRequest;
 import dev.rbridge.ops.http.HttpResponse;
-import dev.rbridge.ops.http.OpsHttpConfig;
 import dev.rbridge.ops.http.OpsHttpMetrics;
 import dev.rbridge.ops.http.OpsHttpServer;
 import dev.rbridge.ops.http.Routes;
@@ -82,13 +80,7 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
                 })
                 .mutate("/volumes/{name}/grow/{bytes}", this::growVolume)
                 .build();
-        try {
-            this.http = OpsHttpServer.start(OpsHttpConfig.builder("admin", address).errorPage(ErrorPage.JSON).build(),
-                    routes, metrics);
-        } catch (IOException e) {
-            throw new IOException("cannot serve admin on " + address.getHostString() + ":" + address.getPort() + ": "
-                    + e.getMessage() + " (use --admin HOST:PORT or none)", e);
-        }
+        this.http = AdminHttp.start(address, routes, metrics, " (use --admin HOST:PORT or none)");
         log.info("admin interface at http://{}:{}/", address().getHostString(), address().getPort());
     }
 

@@ -4,11 +4,9 @@ import dev.rbridge.memserver.ClientView;
 import dev.rbridge.memserver.LeaseView;
 import dev.rbridge.memserver.Memserver;
 import dev.rbridge.ops.http.AdminRules;
-import dev.rbridge.ops.http.ErrorPage;
 import dev.rbridge.ops.http.HttpError;
 import dev.rbridge.ops.http.HttpRequest;
 import dev.rbridge.ops.http.HttpResponse;
-import dev.rbridge.ops.http.OpsHttpConfig;
 import dev.rbridge.ops.http.OpsHttpMetrics;
 import dev.rbridge.ops.http.OpsHttpServer;
 import dev.rbridge.ops.http.Refusal;
@@ -22,6 +20,7 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.util.List;
 import java.util.Map;
+import java.util.function.LongPredicate;
 
 /**
  * The memserver's operator interface: JSON over HTTP on the ops server, apart from the data transport so it works
@@ -101,13 +100,7 @@ public final class MemserverAdminHttpServer implements AutoCloseable {
                 .mutate("/drain", this::drain)
                 .mutate("/shutdown", this::shutdown)
                 .build();
-        try {
-            this.http = OpsHttpServer.start(OpsHttpConfig.builder("admin", address).errorPage(ErrorPage.JSON).build(),
-                    routes, metrics);
-        } catch (IOException e) {
-            throw new IOException("cannot serve admin on " + address.getHostString() + ":" + address.getPort() + ": "
-                    + e.getMessage(), e);
-        }
+        this.http = AdminHttp.start(address, routes, metrics, "");
         log.info("admin interface at http://{}:{}/{}", address().getHostString(), address().getPort(),
                 token == null ? " (no token: reads open, drain/shutdown/revoke/disconnect off)" : "");
     }
@@ -122,21 +115,24 @@ public final class MemserverAdminHttpServer implements AutoCloseable {
     }
 
     private HttpResponse disconnect(HttpRequest r) {
-        long id = parseId(r.param("id"));
-        if (!memserver.disconnect(id)) {
-            return HttpResponse.json(404, Map.of("error", "no client " + id));
-        }
-        log.info("admin: client {} disconnected by an operator from {}", id, r.peer());
-        return HttpResponse.json(200, Map.of("disconnected", id));
+        return actOnId(r, memserver::disconnect, "client", "disconnected");
     }
 
     private HttpResponse revoke(HttpRequest r) {
+        return actOnId(r, memserver::revoke, "region", "revoked");
+    }
+
+    /**
+     * Does {@code action} to the {@code what} whose id the path names: 200 with {@code {done: id}}, or 404 when
+     * there is no such {@code what} (the action answered false).
+     */
+    private static HttpResponse actOnId(HttpRequest r, LongPredicate action, String what, String done) {
         long id = parseId(r.param("id"));
-        if (!memserver.revoke(id)) {
-            return HttpResponse.json(404, Map.of("error", "no region " + id));
+        if (!action.test(id)) {
+            return HttpResponse.json(404, Map.of("error", "no " + what + " " + id));
         }
-        log.info("admin: region {} revoked by an operator from {}", id, r.peer());
-        return HttpResponse.json(200, Map.of("revoked", id));
+        log.info("admin: {} {} {} by an operator from {}", what, id, done, r.peer());
+        return HttpResponse.json(200, Map.of(done, id));
     }
 
     private HttpResponse drain(HttpRequest r) {

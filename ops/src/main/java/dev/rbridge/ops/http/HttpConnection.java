@@ -1,5 +1,6 @@
 package dev.rbridge.ops.http;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.common.Durations;
 import dev.rbridge.common.PeerGroup;
 
@@ -65,8 +66,7 @@ final class HttpConnection {
         this.refusals = refusals;
         this.workers = workers;
         this.slots = slots;
-        this.decoder = new HttpRequestDecoder(config.maxRequestLine(), config.maxHeaderBytes(), config.maxHeaders(),
-                config.maxBody());
+        this.decoder = new HttpRequestDecoder(config.requestLimits());
         this.writer = new ResponseWriter(ch, config);
     }
 
@@ -343,7 +343,7 @@ final class HttpConnection {
         if (key != null) {
             key.cancel();
         }
-        HttpConnectionSlots.closeQuietly(ch);
+        Closeables.closeQuietly(ch);
         slots.release(this);
     }
 }

@@ -1,12 +1,12 @@
 package dev.rbridge.ops.http;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.common.PeerGroup;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.StandardSocketOptions;
 import java.nio.channels.SelectionKey;
-import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
@@ -27,12 +27,11 @@ final class HttpConnectionSlots {
     /** How long a failing accept (out of file descriptors) pauses accepting, instead of spinning on it. */
     private static final long ACCEPT_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
 
+    private final WorkerPool workers;
+    /** The listener's registration: its channel is the listener, its selector the selector thread's. */
+    private final SelectionKey acceptKey;
     private final OpsHttpConfig config;
     private final RefusalLog refusals;
-    private final WorkerPool workers;
-    private final Selector selector;
-    private final ServerSocketChannel listener;
-    private final SelectionKey acceptKey;
     private final AtomicInteger open = new AtomicInteger();
     // selector thread only
     private final List<HttpConnection> conns = new ArrayList<>();
@@ -41,14 +40,12 @@ final class HttpConnectionSlots {
     private long acceptPausedUntil;
     private boolean acceptPaused;
 
-    HttpConnectionSlots(OpsHttpConfig config, RefusalLog refusals, WorkerPool workers, Selector selector,
-                    ServerSocketChannel listener, SelectionKey acceptKey) {
-        this.config = config;
-        this.refusals = refusals;
+    /** Connections get {@code workers}' settings and refusal log: the server's. */
+    HttpConnectionSlots(WorkerPool workers, SelectionKey acceptKey) {
         this.workers = workers;
-        this.selector = selector;
-        this.listener = listener;
         this.acceptKey = acceptKey;
+        this.config = workers.config();
+        this.refusals = workers.refusals();
     }
 
     /** Connections open now; any thread. */
@@ -67,7 +64,7 @@ final class HttpConnectionSlots {
         for (int i = 0; i < ACCEPTS_PER_ROUND; i++) {
             SocketChannel ch;
             try {
-                ch = listener.accept();
+                ch = ((ServerSocketChannel) acceptKey.channel()).accept();
             } catch (IOException e) {
                 // out of file descriptors, typically: stop accepting for a moment instead of spinning on it
                 refusals.warn("accept", "accept failed: " + e.getMessage());
@@ -82,7 +79,7 @@ final class HttpConnectionSlots {
             try {
                 admit(ch);
             } catch (IOException | RuntimeException e) {
-                closeQuietly(ch);
+                Closeables.closeQuietly(ch);
                 refusals.warn("admit", "could not take a connection: " + e);
             }
         }
@@ -129,7 +126,7 @@ final class HttpConnectionSlots {
         ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
         HttpConnection c = new HttpConnection(ch, peer, (InetSocketAddress) ch.getLocalAddress(), config, refusals,
                 workers, this);
-        c.register(selector);
+        c.register(acceptKey.selector());
         conns.add(c);
         perPeer.merge(peerAddress, 1, Integer::sum);
         open.incrementAndGet();
@@ -194,7 +191,7 @@ final class HttpConnectionSlots {
         } catch (IOException | RuntimeException e) {
             // the refusal is counted and logged; a peer that cannot take its 503 loses nothing more
         }
-        closeQuietly(ch);
+        Closeables.closeQuietly(ch);
     }
 
     /** A connection closed: its slot is free. */
@@ -216,14 +213,6 @@ final class HttpConnectionSlots {
             return String.valueOf(ch.getRemoteAddress());
         } catch (IOException e) {
             return "(gone)";
-        }
-    }
-
-    static void closeQuietly(SocketChannel ch) {
-        try {
-            ch.close();
-        } catch (IOException e) {
-            // closing a socket we give up on: nothing left to do with it
         }
     }
 }

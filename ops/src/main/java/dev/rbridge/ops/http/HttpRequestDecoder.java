@@ -22,10 +22,7 @@ public final class HttpRequestDecoder {
     private static final int MAX_METHOD = 32;
     private static final int MAX_CONTENT_LENGTH_DIGITS = 18;
 
-    private final int maxRequestLine;
-    private final int maxHeaderBytes;
-    private final int maxHeaders;
-    private final int maxBody;
+    private final RequestLimits limits;
     private final byte[] line;
 
     private State state = State.REQUEST_LINE;
@@ -41,18 +38,9 @@ public final class HttpRequestDecoder {
     private byte[] body;
     private int bodyFilled;
 
-    /**
-     * @param maxRequestLine bytes of the request line with its line end (and any empty lines before it)
-     * @param maxHeaderBytes bytes of all header lines with their line ends and the empty line that ends them
-     * @param maxHeaders     header lines
-     * @param maxBody        bytes of a body ({@code Content-Length})
-     */
-    public HttpRequestDecoder(int maxRequestLine, int maxHeaderBytes, int maxHeaders, int maxBody) {
-        this.maxRequestLine = maxRequestLine;
-        this.maxHeaderBytes = maxHeaderBytes;
-        this.maxHeaders = maxHeaders;
-        this.maxBody = maxBody;
-        this.line = new byte[Math.max(maxRequestLine, maxHeaderBytes)];
+    public HttpRequestDecoder(RequestLimits limits) {
+        this.limits = limits;
+        this.line = new byte[Math.max(limits.requestLine(), limits.headerBytes())];
     }
 
     /** Whether some bytes of a request have arrived and the request is not complete yet. */
@@ -80,12 +68,12 @@ public final class HttpRequestDecoder {
             byte b = in.get();
             started = true;
             if (state == State.REQUEST_LINE) {
-                if (++requestLineBytes > maxRequestLine) {
-                    throw new HttpError(414, Refusal.TOO_LARGE, "request line longer than " + maxRequestLine
+                if (++requestLineBytes > limits.requestLine()) {
+                    throw new HttpError(414, Refusal.TOO_LARGE, "request line longer than " + limits.requestLine()
                             + " bytes");
                 }
-            } else if (++headerBytes > maxHeaderBytes) {
-                throw new HttpError(431, Refusal.TOO_LARGE, "request headers longer than " + maxHeaderBytes
+            } else if (++headerBytes > limits.headerBytes()) {
+                throw new HttpError(431, Refusal.TOO_LARGE, "request headers longer than " + limits.headerBytes()
                         + " bytes");
             }
             if (afterCr) {
@@ -159,8 +147,8 @@ public final class HttpRequestDecoder {
         if (line[0] == ' ' || line[0] == '\t') {
             throw malformed("folded header lines are not accepted");
         }
-        if (headers.size() >= maxHeaders) {
-            throw new HttpError(431, Refusal.TOO_LARGE, "more than " + maxHeaders + " request headers");
+        if (headers.size() >= limits.headers()) {
+            throw new HttpError(431, Refusal.TOO_LARGE, "more than " + limits.headers() + " request headers");
         }
         int colon = indexOf((byte) ':', 0, n);
         if (colon <= 0 || !all(0, colon, HttpRequestDecoder::tchar)) {
@@ -208,8 +196,9 @@ public final class HttpRequestDecoder {
             throw malformed("Content-Length is not a number");
         }
         long value = Long.parseLong(length);
-        if (value > maxBody) {
-            throw new HttpError(413, Refusal.TOO_LARGE, "request body of " + value + " bytes; at most " + maxBody);
+        if (value > limits.body()) {
+            throw new HttpError(413, Refusal.TOO_LARGE, "request body of " + value + " bytes; at most "
+                    + limits.body());
         }
         return (int) value;
     }

@@ -6,7 +6,8 @@ import java.time.Duration;
 /**
  * One ops HTTP server's settings, validated once. The defaults are sized for what these servers do (a scrape every
  * few seconds, an operator's command, probes) and for what a hostile peer can hold: at most
- * {@code maxConnections x (maxRequestLine + maxHeaderBytes + maxBody)}, about 2.5 MiB, of buffers per server.
+ * {@code maxConnections x (request line + header bytes + body)} ({@link RequestLimits}), about 2.5 MiB, of buffers
+ * per server.
  */
 public final class OpsHttpConfig {
     /** Far above what Prometheus, probes and operators open at once, low enough that buffers stay small. */
@@ -58,10 +59,7 @@ public final class OpsHttpConfig {
     private final int maxConnectionsPerPeer;
     private final int workers;
     private final int queue;
-    private final int maxRequestLine;
-    private final int maxHeaderBytes;
-    private final int maxHeaders;
-    private final int maxBody;
+    private final RequestLimits requestLimits;
     private final Duration requestTimeout;
     private final Duration idleTimeout;
     private final Duration writeTimeout;
@@ -77,10 +75,7 @@ public final class OpsHttpConfig {
         this.maxConnectionsPerPeer = b.maxConnectionsPerPeer;
         this.workers = b.workers;
         this.queue = b.queue;
-        this.maxRequestLine = b.maxRequestLine;
-        this.maxHeaderBytes = b.maxHeaderBytes;
-        this.maxHeaders = b.maxHeaders;
-        this.maxBody = b.maxBody;
+        this.requestLimits = b.requestLimits;
         this.requestTimeout = b.requestTimeout;
         this.idleTimeout = b.idleTimeout;
         this.writeTimeout = b.writeTimeout;
@@ -125,20 +120,8 @@ public final class OpsHttpConfig {
         return queue;
     }
 
-    public int maxRequestLine() {
-        return maxRequestLine;
-    }
-
-    public int maxHeaderBytes() {
-        return maxHeaderBytes;
-    }
-
-    public int maxHeaders() {
-        return maxHeaders;
-    }
-
-    public int maxBody() {
-        return maxBody;
+    public RequestLimits requestLimits() {
+        return requestLimits;
     }
 
     public Duration requestTimeout() {
@@ -173,10 +156,8 @@ public final class OpsHttpConfig {
         private int maxConnectionsPerPeer = MAX_CONNECTIONS_PER_PEER;
         private int workers = WORKERS;
         private int queue = QUEUE;
-        private int maxRequestLine = MAX_REQUEST_LINE;
-        private int maxHeaderBytes = MAX_HEADER_BYTES;
-        private int maxHeaders = MAX_HEADERS;
-        private int maxBody = MAX_BODY;
+        private RequestLimits requestLimits = new RequestLimits(MAX_REQUEST_LINE, MAX_HEADER_BYTES, MAX_HEADERS,
+                MAX_BODY);
         private Duration requestTimeout = REQUEST_TIMEOUT;
         private Duration idleTimeout = IDLE_TIMEOUT;
         private Duration writeTimeout = WRITE_TIMEOUT;
@@ -206,11 +187,8 @@ public final class OpsHttpConfig {
             return this;
         }
 
-        public Builder limits(int maxRequestLine, int maxHeaderBytes, int maxHeaders, int maxBody) {
-            this.maxRequestLine = maxRequestLine;
-            this.maxHeaderBytes = maxHeaderBytes;
-            this.maxHeaders = maxHeaders;
-            this.maxBody = maxBody;
+        public Builder limits(RequestLimits limits) {
+            this.requestLimits = limits;
             return this;
         }
 
@@ -238,8 +216,9 @@ public final class OpsHttpConfig {
                 throw new IllegalArgumentException("server name must be lower-case letters, digits and dashes: "
                         + name);
             }
-            if (address == null || errorPage == null) {
-                throw new IllegalArgumentException("an ops HTTP server needs an address and an error page");
+            if (address == null || errorPage == null || requestLimits == null) {
+                throw new IllegalArgumentException("an ops HTTP server needs an address, an error page and request"
+                        + " limits");
             }
             if (maxConnections < 1 || maxConnectionsPerPeer < 1 || maxConnectionsPerPeer > maxConnections) {
                 throw new IllegalArgumentException("connection caps must be at least 1 with per-peer <= global: "
@@ -248,10 +227,11 @@ public final class OpsHttpConfig {
             if (workers < 1 || queue < 1) {
                 throw new IllegalArgumentException("workers and queue must be at least 1: " + workers + ", " + queue);
             }
-            if (maxRequestLine < 64 || maxHeaderBytes < 64 || maxHeaders < 1 || maxBody < 0) {
+            RequestLimits l = requestLimits;
+            if (l.requestLine() < 64 || l.headerBytes() < 64 || l.headers() < 1 || l.body() < 0) {
                 throw new IllegalArgumentException("request limits too small to carry a request: line "
-                        + maxRequestLine + ", headers " + maxHeaderBytes + " bytes / " + maxHeaders + ", body "
-                        + maxBody);
+                        + l.requestLine() + ", headers " + l.headerBytes() + " bytes / " + l.headers() + ", body "
+                        + l.body());
             }
             for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, writeStall, linger,
                     handlerTimeout}) {

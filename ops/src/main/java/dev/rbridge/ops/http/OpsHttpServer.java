@@ -71,7 +71,7 @@ public final class OpsHttpServer implements AutoCloseable {
         this.address = (InetSocketAddress) ch.getLocalAddress();
         SelectorHandOff handOff = new SelectorHandOff(selector);
         this.workers = new WorkerPool(config, handler, refusals, handOff);
-        this.slots = new HttpConnectionSlots(config, refusals, workers, selector, ch, acceptKey);
+        this.slots = new HttpConnectionSlots(workers, acceptKey);
         this.loop = new SelectorLoop(config.name(), refusals, selector, acceptKey, slots, handOff);
     }
 

@@ -2,7 +2,7 @@ package dev.rbridge.ops.metrics;
 
 import dev.rbridge.memserver.Memserver;
 import dev.rbridge.rdma.ConnectionGate;
-import dev.rbridge.rdma.ConnectionStats;
+import dev.rbridge.rdma.ConnectionStats.Snapshot;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
@@ -40,6 +40,21 @@ public final class MemserverMeters {
             "tls_required", "tls_handshake", "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT, ConnectionGate.PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_LIMIT, ConnectionGate.UNAUTHENTICATED_PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_EVICTED);
+
+    /** Each kind of transport traffic, counted twice: operations (or messages), and their bytes. */
+    private record TransportTraffic(String countName, ToDoubleFunction<Snapshot> count, String countDescription,
+                                    String bytesName, ToDoubleFunction<Snapshot> bytes, String bytesDescription) {
+    }
+
+    private static final List<TransportTraffic> TRANSPORT_TRAFFIC = List.of(
+            new TransportTraffic("send.messages", Snapshot::sendMessages, "Two-sided messages sent",
+                    "send", Snapshot::sendBytes, "Bytes of two-sided messages sent"),
+            new TransportTraffic("recv.messages", Snapshot::recvMessages, "Two-sided messages received",
+                    "recv", Snapshot::recvBytes, "Bytes of two-sided messages received"),
+            new TransportTraffic("read.ops", Snapshot::readOps, "One-sided reads served",
+                    "read", Snapshot::readBytes, "Bytes of one-sided reads served"),
+            new TransportTraffic("write.ops", Snapshot::writeOps, "One-sided writes served",
+                    "write", Snapshot::writeBytes, "Bytes of one-sided writes served"));
 
     private MemserverMeters() {
     }
@@ -87,22 +102,10 @@ public final class MemserverMeters {
                         .stream().filter(e -> !REFUSAL_REASONS.contains(e.getKey())).mapToLong(Map.Entry::getValue).sum())
                 .tags(tags).tag("reason", "other").description("Connections refused, by reason").register(registry);
         String transport = server.stats().transport();
-        transport(registry, transport, c, "send.messages", ConnectionStats.Snapshot::sendMessages, null,
-                "Two-sided messages sent");
-        transport(registry, transport, c, "send", ConnectionStats.Snapshot::sendBytes, "bytes",
-                "Bytes of two-sided messages sent");
-        transport(registry, transport, c, "recv.messages", ConnectionStats.Snapshot::recvMessages, null,
-                "Two-sided messages received");
-        transport(registry, transport, c, "recv", ConnectionStats.Snapshot::recvBytes, "bytes",
-                "Bytes of two-sided messages received");
-        transport(registry, transport, c, "read.ops", ConnectionStats.Snapshot::readOps, null,
-                "One-sided reads served");
-        transport(registry, transport, c, "read", ConnectionStats.Snapshot::readBytes, "bytes",
-                "Bytes of one-sided reads served");
-        transport(registry, transport, c, "write.ops", ConnectionStats.Snapshot::writeOps, null,
-                "One-sided writes served");
-        transport(registry, transport, c, "write", ConnectionStats.Snapshot::writeBytes, "bytes",
-                "Bytes of one-sided writes served");
+        for (TransportTraffic t : TRANSPORT_TRAFFIC) {
+            transport(registry, transport, c, t.countName(), t.count(), null, t.countDescription());
+            transport(registry, transport, c, t.bytesName(), t.bytes(), "bytes", t.bytesDescription());
+        }
     }
 
     private static void gauge(MeterRegistry registry, String name, Cached c, ToDoubleFunction<Cached> f, String unit,
@@ -112,7 +115,7 @@ public final class MemserverMeters {
     }
 
     private static void transport(MeterRegistry registry, String transport, Cached c, String what,
-                                  ToDoubleFunction<ConnectionStats.Snapshot> f, String unit, String description) {
+                                  ToDoubleFunction<Snapshot> f, String unit, String description) {
         FunctionCounter.builder("rbridge.transport." + what, c, s -> f.applyAsDouble(s.stats().transportTotals()))
                 .baseUnit(unit).tags(c.tags).tag("transport", transport).description(description).register(registry);
     }

@@ -35,6 +35,43 @@ class MemserverAdminHttpServerTest {
         return r.body().trim();
     }
 
+    private static HttpResponse<String> post(HttpClient http, MemserverAdminHttpServer admin, String path)
+            throws Exception {
+        return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + admin.address().getPort() + "/"
+                        + path)).header("Authorization", "Bearer " + TOKEN).POST(HttpRequest.BodyPublishers.noBody())
+                .build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    @Test
+    void aRegionIsRevokedAndAClientDisconnectedByIdAndAnUnknownIdIsA404() throws Exception {
+        try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20, TOKEN,
+                "local"));
+             MemserverAdminHttpServer admin = new MemserverAdminHttpServer(new InetSocketAddress("127.0.0.1", 0), m,
+                     TOKEN, () -> {
+                     });
+             HttpClient http = HttpClient.newHttpClient();
+             RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).token(TOKEN)
+                     .clientName("admin-test"))) {
+            RegionDescriptor r = c.allocate(new RegionTag("vol", 0, 0, 1), 4096).get();
+            long clientId = m.clients().getFirst().id();
+
+            HttpResponse<String> revoked = post(http, admin, "regions/" + r.id() + "/revoke");
+            assertEquals(200, revoked.statusCode(), revoked.body());
+            assertEquals("{\"revoked\":" + r.id() + "}", revoked.body().trim());
+            assertEquals(0, m.regionCount(), "the region is gone");
+            HttpResponse<String> again = post(http, admin, "regions/" + r.id() + "/revoke");
+            assertEquals(404, again.statusCode(), again.body());
+            assertEquals("{\"error\":\"no region " + r.id() + "\"}", again.body().trim());
+
+            HttpResponse<String> cut = post(http, admin, "clients/" + clientId + "/disconnect");
+            assertEquals(200, cut.statusCode(), cut.body());
+            assertEquals("{\"disconnected\":" + clientId + "}", cut.body().trim());
+            HttpResponse<String> unknown = post(http, admin, "clients/" + (clientId + 1000) + "/disconnect");
+            assertEquals(404, unknown.statusCode(), unknown.body());
+            assertEquals("{\"error\":\"no client " + (clientId + 1000) + "\"}", unknown.body().trim());
+        }
+    }
+
     @Test
     void regionsShowTheirGenerationAndLeasesTheirHolderAndTimeLeft() throws Exception {
         try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20, TOKEN,

@@ -23,7 +23,7 @@ class HttpRequestDecoderTest {
     private static final int BODY = 64;
 
     private static HttpRequestDecoder decoder() {
-        return new HttpRequestDecoder(LINE, HEADERS, COUNT, BODY);
+        return new HttpRequestDecoder(new RequestLimits(LINE, HEADERS, COUNT, BODY));
     }
 
     private static byte[] bytes(String s) {

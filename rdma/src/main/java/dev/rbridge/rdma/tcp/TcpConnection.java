@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.common.splice.Pipe;
 import dev.rbridge.common.splice.SocketDescriptor;
 import dev.rbridge.rdma.ConnectParams;
@@ -128,7 +129,7 @@ final class TcpConnection extends ControlPlaneConnection {
             throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot open a socket: " + e.getMessage(), e);
         }
         // One guard covers connect and hello: a peer that accepts but never answers is cut off, not waited on.
-        ScheduledFuture<?> guard = TcpProvider.TIMER.schedule(() -> TcpSockets.closeQuietly(ch),
+        ScheduledFuture<?> guard = TcpProvider.TIMER.schedule(() -> Closeables.closeQuietly(ch),
                 params.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
         try {
             TcpSockets.tune(ch);
@@ -143,13 +144,13 @@ final class TcpConnection extends ControlPlaneConnection {
                     params.callerDriven());
         } catch (IOException e) {
             boolean timedOut = !guard.cancel(false); // the guard already ran: it closed the socket
-            TcpSockets.closeQuietly(ch);
+            Closeables.closeQuietly(ch);
             String why = timedOut ? "no answer within " + params.connectTimeout().toMillis() + " ms"
                     : e.getMessage() == null ? e.toString() : e.getMessage();
             throw new RemoteMemoryException(Status.CONNECT_FAILED, "cannot reach memserver " + peer + ": " + why, e);
         } catch (RemoteMemoryException e) {
             guard.cancel(false);
-            TcpSockets.closeQuietly(ch);
+            Closeables.closeQuietly(ch);
             throw e;
         }
     }
@@ -393,7 +394,7 @@ final class TcpConnection extends ControlPlaneConnection {
             return closed.get();
         }
         watchdog.cancel();
-        TcpSockets.closeQuietly(channel.socket());
+        Closeables.closeQuietly(channel.socket());
         if (descriptor != null) {
             descriptor.close(); // shuts the socket down: our duplicate would keep it open
         }

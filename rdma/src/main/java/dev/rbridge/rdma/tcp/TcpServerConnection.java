@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.common.RateLimitedLog;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.RegionInfo;
@@ -100,7 +101,7 @@ final class TcpServerConnection implements GatedListener.Connection {
 
     @Override
     public void close() {
-        TcpSockets.closeQuietly(channel);
+        Closeables.closeQuietly(channel);
     }
 
     @Override

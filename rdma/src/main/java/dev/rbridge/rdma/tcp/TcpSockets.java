@@ -1,8 +1,5 @@
 package dev.rbridge.rdma.tcp;
 
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
-
 import java.io.EOFException;
 import java.io.IOException;
 import java.net.StandardSocketOptions;
@@ -11,8 +8,6 @@ import java.nio.channels.SocketChannel;
 
 /** The tcp provider's socket settings and the reads and writes both its ends share. */
 final class TcpSockets {
-    private static final Logger log = LoggerFactory.getLogger(TcpSockets.class);
-
     private TcpSockets() {
     }
 
@@ -35,14 +30,6 @@ final class TcpSockets {
             if (ch.read(b) < 0) {
                 throw new EOFException();
             }
-        }
-    }
-
-    static void closeQuietly(SocketChannel ch) {
-        try {
-            ch.close();
-        } catch (IOException e) {
-            log.debug("close failed", e);
         }
     }
 }

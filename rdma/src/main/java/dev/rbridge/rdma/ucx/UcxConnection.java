@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.ucx;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.RegionDescriptor;
@@ -405,7 +406,7 @@ final class UcxConnection extends ControlPlaneConnection {
             return closed.get();
         }
         watchdog.cancel(false);
-        UcxConnector.closeQuietly(channel.socket());
+        Closeables.closeQuietly(channel.socket());
         loop.execute(() -> {
             if (endpoint != null && !wireUp.isOver()) {
                 wireUp.over(lingerMillis).whenComplete((v, e) -> loop.execute(() -> closeEndpoint(cause)));

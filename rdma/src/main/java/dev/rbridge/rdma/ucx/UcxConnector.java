@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.ucx;
 
+import dev.rbridge.common.Closeables;
 import dev.rbridge.rdma.ConnectParams;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
@@ -40,7 +41,7 @@ final class UcxConnector {
         this.peer = peer;
         this.context = context;
         this.ch = ch;
-        this.guard = UcxListener.TIMER.schedule(() -> closeQuietly(ch), params.connectTimeout().toMillis(),
+        this.guard = UcxListener.TIMER.schedule(() -> Closeables.closeQuietly(ch), params.connectTimeout().toMillis(),
                 TimeUnit.MILLISECONDS);
     }
 
@@ -102,7 +103,7 @@ final class UcxConnector {
 
     /** After a failed connect: the socket and the worker go. */
     private void abandon() {
-        closeQuietly(ch);
+        Closeables.closeQuietly(ch);
         if (loop != null) {
             loop.close();
         }
@@ -146,11 +147,4 @@ final class UcxConnector {
         };
     }
 
-    static void closeQuietly(SocketChannel ch) {
-        try {
-            ch.close();
-        } catch (IOException e) {
-            log.debug("close failed", e);
-        }
-    }
 }
