@@ -34,11 +34,7 @@ public final class FixedHeader {
         if (gathering.position() == 0 && in.remaining() >= gathering.capacity() && in.order() == gathering.order()) {
             return in;
         }
-        int n = Math.min(in.remaining(), gathering.remaining());
-        gathering.put(gathering.position(), in, in.position(), n);
-        gathering.position(gathering.position() + n);
-        in.position(in.position() + n);
-        if (gathering.hasRemaining()) {
+        if (!Gather.into(gathering, in)) {
             return null;
         }
         gathering.clear();

@@ -1,5 +1,7 @@
 package dev.rbridge.common.splice;
 
+import dev.rbridge.common.ffm.Libc;
+
 import java.io.Closeable;
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -29,8 +31,6 @@ public final class Pipe implements Closeable {
     private static final int SPLICE_F_MOVE = 1;
     private static final int SPLICE_F_NONBLOCK = 2;
     private static final int SPLICE_F_MORE = 4;
-    private static final int EAGAIN = Libc.EAGAIN;
-    private static final int EINTR = Libc.EINTR;
     private static final long WOULD_BLOCK = -2;
 
     private static final Libc.Linked<Natives> NATIVES = Libc.Linked.of("pipe2 and splice", Natives::load);
@@ -39,8 +39,7 @@ public final class Pipe implements Closeable {
     private final int writeFd;
     private final int capacity;
     private long held;
-    /** Calls under way times two, plus one once closed. */
-    private final java.util.concurrent.atomic.AtomicInteger state = new java.util.concurrent.atomic.AtomicInteger();
+    private final DescriptorUses uses = new DescriptorUses();
 
     private Pipe(int readFd, int writeFd, int capacity) {
         this.readFd = readFd;
@@ -60,7 +59,7 @@ public final class Pipe implements Closeable {
     public static Pipe open(int bytes) throws IOException {
         Natives n = natives();
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(Libc.CALL_STATE);
+            MemorySegment state = Libc.callState(arena);
             MemorySegment fds = arena.allocate(ValueLayout.JAVA_INT, 2);
             if (Libc.call(() -> (int) n.pipe2.invokeExact(state, fds, O_NONBLOCK | O_CLOEXEC)) != 0) {
                 throw new IOException("pipe2 failed with errno " + Libc.errno(state));
@@ -105,18 +104,12 @@ public final class Pipe implements Closeable {
         MemorySegment from = MemorySegment.ofBuffer(src);
         Natives n = natives();
         enter();
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(Libc.CALL_STATE);
-            long w;
-            do {
-                w = Libc.call(() -> (long) n.write.invokeExact(state, writeFd, from, (long) want));
-            } while (w < 0 && Libc.errno(state) == EINTR);
-            if (w < 0) {
-                int e = Libc.errno(state);
-                if (e == EAGAIN) {
-                    return 0;
-                }
-                throw new IOException("writing into a pipe failed with errno " + e);
+        try {
+            long w = Libc.invokeUninterrupted(state -> (long) n.write.invokeExact(state, writeFd, from, (long) want));
+            if (w == -Libc.EAGAIN) {
+                return 0;
+            } else if (w < 0) {
+                throw new IOException("writing into a pipe failed with errno " + -w);
             }
             src.position(src.position() + (int) w);
             held += w;
@@ -165,40 +158,28 @@ public final class Pipe implements Closeable {
     private long splice(int in, int out, int max, int flags, String what) throws IOException {
         Natives n = natives();
         enter();
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(Libc.CALL_STATE);
-            long r;
-            do {
-                r = Libc.call(() -> (long) n.splice.invokeExact(state, in, MemorySegment.NULL, out, MemorySegment.NULL,
-                        (long) max, flags));
-            } while (r < 0 && Libc.errno(state) == EINTR);
+        try {
+            long r = Libc.invokeUninterrupted(state -> (long) n.splice.invokeExact(state, in, MemorySegment.NULL, out,
+                    MemorySegment.NULL, (long) max, flags));
             if (r >= 0) {
                 return r;
-            }
-            int e = Libc.errno(state);
-            if (e == EAGAIN) {
+            } else if (r == -Libc.EAGAIN) {
                 return WOULD_BLOCK;
             }
-            throw new IOException("splice " + what + " failed with errno " + e);
+            throw new IOException("splice " + what + " failed with errno " + -r);
         } finally {
             exit();
         }
     }
 
     private void enter() throws IOException {
-        while (true) {
-            int s = state.get();
-            if ((s & 1) != 0) {
-                throw new IOException("the pipe is closed");
-            }
-            if (state.compareAndSet(s, s + 2)) {
-                return;
-            }
+        if (!uses.enter()) {
+            throw new IOException("the pipe is closed");
         }
     }
 
     private void exit() {
-        if (state.addAndGet(-2) == 1) {
+        if (uses.exit()) {
             closeFds(); // closed during this call, which was the last
         }
     }
@@ -206,17 +187,8 @@ public final class Pipe implements Closeable {
     /** Closes both ends, at once or when the call under way returns; what the pipe held is dropped. */
     @Override
     public void close() {
-        while (true) {
-            int s = state.get();
-            if ((s & 1) != 0) {
-                return;
-            }
-            if (state.compareAndSet(s, s | 1)) {
-                if (s == 0) {
-                    closeFds();
-                }
-                return;
-            }
+        if (uses.close() == DescriptorUses.Closing.RELEASE_NOW) {
+            closeFds();
         }
     }
 
@@ -239,20 +211,15 @@ public final class Pipe implements Closeable {
     private record Natives(MethodHandle pipe2, MethodHandle fcntl, MethodHandle splice, MethodHandle write,
                            MethodHandle close) {
         static Natives load() {
-            Linker linker = Libc.LINKER;
-            Linker.Option errno = Libc.ERRNO_CAPTURE;
             ValueLayout.OfInt i = ValueLayout.JAVA_INT;
             ValueLayout.OfLong l = ValueLayout.JAVA_LONG;
             return new Natives(
-                    linker.downcallHandle(Libc.find("pipe2"), FunctionDescriptor.of(i, ValueLayout.ADDRESS, i),
-                            errno),
-                    linker.downcallHandle(Libc.find("fcntl"), FunctionDescriptor.of(i, i, i, i),
-                            errno, Linker.Option.firstVariadicArg(2)),
-                    linker.downcallHandle(Libc.find("splice"), FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, i,
-                            ValueLayout.ADDRESS, l, i), errno),
-                    linker.downcallHandle(Libc.find("write"), FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, l),
-                            errno),
-                    linker.downcallHandle(Libc.find("close"), FunctionDescriptor.of(i, i)));
+                    Libc.downcall("pipe2", FunctionDescriptor.of(i, ValueLayout.ADDRESS, i)),
+                    Libc.downcall("fcntl", FunctionDescriptor.of(i, i, i, i), Linker.Option.firstVariadicArg(2)),
+                    Libc.downcall("splice", FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, i, ValueLayout.ADDRESS, l,
+                            i)),
+                    Libc.downcall("write", FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, l)),
+                    Libc.downcallWithoutErrno("close", FunctionDescriptor.of(i, i)));
         }
     }
 }

@@ -1,5 +1,7 @@
 package dev.rbridge.common.splice;
 
+import dev.rbridge.common.ffm.Libc;
+
 import java.io.Closeable;
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -15,7 +17,6 @@ import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.Stream;
 
 /**
@@ -39,11 +40,10 @@ public final class SocketDescriptor implements Closeable {
 
     private static final int SHUT_RDWR = 2;
     private static final short POLLIN = 1;
-    private static final int EINTR = Libc.EINTR;
 
     private final int fd;
-    /** Threads inside {@link #enter} .. {@link #exit}, times two, plus one once closed. */
-    private final AtomicInteger state = new AtomicInteger();
+    /** Threads inside {@link #enter} .. {@link #exit}. */
+    private final DescriptorUses uses = new DescriptorUses();
 
     private SocketDescriptor(int fd) {
         this.fd = fd;
@@ -53,26 +53,23 @@ public final class SocketDescriptor implements Closeable {
     public static SocketDescriptor of(SocketChannel channel) throws IOException {
         Natives n = natives();
         int found = find(channel);
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(Libc.CALL_STATE);
-            int dup = Libc.call(() -> (int) n.fcntl.invokeExact(state, found, F_DUPFD_CLOEXEC, 0));
-            if (dup < 0) {
-                throw new IOException("duplicating a socket's descriptor failed with errno " + Libc.errno(state));
-            }
-            boolean same;
-            try {
-                same = sameAddresses(n, dup, channel);
-            } catch (IOException | RuntimeException e) {
-                same = false; // the channel closed meanwhile
-            }
-            if (!same) {
-                // The number was another socket by the time we duplicated it: close our duplicate, and never shut
-                // that socket down, as close() would.
-                Libc.call(() -> (int) n.close.invokeExact(dup));
-                throw new IOException("the socket closed while its descriptor was looked up");
-            }
-            return new SocketDescriptor(dup);
+        int dup = (int) Libc.invoke(state -> (int) n.fcntl.invokeExact(state, found, F_DUPFD_CLOEXEC, 0));
+        if (dup < 0) {
+            throw new IOException("duplicating a socket's descriptor failed with errno " + -dup);
         }
+        boolean same;
+        try {
+            same = sameAddresses(n, dup, channel);
+        } catch (IOException | RuntimeException e) {
+            same = false; // the channel closed meanwhile
+        }
+        if (!same) {
+            // The number was another socket by the time we duplicated it: close our duplicate, and never shut that
+            // socket down, as close() would.
+            Libc.call(() -> (int) n.close.invokeExact(dup));
+            throw new IOException("the socket closed while its descriptor was looked up");
+        }
+        return new SocketDescriptor(dup);
     }
 
     /**
@@ -96,27 +93,19 @@ public final class SocketDescriptor implements Closeable {
 
     /** Starts a use of {@link #fd}: false when closed (then do not use it), else call {@link #exit} after. */
     public boolean enter() {
-        while (true) {
-            int s = state.get();
-            if ((s & 1) != 0) {
-                return false;
-            }
-            if (state.compareAndSet(s, s + 2)) {
-                return true;
-            }
-        }
+        return uses.enter();
     }
 
     /** Ends a use begun by {@link #enter}. */
     public void exit() {
-        if (state.addAndGet(-2) == 1) {
+        if (uses.exit()) {
             closeDuplicate(); // closed meanwhile, and this was the last use
         }
     }
 
     /** The descriptor, for use between {@link #enter} and {@link #exit}. */
     public int fd() {
-        if (state.get() == 1) {
+        if (uses.released()) {
             throw new IllegalStateException("closed");
         }
         return fd;
@@ -129,13 +118,12 @@ public final class SocketDescriptor implements Closeable {
     public boolean awaitReadable(int timeoutMillis) throws IOException {
         Natives n = natives();
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(Libc.CALL_STATE);
             MemorySegment poll = arena.allocate(8); // struct pollfd { int fd; short events; short revents; }
             poll.set(ValueLayout.JAVA_INT, 0, fd);
             poll.set(ValueLayout.JAVA_SHORT, 4, POLLIN);
-            int r = Libc.call(() -> (int) n.poll.invokeExact(state, poll, 1L, timeoutMillis));
-            if (r < 0 && Libc.errno(state) != EINTR) {
-                throw new IOException("poll failed with errno " + Libc.errno(state));
+            long r = Libc.invoke(state -> (int) n.poll.invokeExact(state, poll, 1L, timeoutMillis));
+            if (r < 0 && r != -Libc.EINTR) {
+                throw new IOException("poll failed with errno " + -r);
             }
             return r > 0;
         }
@@ -144,19 +132,14 @@ public final class SocketDescriptor implements Closeable {
     /** Shuts the socket down (both ways) and closes the duplicate once nobody uses it. */
     @Override
     public void close() {
-        while (true) {
-            int s = state.get();
-            if ((s & 1) != 0) {
-                return;
-            }
-            if (state.compareAndSet(s, s | 1)) {
-                Natives n = NATIVES.natives();
-                Libc.call(() -> (int) n.shutdown.invokeExact(fd, SHUT_RDWR));
-                if (s == 0) {
-                    closeDuplicate();
-                }
-                return;
-            }
+        DescriptorUses.Closing closing = uses.close();
+        if (closing == DescriptorUses.Closing.ALREADY_CLOSED) {
+            return;
+        }
+        Natives n = NATIVES.natives();
+        Libc.call(() -> (int) n.shutdown.invokeExact(fd, SHUT_RDWR));
+        if (closing == DescriptorUses.Closing.RELEASE_NOW) {
+            closeDuplicate();
         }
     }
 
@@ -213,14 +196,12 @@ public final class SocketDescriptor implements Closeable {
             ValueLayout.OfInt i = ValueLayout.JAVA_INT;
             FunctionDescriptor name = FunctionDescriptor.of(i, i, ValueLayout.ADDRESS, ValueLayout.ADDRESS);
             return new Natives(
-                    Libc.LINKER.downcallHandle(Libc.find("getsockname"), name),
-                    Libc.LINKER.downcallHandle(Libc.find("getpeername"), name),
-                    Libc.LINKER.downcallHandle(Libc.find("fcntl"), FunctionDescriptor.of(i, i, i, i),
-                            Libc.ERRNO_CAPTURE, Linker.Option.firstVariadicArg(2)),
-                    Libc.LINKER.downcallHandle(Libc.find("close"), FunctionDescriptor.of(i, i)),
-                    Libc.LINKER.downcallHandle(Libc.find("shutdown"), FunctionDescriptor.of(i, i, i)),
-                    Libc.LINKER.downcallHandle(Libc.find("poll"), FunctionDescriptor.of(i, ValueLayout.ADDRESS,
-                            ValueLayout.JAVA_LONG, i), Libc.ERRNO_CAPTURE));
+                    Libc.downcallWithoutErrno("getsockname", name),
+                    Libc.downcallWithoutErrno("getpeername", name),
+                    Libc.downcall("fcntl", FunctionDescriptor.of(i, i, i, i), Linker.Option.firstVariadicArg(2)),
+                    Libc.downcallWithoutErrno("close", FunctionDescriptor.of(i, i)),
+                    Libc.downcallWithoutErrno("shutdown", FunctionDescriptor.of(i, i, i)),
+                    Libc.downcall("poll", FunctionDescriptor.of(i, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, i)));
         }
     }
 }

@@ -1,14 +1,11 @@
 package dev.rbridge.kmod.attach;
 
-import java.lang.foreign.Arena;
+import dev.rbridge.common.ffm.Libc;
+
 import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
-import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
-import java.lang.invoke.VarHandle;
 
 /**
  * The few libc calls attaching needs (sockets the kernel can take over, and netlink), through FFM. Each call returns
@@ -29,119 +26,56 @@ final class SocketCalls {
     static final int NETLINK_ADD_MEMBERSHIP = 1;
     static final int SOL_SOCKET = 1;
     static final int SO_RCVTIMEO = 20;
-    static final int EINTR = 4;
-    static final int EAGAIN = 11;
+    static final int EINTR = Libc.EINTR;
+    static final int EAGAIN = Libc.EAGAIN;
 
-    private static final Linker LINKER = Linker.nativeLinker();
-    private static final StructLayout STATE = Linker.Option.captureStateLayout();
-    private static final VarHandle ERRNO = STATE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
     private static final ValueLayout.OfInt INT = ValueLayout.JAVA_INT;
     private static final ValueLayout.OfLong LONG = ValueLayout.JAVA_LONG;
     private static final ValueLayout PTR = ValueLayout.ADDRESS;
 
-    private static final MethodHandle SOCKET = call("socket", FunctionDescriptor.of(INT, INT, INT, INT));
-    private static final MethodHandle CONNECT = call("connect", FunctionDescriptor.of(INT, INT, PTR, INT));
-    private static final MethodHandle BIND = call("bind", FunctionDescriptor.of(INT, INT, PTR, INT));
-    private static final MethodHandle SETSOCKOPT = call("setsockopt",
+    private static final MethodHandle SOCKET = Libc.downcall("socket", FunctionDescriptor.of(INT, INT, INT, INT));
+    private static final MethodHandle CONNECT = Libc.downcall("connect", FunctionDescriptor.of(INT, INT, PTR, INT));
+    private static final MethodHandle BIND = Libc.downcall("bind", FunctionDescriptor.of(INT, INT, PTR, INT));
+    private static final MethodHandle SETSOCKOPT = Libc.downcall("setsockopt",
             FunctionDescriptor.of(INT, INT, INT, INT, PTR, INT));
-    private static final MethodHandle SEND = call("send", FunctionDescriptor.of(LONG, INT, PTR, LONG, INT));
-    private static final MethodHandle RECV = call("recv", FunctionDescriptor.of(LONG, INT, PTR, LONG, INT));
-    private static final MethodHandle CLOSE = call("close", FunctionDescriptor.of(INT, INT));
-    private static final MethodHandle STRERROR = LINKER.downcallHandle(
-            LINKER.defaultLookup().find("strerror").orElseThrow(), FunctionDescriptor.of(PTR, INT));
+    private static final MethodHandle SEND = Libc.downcall("send", FunctionDescriptor.of(LONG, INT, PTR, LONG, INT));
+    private static final MethodHandle RECV = Libc.downcall("recv", FunctionDescriptor.of(LONG, INT, PTR, LONG, INT));
+    private static final MethodHandle CLOSE = Libc.downcall("close", FunctionDescriptor.of(INT, INT));
 
     private SocketCalls() {
     }
 
-    private static MethodHandle call(String name, FunctionDescriptor d) {
-        return LINKER.downcallHandle(LINKER.defaultLookup().find(name)
-                .orElseThrow(() -> new UnsatisfiedLinkError("libc has no " + name)), d, Linker.Option.captureCallState("errno"));
-    }
-
-    private static long check(MemorySegment state, long rc) {
-        return rc < 0 ? -(int) ERRNO.get(state, 0L) : rc;
-    }
-
     static int socket(int domain, int type, int protocol) {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment st = a.allocate(STATE);
-            return (int) check(st, (int) SOCKET.invokeExact(st, domain, type, protocol));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        return (int) Libc.invoke(st -> (int) SOCKET.invokeExact(st, domain, type, protocol));
     }
 
     static int connect(int fd, MemorySegment address) {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment st = a.allocate(STATE);
-            return (int) check(st, (int) CONNECT.invokeExact(st, fd, address, (int) address.byteSize()));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        return (int) Libc.invoke(st -> (int) CONNECT.invokeExact(st, fd, address, (int) address.byteSize()));
     }
 
     static int bind(int fd, MemorySegment address) {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment st = a.allocate(STATE);
-            return (int) check(st, (int) BIND.invokeExact(st, fd, address, (int) address.byteSize()));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        return (int) Libc.invoke(st -> (int) BIND.invokeExact(st, fd, address, (int) address.byteSize()));
     }
 
     static int setsockopt(int fd, int level, int name, MemorySegment value) {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment st = a.allocate(STATE);
-            return (int) check(st, (int) SETSOCKOPT.invokeExact(st, fd, level, name, value, (int) value.byteSize()));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        return (int) Libc.invoke(st -> (int) SETSOCKOPT.invokeExact(st, fd, level, name, value,
+                (int) value.byteSize()));
     }
 
     static long send(int fd, MemorySegment buf, long len) {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment st = a.allocate(STATE);
-            return check(st, (long) SEND.invokeExact(st, fd, buf, len, 0));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        return Libc.invoke(st -> (long) SEND.invokeExact(st, fd, buf, len, 0));
     }
 
     static long recv(int fd, MemorySegment buf, long len) {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment st = a.allocate(STATE);
-            return check(st, (long) RECV.invokeExact(st, fd, buf, len, 0));
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        return Libc.invoke(st -> (long) RECV.invokeExact(st, fd, buf, len, 0));
     }
 
     static void close(int fd) {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment st = a.allocate(STATE);
-            int ignored = (int) CLOSE.invokeExact(st, fd); // nothing useful to do if close fails
-        } catch (Throwable t) {
-            throw rethrow(t);
-        }
+        long ignored = Libc.invoke(st -> (int) CLOSE.invokeExact(st, fd)); // nothing useful to do if close fails
     }
 
     /** The C library's sentence for an errno value. */
     static String strerror(int errno) {
-        try {
-            MemorySegment s = (MemorySegment) STRERROR.invokeExact(errno);
-            return s.reinterpret(256).getString(0);
-        } catch (Throwable t) {
-            return "errno " + errno;
-        }
-    }
-
-    private static RuntimeException rethrow(Throwable t) {
-        if (t instanceof RuntimeException r) {
-            return r;
-        }
-        if (t instanceof Error e) {
-            throw e;
-        }
-        return new IllegalStateException(t);
+        return Libc.strerror(errno);
     }
 }

@@ -1,6 +1,8 @@
 package dev.rbridge.nbd.protocol;
 
 import dev.rbridge.common.codec.FixedHeader;
+import dev.rbridge.common.codec.Gather;
+import dev.rbridge.common.codec.Skip;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -28,7 +30,7 @@ public final class RequestDecoder {
     private long offset;
     private long length;
     private ByteBuffer payload;
-    private long discardRemaining;
+    private final Skip discard = new Skip();
 
     /**
      * @param maxPayload the largest WRITE payload that is buffered; larger ones are discarded as they arrive and the
@@ -66,13 +68,7 @@ public final class RequestDecoder {
                     state = State.PAYLOAD;
                 }
                 case PAYLOAD -> {
-                    int n = Math.min(in.remaining(), payload.remaining());
-                    if (n > 0) {
-                        payload.put(payload.position(), in, in.position(), n);
-                        payload.position(payload.position() + n);
-                        in.position(in.position() + n);
-                    }
-                    if (payload.hasRemaining()) {
+                    if (!Gather.into(payload, in)) {
                         return null;
                     }
                     ByteBuffer p = payload.flip();
@@ -81,10 +77,7 @@ public final class RequestDecoder {
                     return new Request(flags, type, handle, offset, length, p, false);
                 }
                 case DISCARD -> {
-                    int n = (int) Math.min(in.remaining(), discardRemaining);
-                    in.position(in.position() + n);
-                    discardRemaining -= n;
-                    if (discardRemaining > 0) {
+                    if (!discard.drop(in)) {
                         return null;
                     }
                     state = State.HEADER;
@@ -129,7 +122,7 @@ public final class RequestDecoder {
                     false);
         }
         if (length > maxPayload) {
-            discardRemaining = length;
+            discard.start(length);
             state = State.DISCARD;
         } else {
             state = State.AWAIT_BUFFER;

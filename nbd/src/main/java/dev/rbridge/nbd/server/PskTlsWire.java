@@ -198,6 +198,12 @@ final class PskTlsWire implements SecureWire {
     }
 
     @Override
+    public SocketChannel socket() {
+        return channel;
+    }
+
+    /** For the log: protocol, cipher suite, and who the client proved to be. */
+    @Override
     public String describe() {
         return server.protocolVersion() + " PSK, identity '" + server.identity() + "'";
     }

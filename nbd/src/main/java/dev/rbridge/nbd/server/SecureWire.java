@@ -7,7 +7,4 @@ interface SecureWire extends Wire {
 
     /** Says goodbye (close_notify) if the socket takes it now; never waits, never throws. */
     void closeQuietly();
-
-    /** For the log: protocol, cipher suite, and who the client proved to be. */
-    String describe();
 }

@@ -91,6 +91,12 @@ final class TlsWire implements SecureWire {
     }
 
     @Override
+    public SocketChannel socket() {
+        return channel;
+    }
+
+    /** For the log: protocol, cipher suite, and who the client proved to be. */
+    @Override
     public String describe() {
         SSLSession s = engine.getSession();
         String client = "";

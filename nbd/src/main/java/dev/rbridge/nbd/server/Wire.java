@@ -1,22 +1,19 @@
 package dev.rbridge.nbd.server;
 
+import dev.rbridge.common.tls.PlainSocketStream;
+import dev.rbridge.common.tls.SocketStream;
+
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 
 /**
- * What a connection reads requests from and writes replies to: the socket itself, or TLS over it ({@link TlsWire}).
- * Blocking during the handshake, non-blocking in transmission, as the socket is. Reads come from the connection's
- * thread only; writes from whichever thread holds the {@link Outbox}'s writing role, or the connection's thread during
- * the handshake.
+ * What a connection reads requests from and writes replies to: the socket itself, or TLS over it ({@link TlsWire},
+ * {@link PskTlsWire}), as a {@link SocketStream} that can also say what it holds back. Blocking during the handshake,
+ * non-blocking in transmission, as the socket is: a read returns 0 when no byte is ready, a gathering write the bytes
+ * the socket took now. Reads come from the connection's thread only; writes from whichever thread holds the {@link
+ * Outbox}'s writing role, or the connection's thread during the handshake.
  */
-interface Wire {
-    /** As {@link SocketChannel#read(ByteBuffer)}: bytes read, 0 when none are ready (non-blocking), -1 at the end. */
-    int read(ByteBuffer dst) throws IOException;
-
-    /** As a gathering write: the bytes of {@code srcs} taken, 0 when the socket takes nothing now. */
-    long write(ByteBuffer[] srcs, int offset, int length) throws IOException;
-
+interface Wire extends SocketStream {
     /**
      * Sends what was taken but could not go out yet (TLS records); true when nothing is left waiting, false when the
      * socket is full and this must be called again once it is writable.
@@ -32,16 +29,13 @@ interface Wire {
 
     /** The plain socket. */
     static Wire of(SocketChannel channel) {
-        return new Wire() {
-            @Override
-            public int read(ByteBuffer dst) throws IOException {
-                return channel.read(dst);
-            }
+        return new Plain(channel);
+    }
 
-            @Override
-            public long write(ByteBuffer[] srcs, int offset, int length) throws IOException {
-                return channel.write(srcs, offset, length);
-            }
-        };
+    /** {@link #of}: every call straight to the socket, nothing held back. */
+    final class Plain extends PlainSocketStream implements Wire {
+        private Plain(SocketChannel channel) {
+            super(channel);
+        }
     }
 }

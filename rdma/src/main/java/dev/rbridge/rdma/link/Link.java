@@ -1,13 +1,13 @@
 package dev.rbridge.rdma.link;
 
+import dev.rbridge.common.tls.PlainSocketStream;
+import dev.rbridge.common.tls.SocketStream;
+
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.InetSocketAddress;
-import java.nio.ByteBuffer;
-import java.nio.channels.ByteChannel;
-import java.nio.channels.GatheringByteChannel;
 import java.nio.channels.SocketChannel;
 
 /**
@@ -15,23 +15,12 @@ import java.nio.channels.SocketChannel;
  * as the socket is. One thread reads at a time and one writes at a time; reading and writing may overlap. Closing
  * it closes the socket, which wakes a thread blocked in either.
  */
-public interface Link extends ByteChannel, GatheringByteChannel {
-    /** The socket under it: for socket options, shutting down and closing. */
-    SocketChannel socket();
-
+public interface Link extends SocketStream {
     /**
      * Bytes a read would return now without blocking, or more than 0 when it might (TLS: some of a record is here):
      * what a reader polls before it blocks.
      */
     int available() throws IOException;
-
-    /** For logs: "clear", or the TLS protocol, cipher suite and who the peer proved to be. */
-    String describe();
-
-    @Override
-    default long write(ByteBuffer[] srcs) throws IOException {
-        return write(srcs, 0, srcs.length);
-    }
 
     /** The plain socket. */
     static Link plain(SocketChannel channel) {
@@ -57,55 +46,19 @@ public interface Link extends ByteChannel, GatheringByteChannel {
     }
 
     /** {@link #plain}: every call straight to the socket. */
-    final class Plain implements Link {
-        private final SocketChannel channel;
+    final class Plain extends PlainSocketStream implements Link {
         private InputStream stream;
 
         private Plain(SocketChannel channel) {
-            this.channel = channel;
-        }
-
-        @Override
-        public SocketChannel socket() {
-            return channel;
+            super(channel);
         }
 
         @Override
         public int available() throws IOException {
             if (stream == null) { // used for available() only; a channel's stream reads nothing by itself
-                stream = channel.socket().getInputStream();
+                stream = socket().socket().getInputStream();
             }
             return stream.available();
-        }
-
-        @Override
-        public String describe() {
-            return "clear";
-        }
-
-        @Override
-        public int read(ByteBuffer dst) throws IOException {
-            return channel.read(dst);
-        }
-
-        @Override
-        public int write(ByteBuffer src) throws IOException {
-            return channel.write(src);
-        }
-
-        @Override
-        public long write(ByteBuffer[] srcs, int offset, int length) throws IOException {
-            return channel.write(srcs, offset, length);
-        }
-
-        @Override
-        public boolean isOpen() {
-            return channel.isOpen();
-        }
-
-        @Override
-        public void close() throws IOException {
-            channel.close();
         }
     }
 }

@@ -359,11 +359,6 @@ public final class TlsLink implements Link {
     }
 
     @Override
-    public int write(ByteBuffer src) throws IOException {
-        return (int) write(new ByteBuffer[]{src}, 0, 1);
-    }
-
-    @Override
     public long write(ByteBuffer[] srcs, int offset, int length) throws IOException {
         writing.lock();
         try {
@@ -438,15 +433,5 @@ public final class TlsLink implements Link {
         SSLSession s = engine.getSession();
         String subject = peerSubject();
         return s.getProtocol() + " " + s.getCipherSuite() + (subject == null ? "" : ", peer " + subject);
-    }
-
-    @Override
-    public boolean isOpen() {
-        return channel.isOpen();
-    }
-
-    @Override
-    public void close() throws IOException {
-        channel.close();
     }
 }

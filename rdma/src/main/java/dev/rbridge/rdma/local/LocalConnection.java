@@ -1,12 +1,12 @@
 package dev.rbridge.rdma.local;
 
+import dev.rbridge.rdma.ConnectionLifecycle;
 import dev.rbridge.rdma.ConnectionStats;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionService;
 import dev.rbridge.rdma.RegionTag;
-import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.RemoteMemoryException;
 import dev.rbridge.rdma.RemoteMemoryException.Status;
 import dev.rbridge.rdma.ServerInfo;
@@ -16,11 +16,10 @@ import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
 
 /** A client connection to a memserver in this JVM: every operation runs on the caller's thread. */
-final class LocalConnection implements RemoteConnection {
+final class LocalConnection extends ConnectionLifecycle {
     /** Never started: only asked whether a buffer is confined to its creating thread. */
     private static final Thread SOME_OTHER_THREAD = Thread.ofPlatform().unstarted(() -> {
     });
@@ -29,11 +28,15 @@ final class LocalConnection implements RemoteConnection {
     private final String peer;
     private final Consumer<LocalConnection> onClose;
     private final ConnectionStats stats = new ConnectionStats();
-    private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
 
     LocalConnection(RegionService.Session session, InetSocketAddress address, Consumer<LocalConnection> onClose) {
+        this(session, address.getHostString() + ":" + address.getPort(), onClose);
+    }
+
+    private LocalConnection(RegionService.Session session, String peer, Consumer<LocalConnection> onClose) {
+        super("local memserver " + peer);
         this.session = session;
-        this.peer = address.getHostString() + ":" + address.getPort();
+        this.peer = peer;
         this.onClose = onClose;
         session.attach(stats, () -> lost("disconnected by the memserver's operator"));
     }
@@ -43,9 +46,9 @@ final class LocalConnection implements RemoteConnection {
     }
 
     private <T> CompletableFuture<T> call(Body<T> body) {
-        RemoteMemoryException dead = closed.get();
+        CompletableFuture<T> dead = failedIfClosed();
         if (dead != null) {
-            return CompletableFuture.failedFuture(dead);
+            return dead;
         }
         try {
             stats.sendMessages.increment();
@@ -188,21 +191,14 @@ final class LocalConnection implements RemoteConnection {
         return stats;
     }
 
-    @Override
-    public boolean isOpen() {
-        return closed.get() == null;
-    }
-
     void lost(String why) {
-        if (closed.compareAndSet(null, new RemoteMemoryException(Status.CONNECTION_LOST, why))) {
-            session.closed();
-            onClose.accept(this);
-        }
+        closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, why));
     }
 
     @Override
-    public void close() {
-        lost("connection to local memserver " + peer + " was closed by this client");
+    protected void tearDown(RemoteMemoryException cause) {
+        session.closed();
+        onClose.accept(this);
     }
 
     @Override

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.tcp;
 
+import dev.rbridge.common.ffm.Libc;
 import dev.rbridge.common.splice.SocketDescriptor;
 import dev.rbridge.rdma.ConnectParams;
 import org.slf4j.Logger;
@@ -8,13 +9,9 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
-import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
-import java.lang.invoke.VarHandle;
 import java.nio.channels.SocketChannel;
 
 /**
@@ -37,22 +34,8 @@ public final class TcpCongestion {
 
     /** Algorithms already refused here: each is warned about once, then logged at debug. */
     private static final java.util.Set<String> REFUSED = java.util.concurrent.ConcurrentHashMap.newKeySet();
-    /** The libc calls, or null when they cannot be linked; then {@link #UNLINKED} says why. */
-    private static final Natives NATIVES;
-    private static final String UNLINKED;
-
-    static {
-        Natives n = null;
-        String why = null;
-        try {
-            n = Natives.load();
-        } catch (RuntimeException | LinkageError e) {
-            why = "cannot call libc's socket functions: " + e + " (they need native access, "
-                    + "--enable-native-access=ALL-UNNAMED, and a libc that has them)";
-        }
-        NATIVES = n;
-        UNLINKED = why;
-    }
+    /** The libc calls, or why they cannot be linked. */
+    private static final Libc.Linked<Natives> NATIVES = Libc.Linked.of("socket functions", Natives::load);
 
     private TcpCongestion() {
     }
@@ -82,16 +65,15 @@ public final class TcpCongestion {
     static void set(SocketChannel channel, String algorithm) throws IOException {
         // ASCII and shorter than NAME_MAX once checked; "system" is no kernel name, so it is refused there too
         int nameLength = ConnectParams.checkCongestion(algorithm).length();
-        Natives natives = natives();
+        Natives natives = NATIVES.get();
         int fd = SocketDescriptor.find(channel);
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(Natives.CALL_STATE);
             MemorySegment value = arena.allocateFrom(algorithm);
-            int rc = call(() -> (int) natives.setsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value,
-                    nameLength));
+            long rc = Libc.invoke(state -> (int) natives.setsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION,
+                    value, nameLength));
             if (rc != 0) {
-                int errno = (int) Natives.ERRNO.get(state, 0L);
-                throw new IOException(switch (errno) {
+                long errno = -rc;
+                throw new IOException(switch ((int) errno) {
                     case 2 -> "the kernel has no algorithm '" + algorithm + "' (see "
                             + "net.ipv4.tcp_available_congestion_control)";
                     case 1 -> "'" + algorithm + "' is not in net.ipv4.tcp_allowed_congestion_control";
@@ -103,62 +85,27 @@ public final class TcpCongestion {
 
     /** The algorithm {@code channel} runs under, as the kernel reports it. */
     static String get(SocketChannel channel) throws IOException {
-        Natives natives = natives();
+        Natives natives = NATIVES.get();
         int fd = SocketDescriptor.find(channel);
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(Natives.CALL_STATE);
             MemorySegment value = arena.allocate(NAME_MAX);
             MemorySegment length = arena.allocateFrom(ValueLayout.JAVA_INT, NAME_MAX);
-            int rc = call(() -> (int) natives.getsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION, value,
-                    length));
+            long rc = Libc.invoke(state -> (int) natives.getsockopt.invokeExact(state, fd, IPPROTO_TCP, TCP_CONGESTION,
+                    value, length));
             if (rc != 0) {
-                throw new IOException("getsockopt(TCP_CONGESTION) failed with errno " + Natives.ERRNO.get(state, 0L));
+                throw new IOException("getsockopt(TCP_CONGESTION) failed with errno " + -rc);
             }
             return value.getString(0);
         }
     }
 
-    /** A downcall returning int; {@link MethodHandle#invokeExact} declares Throwable, which libc calls never throw. */
-    @FunctionalInterface
-    private interface LibcCall {
-        int run() throws Throwable;
-    }
-
-    private static int call(LibcCall c) {
-        try {
-            return c.run();
-        } catch (RuntimeException | Error e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IllegalStateException(t);
-        }
-    }
-
-    private static Natives natives() throws IOException {
-        if (NATIVES == null) {
-            throw new IOException(UNLINKED);
-        }
-        return NATIVES;
-    }
-
     private record Natives(MethodHandle setsockopt, MethodHandle getsockopt) {
-        static final StructLayout CALL_STATE = Linker.Option.captureStateLayout();
-        static final VarHandle ERRNO = CALL_STATE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
-
         static Natives load() {
-            Linker linker = Linker.nativeLinker();
             FunctionDescriptor sockopt = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
                     ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT);
             FunctionDescriptor getsockopt = FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
                     ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.ADDRESS);
-            Linker.Option errno = Linker.Option.captureCallState("errno");
-            return new Natives(
-                    linker.downcallHandle(find(linker, "setsockopt"), sockopt, errno),
-                    linker.downcallHandle(find(linker, "getsockopt"), getsockopt, errno));
-        }
-
-        private static MemorySegment find(Linker linker, String symbol) {
-            return linker.defaultLookup().find(symbol).orElseThrow(() -> new UnsatisfiedLinkError("no " + symbol));
+            return new Natives(Libc.downcall("setsockopt", sockopt), Libc.downcall("getsockopt", getsockopt));
         }
     }
 }

@@ -29,7 +29,6 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.Consumer;
 
@@ -59,7 +58,6 @@ final class TcpConnection extends ControlPlaneConnection {
     private volatile Consumer<RemoteMemoryException> onClosed;
     /** Request ids, the calls waiting for replies, and what a reply means. */
     private final ControlClient control;
-    private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final RequestWriter writer;
     private final ReplyReader reader;
     /** Caller-driven completion, or null: the reader thread reads every reply. */
@@ -69,7 +67,7 @@ final class TcpConnection extends ControlPlaneConnection {
 
     private TcpConnection(Link channel, String peer, long timeoutNanos, ServerInfo server,
                           ConnectionStats stats, boolean callerDriven) throws IOException {
-        super(server);
+        super(server, "memserver " + peer);
         this.channel = channel;
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
@@ -87,7 +85,7 @@ final class TcpConnection extends ControlPlaneConnection {
                     "rdma-tcp-reader-" + peer);
             readerThread.setDaemon(true);
             this.watchdog = new Watchdog(control, reader, timeoutNanos, peer, this::isOpen,
-                    cause -> closeWith(cause, true));
+                    this::declareDead);
         } catch (IOException | RuntimeException e) {
             if (descriptor != null) {
                 descriptor.close(); // it would keep the memserver's socket open
@@ -228,7 +226,7 @@ final class TcpConnection extends ControlPlaneConnection {
     /** Runs {@code hook} with the cause once this connection has closed (at once if it already has). */
     void onClosed(Consumer<RemoteMemoryException> hook) {
         onClosed = hook;
-        RemoteMemoryException cause = closed.get();
+        RemoteMemoryException cause = closedCause();
         if (cause != null) {
             hook.accept(cause);
         }
@@ -237,17 +235,6 @@ final class TcpConnection extends ControlPlaneConnection {
     /** Closes this connection with {@code cause} (a sibling lane's), failing what is pending. */
     void closeWithCause(RemoteMemoryException cause) {
         closeWith(cause);
-    }
-
-    @Override
-    public boolean isOpen() {
-        return closed.get() == null;
-    }
-
-    @Override
-    public void close() {
-        closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "connection to memserver " + peer
-                + " was closed by this client"));
     }
 
     @Override
@@ -285,9 +272,9 @@ final class TcpConnection extends ControlPlaneConnection {
     @SuppressWarnings("unchecked")
     private <T> CompletableFuture<T> send(Message request, MemorySegment data, MemorySegment dst, Pipe pipe,
                                           ControlClient.Result result) {
-        RemoteMemoryException dead = closed.get();
+        CompletableFuture<T> dead = failedIfClosed();
         if (dead != null) {
-            return CompletableFuture.failedFuture(dead);
+            return dead;
         }
         long bodyLength = MessageEncoder.bodyLength(request);
         if (data == null && bodyLength > Protocol.MAX_CONTROL_BODY) {
@@ -379,20 +366,24 @@ final class TcpConnection extends ControlPlaneConnection {
         }
     }
 
-    /** Closes once, failing everything pending; returns the cause in force (the first one). */
-    private RemoteMemoryException closeWith(RemoteMemoryException cause) {
-        return closeWith(cause, false);
+    /**
+     * The watchdog's close: as {@link #closeWith}, but the pending operations fail on a thread of their own. Their
+     * callbacks may issue on other connections and block writing there, and the timer thread must stay free to run
+     * every connection's watchdog, the one that unblocks such a write included.
+     */
+    private void declareDead(RemoteMemoryException cause) {
+        if (markClosed(cause)) {
+            tearDown(cause, true);
+        }
     }
 
-    /**
-     * As {@link #closeWith(RemoteMemoryException)}; with {@code failElsewhere} (the watchdog), the pending operations
-     * fail on a thread of their own. Their callbacks may issue on other connections and block writing there, and the
-     * timer thread must stay free to run every connection's watchdog, the one that unblocks such a write included.
-     */
-    private RemoteMemoryException closeWith(RemoteMemoryException cause, boolean failElsewhere) {
-        if (!closed.compareAndSet(null, cause)) {
-            return closed.get();
-        }
+    /** Closed: fails everything pending, here. */
+    @Override
+    protected void tearDown(RemoteMemoryException cause) {
+        tearDown(cause, false);
+    }
+
+    private void tearDown(RemoteMemoryException cause, boolean failElsewhere) {
         watchdog.cancel();
         Closeables.closeQuietly(channel.socket());
         if (descriptor != null) {
@@ -405,17 +396,11 @@ final class TcpConnection extends ControlPlaneConnection {
         } else {
             failPending(cause);
         }
-        return cause;
     }
 
     /** Fails every pending operation of this closed connection and tells the close hook. */
     private void failPending(RemoteMemoryException cause) {
-        int failed = control.failAll(cause);
-        if (cause.status() != Status.CONNECTION_LOST || failed > 0) {
-            log.warn("{} ({} pending operation(s) failed)", cause.getMessage(), failed);
-        } else {
-            log.debug("{}", cause.getMessage());
-        }
+        logClosed(log, cause, control.failAll(cause));
         Consumer<RemoteMemoryException> hook = onClosed;
         if (hook != null) {
             hook.accept(cause);

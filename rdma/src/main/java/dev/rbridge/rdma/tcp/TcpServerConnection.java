@@ -216,14 +216,22 @@ final class TcpServerConnection implements GatedListener.Connection {
         }
     }
 
+    /** The range {@code request} names, pinned; or null, its refusal queued as the answer. */
+    private RegionService.Pin pinOrRefuse(RegionService.Session s, Message request, long regionId, long key,
+                                          long offset, int length) throws IOException {
+        try {
+            return s.pin(regionId, key, offset, length);
+        } catch (RemoteMemoryException e) {
+            queue(ControlDispatcher.error(request, e.status(), e.getMessage()));
+            return null;
+        }
+    }
+
     private void write(RegionService.Session s, Message.Write w) throws IOException {
         int length = w.length();
-        RegionService.Pin pin;
-        try {
-            pin = s.pin(w.regionId(), w.key(), w.offset(), length);
-        } catch (RemoteMemoryException e) {
+        RegionService.Pin pin = pinOrRefuse(s, w, w.regionId(), w.key(), w.offset(), length);
+        if (pin == null) {
             decoder.skipPayload(); // dropped as it comes in
-            queue(ControlDispatcher.error(w, e.status(), e.getMessage()));
             return;
         }
         try (pin) {
@@ -253,11 +261,8 @@ final class TcpServerConnection implements GatedListener.Connection {
 
     private void read(RegionService.Session s, Message.Read r) throws IOException {
         int length = r.length();
-        RegionService.Pin pin;
-        try {
-            pin = s.pin(r.regionId(), r.key(), r.offset(), length);
-        } catch (RemoteMemoryException e) {
-            queue(ControlDispatcher.error(r, e.status(), e.getMessage()));
+        RegionService.Pin pin = pinOrRefuse(s, r, r.regionId(), r.key(), r.offset(), length);
+        if (pin == null) {
             return;
         }
         pins.add(pin); // held until the reply data is on the wire

@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.ucx;
 
+import dev.rbridge.common.ffm.Libc;
 import dev.rbridge.rdma.KeyEnforcement;
 import dev.rbridge.rdma.LocalRegistration;
 import dev.rbridge.rdma.RemoteMemoryException;
@@ -393,17 +394,16 @@ final class Ucx {
 
     /** libc's setenv (overwriting), or unsetenv when {@code value} is null: what UCX reads, unlike System.getenv. */
     static void setenv(String name, String value) throws Throwable {
-        Linker linker = Linker.nativeLinker();
         try (Arena a = Arena.ofConfined()) {
             int rc;
             if (value == null) {
-                rc = (int) linker.downcallHandle(linker.defaultLookup().find("unsetenv").orElseThrow(),
+                rc = (int) Libc.downcallWithoutErrno("unsetenv",
                         FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS))
                         .invokeExact(a.allocateFrom(name));
             } else {
-                rc = (int) linker.downcallHandle(linker.defaultLookup().find("setenv").orElseThrow(),
-                        FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.ADDRESS,
-                                ValueLayout.JAVA_INT)).invokeExact(a.allocateFrom(name), a.allocateFrom(value), 1);
+                rc = (int) Libc.downcallWithoutErrno("setenv", FunctionDescriptor.of(ValueLayout.JAVA_INT,
+                        ValueLayout.ADDRESS, ValueLayout.ADDRESS, ValueLayout.JAVA_INT))
+                        .invokeExact(a.allocateFrom(name), a.allocateFrom(value), 1);
             }
             if (rc != 0) {
                 throw new IOException((value == null ? "unsetenv " : "setenv ") + name + " failed");

@@ -34,7 +34,6 @@ import java.nio.ByteOrder;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
 
 /**
@@ -80,14 +79,13 @@ final class UcxConnection extends ControlPlaneConnection {
     private final UcxOperationQueue ops;
     /** How the connect ended; whether a close must wait for the wire-up. */
     private final UcxWireUp wireUp;
-    private final AtomicReference<RemoteMemoryException> closed = new AtomicReference<>();
     private final ScheduledFuture<?> watchdog;
     private final Thread reader;
     /** How long a close waits for the wire-up to be over: the connect timeout. */
     private final long lingerMillis;
 
     UcxConnection(Link channel, String peer, ConnectParams params, ServerInfo server, UcxLoop loop) {
-        super(server);
+        super(server, "memserver " + peer);
         this.channel = channel;
         this.peer = peer;
         this.timeoutNanos = params.operationTimeout().toNanos();
@@ -97,7 +95,7 @@ final class UcxConnection extends ControlPlaneConnection {
         this.completions = new UcxCompletions("rdma-ucx-complete-" + peer, completeOnProgressThreadForBench);
         this.keys = new UcxRemoteKeys(loop, completions, () -> endpoint, d -> call(new ControlClient.Operation<>(
                 id -> new Message.MapRegion(id, d.id(), d.key(), d.length()), r -> r)));
-        this.ops = new UcxOperationQueue(peer, control, loop, completions, () -> endpoint, closed::get,
+        this.ops = new UcxOperationQueue(peer, control, loop, completions, () -> endpoint, this::closedCause,
                 this::closeWith);
         this.wireUp = new UcxWireUp(peer, timeoutNanos, control, loop, ops, () -> endpoint);
         long period = Math.max(10, Math.min(100, TimeUnit.NANOSECONDS.toMillis(timeoutNanos) / 4));
@@ -156,9 +154,9 @@ final class UcxConnection extends ControlPlaneConnection {
     @Override
     @SuppressWarnings("unchecked")
     protected <T> CompletableFuture<T> call(ControlClient.Operation<T> op) {
-        RemoteMemoryException dead = closed.get();
+        CompletableFuture<T> dead = failedIfClosed();
         if (dead != null) {
-            return CompletableFuture.failedFuture(dead);
+            return dead;
         }
         Message request = op.request().apply(control.nextId());
         ControlClient.Call c = new ControlClient.Call(request.id(), request.code(), System.nanoTime() + timeoutNanos,
@@ -304,9 +302,9 @@ final class UcxConnection extends ControlPlaneConnection {
 
     private CompletableFuture<Void> data(Kind kind, RegionDescriptor region, long offset, MemorySegment buffer,
                                          Runnable after) {
-        RemoteMemoryException dead = closed.get();
+        CompletableFuture<Void> dead = failedIfClosed();
         if (dead != null) {
-            return CompletableFuture.failedFuture(dead);
+            return dead;
         }
         long size = buffer.byteSize();
         if (offset < 0 || size < 0 || offset > region.length() - size) {
@@ -351,7 +349,7 @@ final class UcxConnection extends ControlPlaneConnection {
     // -------------------------------------------------------------------------------------- failure and close
 
     private void checkDeadlines() {
-        if (closed.get() != null) {
+        if (!isOpen()) {
             return;
         }
         ControlClient.Call late = control.overdue(System.nanoTime());
@@ -377,34 +375,21 @@ final class UcxConnection extends ControlPlaneConnection {
     }
 
     @Override
-    public boolean isOpen() {
-        return closed.get() == null;
-    }
-
-    @Override
-    public void close() {
-        closeWith(new RemoteMemoryException(Status.CONNECTION_LOST, "connection to memserver " + peer
-                + " was closed by this client"));
-    }
-
-    @Override
     public String toString() {
         return "ucx connection to " + peer;
     }
 
     /**
-     * Closes once: the control connection, then (on the progress thread) the endpoint, forcibly, so UCX lets go of
-     * every buffer, then fails everything pending and stops the worker. A backstop fails what is left a second later
-     * should the progress thread be stuck. Returns the cause in force.
+     * Closed: the control connection closes, then (on the progress thread) the endpoint, forcibly, so UCX lets go of
+     * every buffer, then everything pending fails and the worker stops. A backstop fails what is left a second later
+     * should the progress thread be stuck.
      *
      * <p>While the wire-up is not over (a close during connect), the endpoint stays, and the worker keeps progressing,
      * until it is or for the connect timeout: the memserver may be about to send this endpoint its wire-up reply, and
      * UCX 1.13 aborts the memserver's process when the endpoint it sends to goes away with that reply still queued.
      */
-    private RemoteMemoryException closeWith(RemoteMemoryException cause) {
-        if (!closed.compareAndSet(null, cause)) {
-            return closed.get();
-        }
+    @Override
+    protected void tearDown(RemoteMemoryException cause) {
         watchdog.cancel(false);
         Closeables.closeQuietly(channel.socket());
         loop.execute(() -> {
@@ -415,7 +400,6 @@ final class UcxConnection extends ControlPlaneConnection {
             }
         });
         UcxListener.TIMER.schedule(() -> backstop(cause), 1, TimeUnit.SECONDS);
-        return cause;
     }
 
     /**
@@ -464,10 +448,6 @@ final class UcxConnection extends ControlPlaneConnection {
     private void failAll(RemoteMemoryException cause) {
         int failed = control.failAll(cause);
         ops.failQueued(cause);
-        if (cause.status() != Status.CONNECTION_LOST || failed > 0) {
-            log.warn("{} ({} pending operation(s) failed)", cause.getMessage(), failed);
-        } else {
-            log.debug("{}", cause.getMessage());
-        }
+        logClosed(log, cause, failed);
     }
 }

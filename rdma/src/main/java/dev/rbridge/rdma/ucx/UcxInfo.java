@@ -1,5 +1,6 @@
 package dev.rbridge.rdma.ucx;
 
+import dev.rbridge.common.ffm.Libc;
 import org.openucx.jucx.ucp.UcpContext;
 import org.openucx.jucx.ucp.UcpEndpoint;
 
@@ -53,7 +54,7 @@ final class UcxInfo {
                 FunctionDescriptor.ofVoid(ADDRESS));
 
         private static MethodHandle libc(String name, FunctionDescriptor d) {
-            return bind(LINKER.defaultLookup(), name, d);
+            return Libc.downcallWithoutErrno(name, d);
         }
 
         private static MethodHandle bind(SymbolLookup lib, String name, FunctionDescriptor d) {

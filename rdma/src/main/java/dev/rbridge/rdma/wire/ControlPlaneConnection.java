@@ -1,10 +1,10 @@
 package dev.rbridge.rdma.wire;
 
+import dev.rbridge.rdma.ConnectionLifecycle;
 import dev.rbridge.rdma.Lease;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
-import dev.rbridge.rdma.RemoteConnection;
 import dev.rbridge.rdma.ServerInfo;
 import dev.rbridge.rdma.ServerState;
 
@@ -16,14 +16,15 @@ import java.util.concurrent.CompletableFuture;
  * The control plane of a client connection, for every transport that speaks the control protocol: what the greeting
  * said about the memserver ({@link #server}), and each region, lease and info operation as the {@link ControlClient}
  * operation it is, issued through the transport's {@link #call}. The data plane (READ, WRITE, ZERO, FLUSH) and the
- * connection's life are the transport's own; so is what else a new or opened region needs before it is handed out
+ * connection's teardown ({@link ConnectionLifecycle}) are the transport's own; so is what else a new or opened region needs before it is handed out
  * (the ucx provider maps it), which is why only {@link #allocate} and {@link #open} may be overridden.
  */
-public abstract class ControlPlaneConnection implements RemoteConnection {
+public abstract class ControlPlaneConnection extends ConnectionLifecycle {
     private final ServerInfo server;
 
-    /** {@code server}: the memserver as its greeting described it. */
-    protected ControlPlaneConnection(ServerInfo server) {
+    /** {@code server}: the memserver as its greeting described it; {@code memserver} as a sentence names it. */
+    protected ControlPlaneConnection(ServerInfo server, String memserver) {
+        super(memserver);
         this.server = server;
     }
 

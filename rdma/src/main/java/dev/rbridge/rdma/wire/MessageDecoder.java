@@ -1,6 +1,8 @@
 package dev.rbridge.rdma.wire;
 
 import dev.rbridge.common.codec.FixedHeader;
+import dev.rbridge.common.codec.Gather;
+import dev.rbridge.common.codec.Skip;
 import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
@@ -53,7 +55,7 @@ public final class MessageDecoder {
     /** The current body, gathered when it did not arrive whole with its header; null otherwise. */
     private ByteBuffer body;
     private int payloadRemaining;
-    private long skipRemaining;
+    private final Skip skipping = new Skip();
     /** What to return once the bytes being skipped are consumed, or null. */
     private Message afterSkip;
 
@@ -102,10 +104,7 @@ public final class MessageDecoder {
                 case PAYLOAD -> throw new IllegalStateException("the data of the last message has "
                         + payloadRemaining + " bytes not moved yet");
                 case SKIP -> {
-                    int n = (int) Math.min(in.remaining(), skipRemaining);
-                    in.position(in.position() + n);
-                    skipRemaining -= n;
-                    if (skipRemaining > 0) {
+                    if (!skipping.drop(in)) {
                         return null;
                     }
                     state = State.HEADER;
@@ -140,7 +139,7 @@ public final class MessageDecoder {
         if (state != State.PAYLOAD) {
             throw new IllegalStateException("no data is due");
         }
-        skipRemaining = payloadRemaining;
+        skipping.start(payloadRemaining);
         payloadRemaining = 0;
         afterSkip = null;
         state = State.SKIP;
@@ -312,7 +311,7 @@ public final class MessageDecoder {
             state = State.HEADER;
             return then;
         }
-        skipRemaining = n;
+        skipping.start(n);
         afterSkip = then;
         state = State.SKIP;
         return null;
@@ -334,11 +333,7 @@ public final class MessageDecoder {
             }
             body = ByteBuffer.allocate(bodyLength).order(ByteOrder.LITTLE_ENDIAN); // within the checked limit
         }
-        int n = Math.min(in.remaining(), body.remaining());
-        body.put(body.position(), in, in.position(), n);
-        body.position(body.position() + n);
-        in.position(in.position() + n);
-        if (body.hasRemaining()) {
+        if (!Gather.into(body, in)) {
             return null;
         }
         ByteBuffer b = body.flip();
