@@ -182,9 +182,9 @@ public final class ServeCommand implements Callable<Integer> {
         if (configFile == null) {
             return;
         }
-        sun.misc.SignalHandler before = sun.misc.Signal.handle(new sun.misc.Signal("HUP"),
-                s -> Thread.ofVirtual().name("config-reload").start(() -> reload(bridge)));
-        if (before == sun.misc.SignalHandler.SIG_IGN) { // the JVM keeps a signal ignored that it started ignoring
+        boolean ignored = Signals.handle("HUP",
+                () -> Thread.ofVirtual().name("config-reload").start(() -> reload(bridge)));
+        if (ignored) {
             org.slf4j.LoggerFactory.getLogger(ServeCommand.class).warn("SIGHUP is ignored by this process (started"
                     + " under nohup?): reloading {} by signal is off; add memservers with rbridge admin --bridge ..."
                     + " add-memserver", configFile);
