@@ -24,11 +24,8 @@ final class MemserverClientOptions {
     @Option(names = "--server", paramLabel = "HOST:PORT", required = true, description = "The memserver.")
     String server;
 
-    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret of the memserver.")
-    String token;
-
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
-    Path tokenFile;
+    @Mixin
+    TokenOptions token;
 
     @Option(names = "--tls-certificates", paramLabel = "DIR",
             description = "Speak TLS to the memserver (started with --tls-certificates): DIR holds ca-cert.pem, the CA"
@@ -80,7 +77,7 @@ final class MemserverClientOptions {
 
     /** The connect parameters, or IllegalArgumentException naming what is wrong with the options. */
     ConnectParams params(String clientName) {
-        Endpoints.warnToolIfOnCommandLine(clientName.replaceFirst("^rbridge[ -]", ""), token);
+        String secret = token.forTool(clientName.replaceFirst("^rbridge[ -]", ""));
         if (timeout <= 0) {
             throw new IllegalArgumentException("--timeout must be positive");
         }
@@ -95,7 +92,7 @@ final class MemserverClientOptions {
             throw new IllegalArgumentException("--completion must be caller or thread: " + completion);
         }
         return new ConnectParams().address(Endpoints.parse(server, Defaults.MEMSERVER_PORT))
-                .token(Endpoints.token(token, tokenFile)).clientName(clientName)
+                .token(secret).clientName(clientName)
                 .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes)
                 .callerDriven(callerReads()).tcpCongestion(tcpCongestion)
                 .tls(tlsCertificates == null ? null : X509Credentials.clientContext(tlsCertificates));

@@ -64,11 +64,8 @@ public final class ServeCommand implements Callable<Integer> {
             + "the default export. Syntax below.")
     List<String> volumes = new ArrayList<>();
 
-    @Option(names = "--token", paramLabel = "SECRET", description = "The memservers' shared secret.")
-    String token;
-
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
-    Path tokenFile;
+    @CommandLine.Mixin
+    TokenOptions token;
 
     @Option(names = "--memserver-tls-certificates", paramLabel = "DIR",
             description = "Speak TLS to the memservers (started with --tls-certificates): DIR holds ca-cert.pem, the CA"
@@ -145,7 +142,6 @@ public final class ServeCommand implements Callable<Integer> {
                 ConfigFile.apply(configFile, spec);
             }
             bridgeConfig = bridgeConfig();
-            Endpoints.warnIfOnCommandLine(token);
             process.limits.validate(process.tls.settings());
             process.checkExposure("serve");
         } catch (IllegalArgumentException e) {
@@ -259,7 +255,7 @@ public final class ServeCommand implements Callable<Integer> {
         }
         BridgeConfig.Builder b = BridgeConfig.builder()
                 .transport(transport)
-                .token(Endpoints.token(token, tokenFile))
+                .token(token.forServer())
                 .operationTimeout(seconds("--timeout", timeout))
                 .leaseTtl(seconds("--lease", lease))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
