@@ -78,11 +78,11 @@ final class MemCommand {
         int run(RemoteConnection c, Waiter w, PrintWriter out) throws RemoteMemoryException, IOException;
     }
 
-    /** Waits for futures no longer than twice the operation timeout, unwrapping failures to their cause. */
-    private record Waiter(int timeoutSeconds) {
+    /** Waits for futures no longer than {@code seconds}, unwrapping failures to their cause. */
+    private record Waiter(long seconds) {
         <T> T await(CompletableFuture<T> f) throws RemoteMemoryException {
             try {
-                return f.get(timeoutSeconds * 2L, TimeUnit.SECONDS);
+                return f.get(seconds, TimeUnit.SECONDS);
             } catch (ExecutionException e) {
                 Throwable cause = e.getCause();
                 if (cause instanceof RemoteMemoryException r) {
@@ -91,7 +91,7 @@ final class MemCommand {
                 throw new RemoteMemoryException(Status.INTERNAL, String.valueOf(cause == null ? e : cause.getMessage()), e);
             } catch (TimeoutException e) {
                 throw new RemoteMemoryException(Status.TIMEOUT, "no answer from the memserver within "
-                        + timeoutSeconds * 2L + " s");
+                        + seconds + " s");
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 throw new RemoteMemoryException(Status.INTERNAL, "interrupted");
@@ -112,7 +112,7 @@ final class MemCommand {
         PrintWriter out = spec.commandLine().getOut();
         PrintWriter err = spec.commandLine().getErr();
         try (RemoteConnection c = provider.connect(params)) {
-            return action.run(c, new Waiter(remote.timeout), out);
+            return action.run(c, new Waiter(remote.answerWaitSeconds()), out);
         } catch (RemoteMemoryException e) {
             err.println("mem: " + e.getMessage());
             return 1;

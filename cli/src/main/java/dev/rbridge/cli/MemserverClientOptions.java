@@ -98,6 +98,11 @@ final class MemserverClientOptions {
                 .tls(tlsCertificates == null ? null : X509Credentials.clientContext(tlsCertificates));
     }
 
+    /** How long a tool waits for one answer, in seconds: twice {@code --timeout}, so the connection gives up first. */
+    long answerWaitSeconds() {
+        return timeout * 2L;
+    }
+
     /** Whether a thread waiting on an operation reads its reply itself ({@code --completion caller}). */
     boolean callerReads() {
         return completion.equals("caller");
@@ -123,7 +128,7 @@ final class MemserverClientOptions {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        long wait = timeout * 2L;
+        long wait = answerWaitSeconds();
         try (RemoteConnection c = p.connect(params); Arena arena = Arena.ofShared()) {
             RegionDescriptor region = c.allocate(RegionTag.scratch(tool), bytes).get(wait, TimeUnit.SECONDS);
             try {
