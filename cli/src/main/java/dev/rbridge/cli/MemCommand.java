@@ -63,19 +63,54 @@ final class MemCommand {
     /** Bytes moved per operation; a multiple of 16 so hexdump lines never straddle two. */
     static final int CHUNK = 4 << 20;
 
-    /** Which region and where in it, shared by read and write. */
-    static final class RegionAddress {
+    /** The start of the examples of read and write: the memserver, its token, region 3. */
+    private static final String ON_REGION = SERVER + " --token-file /etc/rbridge/token --region 3 \\";
+
+    /**
+     * What read and write share: the memserver, which region and where in it; {@link #onRange} opens the region and
+     * checks the range before they move a byte.
+     */
+    abstract static class RegionRange implements Callable<Integer> {
+        @Mixin
+        MemserverClientOptions remote;
+
         @Option(names = "--region", paramLabel = "ID", required = true, description = "The region (see mem list).")
         long region;
 
         @Option(names = "--offset", paramLabel = "OFFSET", defaultValue = "0",
                 description = "Where to start in the region, e.g. 4K. Default ${DEFAULT-VALUE}.")
         String offset;
+
+        @CommandLine.Spec
+        CommandLine.Model.CommandSpec spec;
+
+        /** {@code --offset} in bytes, or ParameterException. */
+        long offsetBytes() {
+            return size(spec, "--offset", offset);
+        }
+
+        /**
+         * Connects, opens the region, checks that the {@code n} bytes at {@code at} lie in it and runs {@code move}
+         * on them; the exit code, every failure one {@code mem: ...} line and 1.
+         */
+        int onRange(long at, long n, Move move) {
+            return connected(spec, remote, (c, w, out) -> {
+                RegionDescriptor d = w.await(c.open(region));
+                checkRange(d, at, n);
+                return move.run(c, w, d, out);
+            });
+        }
     }
 
     /** What a subcommand does once connected; returns the exit code. */
     private interface Action {
         int run(RemoteConnection c, Waiter w, PrintWriter out) throws RemoteMemoryException, IOException;
+    }
+
+    /** What read or write does with the region once it is open and the range checked; returns the exit code. */
+    private interface Move {
+        int run(RemoteConnection c, Waiter w, RegionDescriptor d, PrintWriter out)
+                throws RemoteMemoryException, IOException;
     }
 
     /** Waits for futures no longer than {@code seconds}, unwrapping failures to their cause. */
@@ -167,17 +202,11 @@ final class MemCommand {
                     "The hexdump is hexdump -C style; its offset column is the offset in the region.",
                     "Without --file or --hex: a hexdump when stdout is a terminal, raw bytes otherwise."},
             footer = {"", "Examples:",
-                    "  rbridge mem read " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem read " + ON_REGION,
                     "      --length 64 --hex",
-                    "  rbridge mem read " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem read " + ON_REGION,
                     "      --offset 1M --length 16M --file region3.bin"})
-    static final class Read implements Callable<Integer> {
-        @Mixin
-        MemserverClientOptions remote;
-
-        @Mixin
-        RegionAddress where;
-
+    static final class Read extends RegionRange {
         @Option(names = "--length", paramLabel = "LENGTH", required = true, description = "Bytes to read, e.g. 512 or 1M.")
         String length;
 
@@ -187,12 +216,9 @@ final class MemCommand {
         @Option(names = "--hex", description = "Print a hexdump instead of raw bytes.")
         boolean hex;
 
-        @CommandLine.Spec
-        CommandLine.Model.CommandSpec spec;
-
         @Override
         public Integer call() {
-            long at = size(spec, "--offset", where.offset);
+            long at = offsetBytes();
             long n = size(spec, "--length", length);
             if (n <= 0) {
                 throw new CommandLine.ParameterException(spec.commandLine(), "--length must be positive");
@@ -202,9 +228,7 @@ final class MemCommand {
             }
             Console console = System.console();
             boolean dump = hex || (file == null && console != null && console.isTerminal());
-            return connected(spec, remote, (c, w, out) -> {
-                RegionDescriptor d = w.await(c.open(where.region));
-                checkRange(d, at, n);
+            return onRange(at, n, (c, w, d, out) -> {
                 // stdout as a plain stream, not picocli's writer: a closed pipe must stop the read, not be ignored
                 try (Arena arena = Arena.ofShared();
                      OutputStream sink = file != null ? Files.newOutputStream(file)
@@ -323,19 +347,13 @@ final class MemCommand {
                     "Give one of --file, --hex, or --pattern with --length.",
                     "Waits until the memserver holds the bytes, then says how many it wrote where."},
             footer = {"", "Examples:",
-                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem write " + ON_REGION,
                     "      --hex 'de ad be ef'",
-                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem write " + ON_REGION,
                     "      --offset 4K --pattern 0xff --length 64K",
-                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem write " + ON_REGION,
                     "      --file blob.bin"})
-    static final class Write implements Callable<Integer> {
-        @Mixin
-        MemserverClientOptions remote;
-
-        @Mixin
-        RegionAddress where;
-
+    static final class Write extends RegionRange {
         @Option(names = "--file", paramLabel = "FILE", description = "Write the contents of FILE.")
         Path file;
 
@@ -348,19 +366,14 @@ final class MemCommand {
         @Option(names = "--length", paramLabel = "LENGTH", description = "With --pattern: how many bytes, e.g. 64K.")
         String length;
 
-        @CommandLine.Spec
-        CommandLine.Model.CommandSpec spec;
-
         @Override
         public Integer call() {
-            long at = size(spec, "--offset", where.offset);
+            long at = offsetBytes();
             checkSources();
             byte[] bytes = hex != null ? parseHex(hex) : null;
             int fill = pattern != null ? parseByte(pattern) : 0;
             long n = byteCount(bytes);
-            return connected(spec, remote, (c, w, out) -> {
-                RegionDescriptor d = w.await(c.open(where.region));
-                checkRange(d, at, n);
+            return onRange(at, n, (c, w, d, out) -> {
                 try (Arena arena = Arena.ofShared()) {
                     MemorySegment buffer = arena.allocate(Math.max(1, Math.min(n, CHUNK)));
                     if (bytes != null) {
