@@ -92,7 +92,7 @@ final class BenchCommand implements Callable<Integer> {
         int slots = latency ? 1 : txDepth;
         MemserverClientOptions remote = transfer.remote;
         long wait = remote.answerWaitSeconds();
-        boolean lanes = remote.transport.equals("ucx") && UcxProvider.reportLanes(); // before UCX loads
+        boolean lanes = remote.link.transport.equals("ucx") && UcxProvider.reportLanes(); // before UCX loads
         return remote.withScratchRegion(spec, "bench", (long) bytes * slots, (c, region, arena) -> {
             MemorySegment[] buffers = new MemorySegment[slots];
             for (int i = 0; i < slots; i++) {
@@ -102,7 +102,7 @@ final class BenchCommand implements Callable<Integer> {
             Op op = (slot, read) -> read ? c.read(region, (long) slot * bytes, buffers[slot])
                     : c.write(region, (long) slot * bytes, buffers[slot]);
             if (!transfer.json) {
-                out.println("Transport: " + remote.transport + " (" + c + "), memserver " + c.server().serverId());
+                out.println("Transport: " + remote.link.transport + " (" + c + "), memserver " + c.server().serverId());
             }
             if (lanes && !transfer.json) {
                 // UCX's own account of the transports it chose: rma(rc_verbs/...) is RDMA, rma_am(tcp/...) is not.
