@@ -9,7 +9,6 @@ import java.io.PrintWriter;
 import java.net.InetSocketAddress;
 import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Callable;
@@ -52,12 +51,8 @@ final class AdminCommand implements Callable<Integer> {
             description = "Ask a bridge (its --admin, usually " + Defaults.BRIDGE_ADMIN + ") instead of a memserver.")
     String bridge;
 
-    @Option(names = "--token", paramLabel = "SECRET",
-            description = "The memserver's token (with --bridge: the token of the bridge's memservers).")
-    String token;
-
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the token from the first line of FILE.")
-    Path tokenFile;
+    @CommandLine.Mixin
+    TokenOptions token;
 
     @Option(names = "--json", description = "Print the server's JSON answer as is.")
     boolean json;
@@ -109,8 +104,7 @@ final class AdminCommand implements Callable<Integer> {
         String secret;
         Request request;
         try {
-            Endpoints.warnToolIfOnCommandLine("admin", token);
-            secret = Endpoints.token(token, tokenFile);
+            secret = token.forTool("admin");
             String base = baseUrl(secret != null);
             request = bridge != null ? bridgeRequest(base) : memserverRequest(base);
         } catch (IllegalArgumentException e) {

@@ -40,14 +40,9 @@ import java.util.concurrent.atomic.AtomicReference;
 final class BenchCommand implements Callable<Integer> {
     enum Test { READ_LAT, WRITE_LAT, READ_BW, WRITE_BW }
 
-
     @Option(names = "--test", required = true, converter = TestConverter.class,
             description = "read-lat, write-lat, read-bw or write-bw.")
     Test test;
-
-    @Option(names = "--size", paramLabel = "SIZE", defaultValue = Defaults.TRANSFER_SIZE,
-            description = "Bytes per operation. Default ${DEFAULT-VALUE}.")
-    String size;
 
     @Option(names = "--tx-depth", paramLabel = "N", defaultValue = "" + Defaults.BENCH_TX_DEPTH,
             description = "Operations in flight in bandwidth tests. Default ${DEFAULT-VALUE}.")
@@ -61,17 +56,11 @@ final class BenchCommand implements Callable<Integer> {
     @Option(names = "--time", paramLabel = "SECONDS", description = "Run for this long instead of --iters.")
     Integer time;
 
-    @Option(names = "--json", description = "Print the result as one JSON object instead of the perftest-style table.")
-    boolean json;
-
     @Option(names = "--duplex", description = "Bandwidth tests: half the operations read, half write.")
     boolean duplex;
 
-
-
-
     @CommandLine.Mixin
-    MemserverClientOptions remote;
+    TransferTestOptions transfer;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -93,20 +82,17 @@ final class BenchCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        int bytes;
-        try {
-            bytes = Math.toIntExact(Sizes.parse(size));
-            if (bytes <= 0 || txDepth <= 0 || iters <= 0 || (time != null && time <= 0)) {
-                throw new IllegalArgumentException("--size, --tx-depth, --iters and --time must be positive");
-            }
-        } catch (IllegalArgumentException | ArithmeticException e) {
-            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        int bytes = transfer.bytes(spec);
+        if (txDepth <= 0 || iters <= 0 || (time != null && time <= 0)) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--tx-depth, --iters and --time must be"
+                    + " positive");
         }
         PrintWriter out = spec.commandLine().getOut();
         boolean latency = test == Test.READ_LAT || test == Test.WRITE_LAT;
         int slots = latency ? 1 : txDepth;
-        long wait = remote.timeout * 2L;
-        boolean lanes = remote.transport.equals("ucx") && UcxProvider.reportLanes(); // before UCX loads
+        MemserverClientOptions remote = transfer.remote;
+        long wait = remote.answerWaitSeconds();
+        boolean lanes = remote.link.transport.equals("ucx") && UcxProvider.reportLanes(); // before UCX loads
         return remote.withScratchRegion(spec, "bench", (long) bytes * slots, (c, region, arena) -> {
             MemorySegment[] buffers = new MemorySegment[slots];
             for (int i = 0; i < slots; i++) {
@@ -115,10 +101,10 @@ final class BenchCommand implements Callable<Integer> {
             }
             Op op = (slot, read) -> read ? c.read(region, (long) slot * bytes, buffers[slot])
                     : c.write(region, (long) slot * bytes, buffers[slot]);
-            if (!json) {
-                out.println("Transport: " + remote.transport + " (" + c + "), memserver " + c.server().serverId());
+            if (!transfer.json) {
+                out.println("Transport: " + remote.link.transport + " (" + c + "), memserver " + c.server().serverId());
             }
-            if (lanes && !json) {
+            if (lanes && !transfer.json) {
                 // UCX's own account of the transports it chose: rma(rc_verbs/...) is RDMA, rma_am(tcp/...) is not.
                 List<String> chosen = UcxProvider.lanes();
                 out.println("UCX lanes: " + (chosen.isEmpty() ? "not reported (set UCX_LOG_LEVEL=info to see them)"
@@ -157,7 +143,7 @@ final class BenchCommand implements Callable<Integer> {
         Arrays.sort(s);
         double avg = Arrays.stream(s).average().orElse(0);
         double var = Arrays.stream(s).mapToDouble(x -> (x - avg) * (x - avg)).sum() / Math.max(1, n - 1);
-        if (json) {
+        if (transfer.json) {
             java.util.Map<String, Object> r = new java.util.LinkedHashMap<>();
             r.put("test", test.name().toLowerCase(java.util.Locale.ROOT).replace('_', '-'));
             r.put("bytes", bytes);
@@ -189,13 +175,14 @@ final class BenchCommand implements Callable<Integer> {
         long start = System.nanoTime();
         CompletableFuture<Void> f = op.run(0, read);
         CompletableFuture<Void> timed = f.whenComplete((v, t) -> completedAt[0] = System.nanoTime());
-        if (remote.callerReads()) {
-            f.get(remote.timeout * 2L, TimeUnit.SECONDS); // the operation's own future: waiting on it, we read for it
+        long wait = transfer.remote.answerWaitSeconds();
+        if (transfer.remote.callerReads()) {
+            f.get(wait, TimeUnit.SECONDS); // the operation's own future: waiting on it, we read for it
         }
         // In thread mode wait on the stamp's future, not on f: a future runs its dependents last-registered first, so
         // a waiter on f would be woken (a futex wake, a few µs here) before the stamp, and that would be counted. A
         // caller that cannot take the read role waits on f and is woken so too: a synchronous client's real wait.
-        timed.get(remote.timeout * 2L, TimeUnit.SECONDS);
+        timed.get(wait, TimeUnit.SECONDS);
         return completedAt[0] - start;
     }
 
@@ -246,7 +233,7 @@ final class BenchCommand implements Callable<Integer> {
         long ops = done.get();
         double average = ops * (double) bytes / (elapsed / 1e9) / 1e6;
         double gb = ops * (double) bytes / 1e9;
-        if (json) {
+        if (transfer.json) {
             java.util.Map<String, Object> r = new java.util.LinkedHashMap<>();
             r.put("test", test.name().toLowerCase(java.util.Locale.ROOT).replace('_', '-'));
             r.put("bytes", bytes);

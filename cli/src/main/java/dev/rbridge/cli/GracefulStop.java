@@ -1,7 +1,5 @@
 package dev.rbridge.cli;
 
-import sun.misc.Signal;
-
 /**
  * SIGTERM as a request, not a failure: a server command that stops because it was asked to (systemd, Kubernetes,
  * kill) exits 0 after its shutdown hooks ran, rather than the JVM's 143, which service managers count as a failed
@@ -13,7 +11,7 @@ final class GracefulStop {
 
     /** From now on SIGTERM runs the shutdown hooks and exits 0. Only for commands that serve until stopped. */
     static void onTerm() {
-        Signal.handle(new Signal("TERM"), s -> {
+        Signals.handle("TERM", () -> {
             // exit() blocks until the hooks are done; a thread of its own keeps the signal thread free meanwhile
             Thread t = new Thread(() -> System.exit(0), "graceful-stop");
             t.setDaemon(false);

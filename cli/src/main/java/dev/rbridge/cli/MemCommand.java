@@ -63,14 +63,43 @@ final class MemCommand {
     /** Bytes moved per operation; a multiple of 16 so hexdump lines never straddle two. */
     static final int CHUNK = 4 << 20;
 
-    /** Which region and where in it, shared by read and write. */
-    static final class RegionAddress {
+    /** The start of the examples of read and write: the memserver, its token, region 3. */
+    private static final String ON_REGION = SERVER + " --token-file /etc/rbridge/token --region 3 \\";
+
+    /**
+     * What read and write share: the memserver, which region and where in it; {@link #onRange} opens the region and
+     * checks the range before they move a byte.
+     */
+    abstract static class RegionRange implements Callable<Integer> {
+        @Mixin
+        MemserverClientOptions remote;
+
         @Option(names = "--region", paramLabel = "ID", required = true, description = "The region (see mem list).")
         long region;
 
         @Option(names = "--offset", paramLabel = "OFFSET", defaultValue = "0",
                 description = "Where to start in the region, e.g. 4K. Default ${DEFAULT-VALUE}.")
         String offset;
+
+        @CommandLine.Spec
+        CommandLine.Model.CommandSpec spec;
+
+        /** {@code --offset} in bytes, or ParameterException. */
+        long offsetBytes() {
+            return size(spec, "--offset", offset);
+        }
+
+        /**
+         * Connects, opens the region, checks that the {@code n} bytes at {@code at} lie in it and runs {@code move}
+         * on them; the exit code, every failure one {@code mem: ...} line and 1.
+         */
+        int onRange(long at, long n, Move move) {
+            return connected(spec, remote, (c, w, out) -> {
+                RegionDescriptor d = w.await(c.open(region));
+                checkRange(d, at, n);
+                return move.run(c, w, d, out);
+            });
+        }
     }
 
     /** What a subcommand does once connected; returns the exit code. */
@@ -78,11 +107,17 @@ final class MemCommand {
         int run(RemoteConnection c, Waiter w, PrintWriter out) throws RemoteMemoryException, IOException;
     }
 
-    /** Waits for futures no longer than twice the operation timeout, unwrapping failures to their cause. */
-    private record Waiter(int timeoutSeconds) {
+    /** What read or write does with the region once it is open and the range checked; returns the exit code. */
+    private interface Move {
+        int run(RemoteConnection c, Waiter w, RegionDescriptor d, PrintWriter out)
+                throws RemoteMemoryException, IOException;
+    }
+
+    /** Waits for futures no longer than {@code seconds}, unwrapping failures to their cause. */
+    private record Waiter(long seconds) {
         <T> T await(CompletableFuture<T> f) throws RemoteMemoryException {
             try {
-                return f.get(timeoutSeconds * 2L, TimeUnit.SECONDS);
+                return f.get(seconds, TimeUnit.SECONDS);
             } catch (ExecutionException e) {
                 Throwable cause = e.getCause();
                 if (cause instanceof RemoteMemoryException r) {
@@ -91,7 +126,7 @@ final class MemCommand {
                 throw new RemoteMemoryException(Status.INTERNAL, String.valueOf(cause == null ? e : cause.getMessage()), e);
             } catch (TimeoutException e) {
                 throw new RemoteMemoryException(Status.TIMEOUT, "no answer from the memserver within "
-                        + timeoutSeconds * 2L + " s");
+                        + seconds + " s");
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 throw new RemoteMemoryException(Status.INTERNAL, "interrupted");
@@ -112,7 +147,7 @@ final class MemCommand {
         PrintWriter out = spec.commandLine().getOut();
         PrintWriter err = spec.commandLine().getErr();
         try (RemoteConnection c = provider.connect(params)) {
-            return action.run(c, new Waiter(remote.timeout), out);
+            return action.run(c, new Waiter(remote.answerWaitSeconds()), out);
         } catch (RemoteMemoryException e) {
             err.println("mem: " + e.getMessage());
             return 1;
@@ -167,17 +202,11 @@ final class MemCommand {
                     "The hexdump is hexdump -C style; its offset column is the offset in the region.",
                     "Without --file or --hex: a hexdump when stdout is a terminal, raw bytes otherwise."},
             footer = {"", "Examples:",
-                    "  rbridge mem read " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem read " + ON_REGION,
                     "      --length 64 --hex",
-                    "  rbridge mem read " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem read " + ON_REGION,
                     "      --offset 1M --length 16M --file region3.bin"})
-    static final class Read implements Callable<Integer> {
-        @Mixin
-        MemserverClientOptions remote;
-
-        @Mixin
-        RegionAddress where;
-
+    static final class Read extends RegionRange {
         @Option(names = "--length", paramLabel = "LENGTH", required = true, description = "Bytes to read, e.g. 512 or 1M.")
         String length;
 
@@ -187,12 +216,9 @@ final class MemCommand {
         @Option(names = "--hex", description = "Print a hexdump instead of raw bytes.")
         boolean hex;
 
-        @CommandLine.Spec
-        CommandLine.Model.CommandSpec spec;
-
         @Override
         public Integer call() {
-            long at = size(spec, "--offset", where.offset);
+            long at = offsetBytes();
             long n = size(spec, "--length", length);
             if (n <= 0) {
                 throw new CommandLine.ParameterException(spec.commandLine(), "--length must be positive");
@@ -202,9 +228,7 @@ final class MemCommand {
             }
             Console console = System.console();
             boolean dump = hex || (file == null && console != null && console.isTerminal());
-            return connected(spec, remote, (c, w, out) -> {
-                RegionDescriptor d = w.await(c.open(where.region));
-                checkRange(d, at, n);
+            return onRange(at, n, (c, w, d, out) -> {
                 // stdout as a plain stream, not picocli's writer: a closed pipe must stop the read, not be ignored
                 try (Arena arena = Arena.ofShared();
                      OutputStream sink = file != null ? Files.newOutputStream(file)
@@ -323,19 +347,13 @@ final class MemCommand {
                     "Give one of --file, --hex, or --pattern with --length.",
                     "Waits until the memserver holds the bytes, then says how many it wrote where."},
             footer = {"", "Examples:",
-                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem write " + ON_REGION,
                     "      --hex 'de ad be ef'",
-                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem write " + ON_REGION,
                     "      --offset 4K --pattern 0xff --length 64K",
-                    "  rbridge mem write " + SERVER + " --token-file /etc/rbridge/token --region 3 \\",
+                    "  rbridge mem write " + ON_REGION,
                     "      --file blob.bin"})
-    static final class Write implements Callable<Integer> {
-        @Mixin
-        MemserverClientOptions remote;
-
-        @Mixin
-        RegionAddress where;
-
+    static final class Write extends RegionRange {
         @Option(names = "--file", paramLabel = "FILE", description = "Write the contents of FILE.")
         Path file;
 
@@ -348,19 +366,14 @@ final class MemCommand {
         @Option(names = "--length", paramLabel = "LENGTH", description = "With --pattern: how many bytes, e.g. 64K.")
         String length;
 
-        @CommandLine.Spec
-        CommandLine.Model.CommandSpec spec;
-
         @Override
         public Integer call() {
-            long at = size(spec, "--offset", where.offset);
+            long at = offsetBytes();
             checkSources();
             byte[] bytes = hex != null ? parseHex(hex) : null;
             int fill = pattern != null ? parseByte(pattern) : 0;
             long n = byteCount(bytes);
-            return connected(spec, remote, (c, w, out) -> {
-                RegionDescriptor d = w.await(c.open(where.region));
-                checkRange(d, at, n);
+            return onRange(at, n, (c, w, d, out) -> {
                 try (Arena arena = Arena.ofShared()) {
                     MemorySegment buffer = arena.allocate(Math.max(1, Math.min(n, CHUNK)));
                     if (bytes != null) {

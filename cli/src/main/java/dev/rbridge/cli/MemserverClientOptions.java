@@ -24,11 +24,8 @@ final class MemserverClientOptions {
     @Option(names = "--server", paramLabel = "HOST:PORT", required = true, description = "The memserver.")
     String server;
 
-    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret of the memserver.")
-    String token;
-
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
-    Path tokenFile;
+    @Mixin
+    TokenOptions token;
 
     @Option(names = "--tls-certificates", paramLabel = "DIR",
             description = "Speak TLS to the memserver (started with --tls-certificates): DIR holds ca-cert.pem, the CA"
@@ -36,19 +33,8 @@ final class MemserverClientOptions {
                     + " client-key.pem for a memserver that verifies clients. ucx: the control connection only.")
     Path tlsCertificates;
 
-    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "" + Defaults.MEMSERVER_TIMEOUT_SECONDS,
-            description = "Declare the memserver dead after this long without an answer. Default ${DEFAULT-VALUE}.")
-    int timeout;
-
-    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
-            description = "Remote-memory transport: tcp or ucx (the memserver's). Default ${DEFAULT-VALUE}.")
-    String transport;
-
-    @Option(names = "--lanes", paramLabel = "N", defaultValue = "" + Defaults.TOOL_LANES,
-            description = "tcp: TCP connections to open to the memserver, each served by its own memserver thread; "
-                    + "data operations go to the first not already busy with half a megabyte. More lanes let "
-                    + "large transfers use more memserver cores; one is the lowest latency. Default ${DEFAULT-VALUE}.")
-    int lanes;
+    @Mixin
+    MemserverLinkOptions.Tool link;
 
     @Option(names = "--completion", paramLabel = "MODE", defaultValue = Defaults.TOOL_COMPLETION,
             description = "tcp: who reads the memserver's replies. caller: a thread waiting on an operation reads "
@@ -71,34 +57,31 @@ final class MemserverClientOptions {
 
     /** The transport to connect with, or IllegalArgumentException naming the ones that work from a command. */
     RemoteMemoryProvider provider() {
-        if (transport.equals("local")) {
+        if (link.transport.equals("local")) {
             throw new IllegalArgumentException("the local transport exists only inside one process (rbridge demo); "
                     + "use --transport tcp or ucx to reach a memserver");
         }
-        return Providers.byName(transport);
+        return Providers.byName(link.transport);
     }
 
     /** The connect parameters, or IllegalArgumentException naming what is wrong with the options. */
     ConnectParams params(String clientName) {
-        Endpoints.warnToolIfOnCommandLine(clientName.replaceFirst("^rbridge[ -]", ""), token);
-        if (timeout <= 0) {
-            throw new IllegalArgumentException("--timeout must be positive");
-        }
-        if (lanes < 1 || lanes > ConnectParams.MAX_LANES) {
-            throw new IllegalArgumentException("--lanes must be between 1 and " + ConnectParams.MAX_LANES);
-        }
-        if (lanes != 1 && !transport.equals("tcp")) {
-            throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
-                    + " chooses its own paths)");
-        }
+        String secret = token.forTool(clientName.replaceFirst("^rbridge[ -]", ""));
+        Duration timeout = link.operationTimeout();
+        int lanes = link.checkedLanes();
         if (!completion.equals("caller") && !completion.equals("thread")) {
             throw new IllegalArgumentException("--completion must be caller or thread: " + completion);
         }
         return new ConnectParams().address(Endpoints.parse(server, Defaults.MEMSERVER_PORT))
-                .token(Endpoints.token(token, tokenFile)).clientName(clientName)
-                .operationTimeout(Duration.ofSeconds(timeout)).lanes(lanes)
+                .token(secret).clientName(clientName)
+                .operationTimeout(timeout).lanes(lanes)
                 .callerDriven(callerReads()).tcpCongestion(tcpCongestion)
                 .tls(tlsCertificates == null ? null : X509Credentials.clientContext(tlsCertificates));
+    }
+
+    /** How long a tool waits for one answer, in seconds: twice {@code --timeout}, so the connection gives up first. */
+    long answerWaitSeconds() {
+        return (long) Math.ceil(link.timeout * 2);
     }
 
     /** Whether a thread waiting on an operation reads its reply itself ({@code --completion caller}). */
@@ -126,7 +109,7 @@ final class MemserverClientOptions {
         } catch (IllegalArgumentException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        long wait = timeout * 2L;
+        long wait = answerWaitSeconds();
         try (RemoteConnection c = p.connect(params); Arena arena = Arena.ofShared()) {
             RegionDescriptor region = c.allocate(RegionTag.scratch(tool), bytes).get(wait, TimeUnit.SECONDS);
             try {

@@ -49,13 +49,8 @@ final class MemserverCommand implements Callable<Integer> {
             description = "Most memory granted at once (K, M, G, T are binary), e.g. 64G.")
     String capacity;
 
-    @Option(names = "--token", paramLabel = "SECRET", description = "Shared secret clients must prove they know"
-            + " (visible to other users in ps: prefer --token-file or " + Endpoints.TOKEN_ENV + ").")
-    String token;
-
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE"
-            + " (make it random: openssl rand -hex 32 > FILE). Else " + Endpoints.TOKEN_ENV + " is used when set.")
-    Path tokenFile;
+    @CommandLine.Mixin
+    TokenOptions token;
 
     @Option(names = "--tls-certificates", paramLabel = "DIR",
             description = "Speak TLS to every client (tcp: the whole connection; ucx: the control connection, RDMA"
@@ -199,8 +194,7 @@ final class MemserverCommand implements Callable<Integer> {
             huge = HugePages.choose(HugePages.Mode.parse(hugePages), transport, capacityBytes);
             java.net.InetSocketAddress address = Endpoints.parse(listen, Defaults.MEMSERVER_PORT);
             numa = NumaPlacement.choose(NumaPlacement.Mode.parse(numaNode), address.getAddress());
-            String secret = Endpoints.token(token, tokenFile);
-            Endpoints.warnIfOnCommandLine(token);
+            String secret = token.forServer();
             if (tlsVerifyPeer && tlsCertificates == null) {
                 throw new IllegalArgumentException("--tls-verify-peer needs --tls-certificates DIR");
             }
@@ -265,11 +259,15 @@ final class MemserverCommand implements Callable<Integer> {
         SystemdNotify.ready("lending " + Sizes.format(config.capacityBytes()));
     }
 
-    /** memserver's wording of its --admin (picocli looks it up by option name). */
+    /** memserver's wording of its --admin and its token options (picocli looks them up by option name). */
     public static final class Help extends ListResourceBundle {
         @Override
         protected Object[][] getContents() {
             return new Object[][]{
+                    {"token", "Shared secret clients must prove they know (visible to other users in ps: prefer"
+                            + " --token-file or " + Endpoints.TOKEN_ENV + ")."},
+                    {"token-file", "Read the secret from the first line of FILE (make it random: openssl rand -hex 32"
+                            + " > FILE). Else " + Endpoints.TOKEN_ENV + " is used when set."},
                     {"admin", "Operator interface (JSON over HTTP) for rbridge admin; 'none' turns it off. Reads need"
                             + " the token when one is set; drain, shutdown, revoke and disconnect always need it (POST"
                             + " only) and are off without one. Requests from web pages (an Origin header) and, on"

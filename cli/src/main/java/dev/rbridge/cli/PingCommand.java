@@ -26,43 +26,28 @@ final class PingCommand implements Callable<Integer> {
             description = "Rounds. Default ${DEFAULT-VALUE}.")
     int count;
 
-    @Option(names = "--size", paramLabel = "SIZE", defaultValue = Defaults.TRANSFER_SIZE,
-            description = "Bytes per round. Default ${DEFAULT-VALUE}.")
-    String size;
-
     @Option(names = "--validate", description = "Compare what was read with what was written.")
     boolean validate;
-
-    @Option(names = "--json", description = "Print the result as one JSON object (round trip times in microseconds).")
-    boolean json;
 
     @Option(names = "--verbose", description = "Print every round.")
     boolean verbose;
 
-
-
-
-
     @CommandLine.Mixin
-    MemserverClientOptions remote;
+    TransferTestOptions transfer;
 
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
 
     @Override
     public Integer call() throws Exception {
-        int bytes;
-        try {
-            bytes = Math.toIntExact(Sizes.parse(size));
-            if (bytes <= 0 || count <= 0) {
-                throw new IllegalArgumentException("--size and --count must be positive");
-            }
-        } catch (IllegalArgumentException | ArithmeticException e) {
-            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
+        int bytes = transfer.bytes(spec);
+        if (count <= 0) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--count must be positive");
         }
         PrintWriter out = spec.commandLine().getOut();
         PrintWriter err = spec.commandLine().getErr();
-        long wait = remote.timeout * 2L;
+        MemserverClientOptions remote = transfer.remote;
+        long wait = remote.answerWaitSeconds();
         return remote.withScratchRegion(spec, "ping", bytes, (c, region, arena) -> {
             MemorySegment src = arena.allocate(bytes);
             MemorySegment dst = arena.allocate(bytes);
@@ -89,7 +74,7 @@ final class PingCommand implements Callable<Integer> {
             Arrays.sort(rtts);
             double avg = Arrays.stream(rtts).average().orElse(0) / 1000.0;
             double p99 = rtts[Math.min(count - 1, (int) Math.ceil(count * 0.99) - 1)] / 1000.0;
-            if (json) {
+            if (transfer.json) {
                 java.util.Map<String, Object> r = new java.util.LinkedHashMap<>();
                 r.put("server", remote.server);
                 r.put("rounds", count);

@@ -17,11 +17,13 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.ListResourceBundle;
 import java.util.concurrent.Callable;
 
 /** {@code rbridge serve}: the bridge. NBD exports backed by volumes on remote memservers. */
 @Command(name = "serve",
         mixinStandardHelpOptions = true,
+        resourceBundle = "dev.rbridge.cli.ServeCommand$Help",
         description = {
                 "Serve NBD exports backed by volumes on memservers (rbridge memserver).",
                 "A volume is cut into slabs; each slab is placed on REPLICAS memservers on its first write (power of",
@@ -64,11 +66,8 @@ public final class ServeCommand implements Callable<Integer> {
             + "the default export. Syntax below.")
     List<String> volumes = new ArrayList<>();
 
-    @Option(names = "--token", paramLabel = "SECRET", description = "The memservers' shared secret.")
-    String token;
-
-    @Option(names = "--token-file", paramLabel = "FILE", description = "Read the secret from the first line of FILE.")
-    Path tokenFile;
+    @CommandLine.Mixin
+    TokenOptions token;
 
     @Option(names = "--memserver-tls-certificates", paramLabel = "DIR",
             description = "Speak TLS to the memservers (started with --tls-certificates): DIR holds ca-cert.pem, the CA"
@@ -101,21 +100,8 @@ public final class ServeCommand implements Callable<Integer> {
                     + " Default ${DEFAULT-VALUE}.")
     String spliceReads;
 
-    @Option(names = "--transport", paramLabel = "NAME", defaultValue = Defaults.TRANSPORT,
-            description = "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}.")
-    String transport;
-
-    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "" + Defaults.MEMSERVER_TIMEOUT_SECONDS,
-            description = "A memserver that leaves an operation unanswered this long is declared dead; requests that"
-                    + " only it could serve fail with EIO. Default ${DEFAULT-VALUE}.")
-    double timeout;
-
-    @Option(names = "--lanes", paramLabel = "N",
-            description = "tcp transport: TCP connections to each memserver, each served by its own memserver thread."
-                    + " Small requests stay on the first; large transfers spread over all, so one memserver can use"
-                    + " several cores for one bridge. 1 to " + ConnectParams.MAX_LANES
-                    + ". Default: one per two CPUs of this host, at most 4.")
-    Integer lanes;
+    @CommandLine.Mixin
+    MemserverLinkOptions.Bridge link;
 
     @Option(names = "--lease", paramLabel = "SECONDS", defaultValue = "" + Defaults.LEASE_SECONDS,
             description = "Ownership lease on each volume, renewed every third of it. A bridge that stops renewing"
@@ -145,7 +131,6 @@ public final class ServeCommand implements Callable<Integer> {
                 ConfigFile.apply(configFile, spec);
             }
             bridgeConfig = bridgeConfig();
-            Endpoints.warnIfOnCommandLine(token);
             process.limits.validate(process.tls.settings());
             process.checkExposure("serve");
         } catch (IllegalArgumentException e) {
@@ -182,9 +167,9 @@ public final class ServeCommand implements Callable<Integer> {
         if (configFile == null) {
             return;
         }
-        sun.misc.SignalHandler before = sun.misc.Signal.handle(new sun.misc.Signal("HUP"),
-                s -> Thread.ofVirtual().name("config-reload").start(() -> reload(bridge)));
-        if (before == sun.misc.SignalHandler.SIG_IGN) { // the JVM keeps a signal ignored that it started ignoring
+        boolean ignored = Signals.handle("HUP",
+                () -> Thread.ofVirtual().name("config-reload").start(() -> reload(bridge)));
+        if (ignored) {
             org.slf4j.LoggerFactory.getLogger(ServeCommand.class).warn("SIGHUP is ignored by this process (started"
                     + " under nohup?): reloading {} by signal is off; add memservers with rbridge admin --bridge ..."
                     + " add-memserver", configFile);
@@ -258,9 +243,9 @@ public final class ServeCommand implements Callable<Integer> {
             throw new IllegalArgumentException("give at least one --volume, e.g. --volume disk,size=1G,replicas=2");
         }
         BridgeConfig.Builder b = BridgeConfig.builder()
-                .transport(transport)
-                .token(Endpoints.token(token, tokenFile))
-                .operationTimeout(seconds("--timeout", timeout))
+                .transport(link.transport)
+                .token(token.forServer())
+                .operationTimeout(link.operationTimeout())
                 .leaseTtl(seconds("--lease", lease))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
                 .tcpCongestion(process.tcpCongestion)
@@ -280,12 +265,9 @@ public final class ServeCommand implements Callable<Integer> {
         if (memserverTls != null) {
             b.memserverTls(X509Credentials.clientContext(memserverTls));
         }
+        Integer lanes = link.checkedLanes();
         if (lanes != null) {
-            if (!transport.equals("tcp")) {
-                throw new IllegalArgumentException("--lanes applies to the tcp transport only (" + transport
-                        + " chooses its own paths)");
-            }
-            b.lanes(lanes(lanes));
+            b.lanes(lanes);
         }
         for (String m : memservers) {
             b.memserver(Endpoints.parse(m, Defaults.MEMSERVER_PORT));
@@ -300,17 +282,26 @@ public final class ServeCommand implements Callable<Integer> {
         return b.build();
     }
 
-    static int lanes(int n) {
-        if (n < 1 || n > ConnectParams.MAX_LANES) {
-            throw new IllegalArgumentException("--lanes must be between 1 and " + ConnectParams.MAX_LANES + ": " + n);
-        }
-        return n;
-    }
-
     static Duration seconds(String option, double s) {
         if (!(s > 0)) {
             throw new IllegalArgumentException(option + " must be positive");
         }
         return Duration.ofNanos((long) (s * 1e9));
+    }
+
+    /** serve's wording of the options it shares with the tools (picocli looks them up by option name). */
+    public static final class Help extends ListResourceBundle {
+        @Override
+        protected Object[][] getContents() {
+            return new Object[][]{
+                    {"transport", "Remote-memory transport to the memservers: tcp or ucx. Default ${DEFAULT-VALUE}."},
+                    {"timeout", "A memserver that leaves an operation unanswered this long is declared dead; requests"
+                            + " that only it could serve fail with EIO. Default ${DEFAULT-VALUE}."},
+                    {"lanes", "tcp transport: TCP connections to each memserver, each served by its own memserver"
+                            + " thread. Small requests stay on the first; large transfers spread over all, so one"
+                            + " memserver can use several cores for one bridge. 1 to " + ConnectParams.MAX_LANES
+                            + ". Default: one per two CPUs of this host, at most 4."},
+            };
+        }
     }
 }
