@@ -68,6 +68,8 @@ final class Ucx {
     /** Whether the server context's registrations are each their own region on an RDMA NIC, as UCX opened it. */
     private static KeyEnforcement serverKeys;
     private static boolean loaded;
+    /** Whether {@link #keepOffJvmSignals} set UCX_ERROR_SIGNALS (System.getenv does not see what setenv sets). */
+    private static boolean signalsKept;
     private static RemoteMemoryException failure;
     private static Path laneLog;
     private static final AtomicLong registrationFailures = new AtomicLong();
@@ -194,20 +196,31 @@ final class Ucx {
         }
     }
 
+    /**
+     * Keeps UCX's own SIGSEGV, SIGBUS, SIGILL and SIGFPE handlers out of this JVM, which relies on its own (an implicit
+     * null check in compiled code is a SIGSEGV the JVM handles): UCX installs them as libucs loads, unless
+     * UCX_ERROR_SIGNALS is empty, so this must run before anything opens a UCX library, JUCX's or a lookup's. With
+     * UCX's handler in place the JVM dies of the next such fault ("SIGSEGV ... sent by kill"). Idempotent.
+     */
+    static synchronized void keepOffJvmSignals() {
+        if (System.getenv("UCX_ERROR_SIGNALS") != null || signalsKept) {
+            return;
+        }
+        try {
+            setenv("UCX_ERROR_SIGNALS", "");
+            signalsKept = true;
+        } catch (Throwable e) {
+            log.warn("could not set UCX_ERROR_SIGNALS; set it empty in the environment", e);
+        }
+    }
+
     /** Loads JUCX and libucx0 once, after checking what UCX_TLS asks for is here. */
     private static void load() throws RemoteMemoryException {
         if (loaded) {
             return;
         }
         checkRdmaDevice(System.getenv(), rdmaDevices());
-        if (System.getenv("UCX_ERROR_SIGNALS") == null) {
-            // UCX's own SIGSEGV/SIGBUS handlers would replace the JVM's (which relies on them): keep them out.
-            try {
-                setenv("UCX_ERROR_SIGNALS", "");
-            } catch (Throwable e) {
-                log.warn("could not set UCX_ERROR_SIGNALS; set it empty in the environment", e);
-            }
-        }
+        keepOffJvmSignals();
         try {
             NativeLibs.load();
         } catch (LinkageError e) {

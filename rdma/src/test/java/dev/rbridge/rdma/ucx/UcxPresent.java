@@ -16,8 +16,10 @@ final class UcxPresent {
     private UcxPresent() {
     }
 
-    private static boolean present() {
+    /** Whether libucp opens (the first call opens it, keeping UCX off the JVM's signals first). */
+    static boolean present() {
         try {
+            Ucx.keepOffJvmSignals(); // opening libucp loads libucs, which would install UCX's signal handlers
             SymbolLookup.libraryLookup("libucp.so.0", Arena.global());
             return true;
         } catch (IllegalArgumentException e) {
