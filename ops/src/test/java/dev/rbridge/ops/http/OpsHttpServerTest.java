@@ -457,6 +457,7 @@ class OpsHttpServerTest {
         assertEquals(1, count(Refusal.INTERNAL_ERROR));
     }
 
+    @SuppressWarnings("InfiniteRecursion") // on purpose: a handler that overflows its stack
     private static int recurse(int n) {
         return recurse(n + 1) + 1;
     }

@@ -151,8 +151,8 @@ final class UcxOperationQueue {
                     r -> completions.execute(() -> puts.forEach(this::complete))));
             loop.posted();
         } catch (RuntimeException e) {
-            closeWith.apply(new RemoteMemoryException(Status.CONNECTION_LOST, "UCX refused a flush to memserver "
-                    + peer + ": " + e.getMessage(), e));
+            var _ = closeWith.apply(new RemoteMemoryException(Status.CONNECTION_LOST,
+                    "UCX refused a flush to memserver " + peer + ": " + e.getMessage(), e));
         }
     }
 
@@ -186,7 +186,7 @@ final class UcxOperationQueue {
                 if (op != null) {
                     fail(op, e);
                 }
-                closeWith.apply(e);
+                var _ = closeWith.apply(e);
             }
         };
     }
