@@ -18,16 +18,24 @@ public abstract class TcpRelay implements AutoCloseable {
     private final ServerSocket listener;
     protected final InetSocketAddress target;
     private final List<Socket> sockets = new CopyOnWriteArrayList<>();
+    private boolean accepting;
 
     protected TcpRelay(InetSocketAddress target) throws IOException {
         this.target = target;
         this.listener = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
-        Thread t = new Thread(this::acceptLoop, "relay-accept");
-        t.setDaemon(true);
-        t.start();
     }
 
-    public InetSocketAddress address() {
+    /**
+     * Where to connect. The first call starts accepting: a client can only connect once it knows the port, and the
+     * subclass is whole by then (a thread started in this constructor could relay through a half-made subclass).
+     */
+    public synchronized InetSocketAddress address() {
+        if (!accepting) {
+            accepting = true;
+            Thread t = new Thread(this::acceptLoop, "relay-accept");
+            t.setDaemon(true);
+            t.start();
+        }
         return new InetSocketAddress(InetAddress.getLoopbackAddress(), listener.getLocalPort());
     }
 

@@ -4,6 +4,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * Native buffers that hedged reads land in. A hedged read cannot use the caller's buffer: the attempt that loses may
@@ -19,14 +20,14 @@ final class ScratchBuffers {
     private final ConcurrentLinkedQueue<MemorySegment>[] idle;
     private final AtomicInteger[] idleCount;
     private final long maxInUse;
-    private final java.util.concurrent.atomic.AtomicLong inUse = new java.util.concurrent.atomic.AtomicLong();
+    private final AtomicLong inUse = new AtomicLong();
 
     /** Buffers of up to {@code maxBytes}; at most {@code maxInUse} bytes of them taken and not given back at once. */
     @SuppressWarnings("unchecked")
     ScratchBuffers(int maxBytes, long maxInUse) {
         this.maxInUse = maxInUse;
         int classes = Math.max(1, 32 - Integer.numberOfLeadingZeros(Math.max(1, maxBytes - 1)) - MIN_SHIFT + 1);
-        idle = new ConcurrentLinkedQueue[classes];
+        idle = (ConcurrentLinkedQueue<MemorySegment>[]) new ConcurrentLinkedQueue<?>[classes];
         idleCount = new AtomicInteger[classes];
         for (int i = 0; i < classes; i++) {
             idle[i] = new ConcurrentLinkedQueue<>();

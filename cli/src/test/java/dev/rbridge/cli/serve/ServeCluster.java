@@ -668,7 +668,6 @@ public final class ServeCluster implements AutoCloseable {
         return nbdPort;
     }
 
-    /** {@code host:port} of the bridge's admin interface. */
     /** What {@link #adminCli} printed (its output, then its error stream) and its exit status. */
     public record AdminRun(int code, String out) {
     }
