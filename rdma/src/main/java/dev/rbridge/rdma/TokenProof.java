@@ -70,11 +70,4 @@ public final class TokenProof {
             throw new IllegalStateException("HmacSHA256 is missing from this JDK", e);
         }
     }
-
-    /** The remaining bytes of a message's (read-only) field. */
-    public static byte[] bytes(ByteBuffer b) {
-        byte[] out = new byte[b.remaining()];
-        b.duplicate().get(out);
-        return out;
-    }
 }

@@ -204,7 +204,7 @@ class MessageDecoderFuzzTest {
             int code = Short.toUnsignedInt(enc.getShort(6));
             if (atMemserver && code != Opcode.HELLO.code() && code != Opcode.AUTH.code()) {
                 Message greeting = code == Opcode.AUTH_PROOF.code()
-                        ? new Message.AuthStart(0, "", ByteBuffer.allocate(0)) : new Message.Hello(0, "", "");
+                        ? new Message.AuthStart(0, "", WireBytes.EMPTY) : new Message.Hello(0, "", "");
                 check(d.next(MessageEncoder.encode(greeting)) != null, "the greeting did not decode");
             }
             Message again = d.next(enc.duplicate().order(ByteOrder.LITTLE_ENDIAN));

@@ -9,6 +9,7 @@ import dev.rbridge.rdma.link.Link;
 import dev.rbridge.rdma.wire.ControlClient;
 import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.Opcode;
+import dev.rbridge.rdma.wire.WireBytes;
 import org.openucx.jucx.ucp.UcpContext;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -116,8 +117,8 @@ final class UcxConnector {
      */
     private static ByteBuffer ucxConnect(Link ch, String peer, ByteBuffer clientAddress)
             throws IOException, RemoteMemoryException {
-        return switch (ControlClient.exchange(ch, peer, new Message.UcxConnect(0, clientAddress))) {
-            case Message.UcxConnectReply r -> UcxRemoteKeys.direct(r.workerAddress());
+        return switch (ControlClient.exchange(ch, peer, new Message.UcxConnect(0, WireBytes.copyOf(clientAddress)))) {
+            case Message.UcxConnectReply r -> UcxRemoteKeys.direct(r.workerAddress().buffer());
             case Message.Error e when e.message().contains("unexpected OP_") -> throw new RemoteMemoryException(
                     Status.CONNECT_FAILED, "memserver " + peer + " does not serve the ucx transport (it runs another "
                     + "one, tcp by default); start it with --transport ucx or connect with its transport");

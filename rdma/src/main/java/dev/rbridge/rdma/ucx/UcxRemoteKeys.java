@@ -98,7 +98,7 @@ final class UcxRemoteKeys {
         }
         try {
             UcxMapping made = new UcxMapping(r.address(), r.length(),
-                    endpoint.get().unpackRemoteKey(direct(r.remoteKey())));
+                    endpoint.get().unpackRemoteKey(direct(r.remoteKey().buffer())));
             mine.unpacked = made;
             completions.execute(() -> mine.mapping.complete(made));
         } catch (RuntimeException x) {

@@ -16,6 +16,7 @@ import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
 import dev.rbridge.rdma.wire.MessageReader;
 import dev.rbridge.rdma.wire.Protocol;
+import dev.rbridge.rdma.wire.WireBytes;
 import org.openucx.jucx.ucp.UcpEndpoint;
 import org.openucx.jucx.ucp.UcpEndpointParams;
 import org.slf4j.Logger;
@@ -223,11 +224,11 @@ final class UcxServerConnection implements GatedListener.Connection {
                     }
                 }
                 case Message.UcxConnect u -> {
-                    connectBack(u.workerAddress());
-                    send(new Message.UcxConnectReply(u.id(), listener.workerAddress));
+                    connectBack(u.workerAddress().buffer());
+                    send(new Message.UcxConnectReply(u.id(), WireBytes.copyOf(listener.workerAddress)));
                 }
                 case Message.UcxProbe p -> send(new Message.UcxProbeReply(p.id(), listener.probe.address(),
-                        listener.probe.remoteKey()));
+                        WireBytes.copyOf(listener.probe.remoteKey())));
                 case Message.MapRegion r -> map(s, r);
                 default -> send(ControlDispatcher.answer(s, m));
             }
@@ -341,7 +342,7 @@ final class UcxServerConnection implements GatedListener.Connection {
                 send(ControlDispatcher.error(r, e.status(), e.getMessage()));
                 return;
             }
-            send(new Message.MapReply(r.id(), reg.address, r.length(), reg.rkey));
+            send(new Message.MapReply(r.id(), reg.address, r.length(), WireBytes.copyOf(reg.rkey)));
         }
     }
 

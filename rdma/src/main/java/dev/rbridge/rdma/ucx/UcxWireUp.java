@@ -100,7 +100,7 @@ final class UcxWireUp {
             if (probe == null) {
                 read.complete(null);
             } else {
-                probeKey = endpoint.get().unpackRemoteKey(UcxRemoteKeys.direct(probe.remoteKey()));
+                probeKey = endpoint.get().unpackRemoteKey(UcxRemoteKeys.direct(probe.remoteKey().buffer()));
                 ops.submit(new UcxDataOp(control.nextId(), Kind.GET, deadline, probe.address(), probeKey,
                         probeBuffer, () -> loop.execute(this::closeProbeKey))).whenComplete((v, e) -> settle(read, e));
             }

@@ -136,7 +136,7 @@ public final class Admission {
                 return ControlDispatcher.welcome(helloId, info);
             }
             return new Message.AuthWelcome(helloId, info.serverId(), info.capacityBytes(), info.freeBytes(),
-                    ByteBuffer.wrap(serverProof));
+                    WireBytes.of(serverProof));
         }
     }
 
@@ -172,22 +172,22 @@ public final class Admission {
                 yield admit(h, new RegionService.Credential.Token(h.token()), h.clientName(), null);
             }
             case Message.AuthStart a -> {
-                if (a.clientNonce().remaining() != TokenProof.NONCE) {
+                if (a.clientNonce().length() != TokenProof.NONCE) {
                     turnAway("malformed");
                     yield new Refused(ControlDispatcher.error(a, Status.BAD_REQUEST, "AUTH needs a "
                             + TokenProof.NONCE + "-byte nonce"));
                 }
                 started = a;
                 serverNonce = TokenProof.nonce();
-                yield new Challenge(new Message.AuthChallenge(a.id(), ByteBuffer.wrap(serverNonce)));
+                yield new Challenge(new Message.AuthChallenge(a.id(), WireBytes.of(serverNonce)));
             }
             case Message.AuthProof p -> {
                 if (started == null) { // the decoder lets AUTH_PROOF through only after AUTH
                     throw new IllegalStateException("AUTH_PROOF before AUTH");
                 }
                 byte[] transcript = TokenProof.transcript(started.clientName(),
-                        TokenProof.bytes(started.clientNonce()), serverNonce);
-                yield admit(p, new RegionService.Credential.Proof(transcript, TokenProof.bytes(p.proof())),
+                        started.clientNonce().toArray(), serverNonce);
+                yield admit(p, new RegionService.Credential.Proof(transcript, p.proof().toArray()),
                         started.clientName(), transcript);
             }
             default -> throw new IllegalArgumentException("a greeting is a HELLO, not " + Opcode.name(first.code()));

@@ -401,8 +401,8 @@ public final class ControlClient {
             throws IOException, RemoteMemoryException {
         byte[] clientNonce = TokenProof.nonce();
         byte[] serverNonce = switch (exchange(ch, peer, new Message.AuthStart(0, clientName,
-                ByteBuffer.wrap(clientNonce)))) {
-            case Message.AuthChallenge c -> TokenProof.bytes(c.serverNonce());
+                WireBytes.of(clientNonce)))) {
+            case Message.AuthChallenge c -> c.serverNonce().toArray();
             case Message.OtherVersion v -> throw new RemoteMemoryException(Status.VERSION_MISMATCH, "memserver "
                     + peer + " speaks protocol v" + v.version() + ", this client v" + Protocol.VERSION);
             case Message.Error e when e.message().contains("OP_" + Opcode.AUTH.code()) ->
@@ -418,10 +418,10 @@ public final class ControlClient {
             throw new IOException(peer + " sent a nonce of " + serverNonce.length + " bytes");
         }
         byte[] transcript = TokenProof.transcript(clientName, clientNonce, serverNonce);
-        return switch (exchange(ch, peer, new Message.AuthProof(0, ByteBuffer.wrap(TokenProof.client(token,
+        return switch (exchange(ch, peer, new Message.AuthProof(0, WireBytes.of(TokenProof.client(token,
                 transcript))))) {
             case Message.AuthWelcome w -> {
-                if (!TokenProof.matches(TokenProof.server(token, transcript), TokenProof.bytes(w.serverProof()))) {
+                if (!TokenProof.matches(TokenProof.server(token, transcript), w.serverProof().toArray())) {
                     throw new RemoteMemoryException(Status.AUTH_FAILED, "memserver " + peer + " admitted this "
                             + "client but could not prove it knows the token (it runs without one, or with another):"
                             + " not using it");

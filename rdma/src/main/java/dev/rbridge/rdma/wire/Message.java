@@ -5,7 +5,6 @@ import dev.rbridge.rdma.RegionDescriptor;
 import dev.rbridge.rdma.RegionInfo;
 import dev.rbridge.rdma.RegionTag;
 
-import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.Objects;
 
@@ -157,17 +156,9 @@ public sealed interface Message {
     /**
      * Asks for the memserver worker's UCX address, giving the client worker's (empty from a client that predates it),
      * so the memserver can make an endpoint of its own to the client, with an error handler, that it closes when the
-     * client goes (read-only).
+     * client goes.
      */
-    record UcxConnect(long id, ByteBuffer workerAddress) implements Message {
-        public UcxConnect {
-            workerAddress = readOnlyCopy(workerAddress);
-        }
-
-        @Override
-        public ByteBuffer workerAddress() {
-            return workerAddress.duplicate();
-        }
+    record UcxConnect(long id, WireBytes workerAddress) implements Message {
     }
 
     /** The remote address and UCX remote key of a region's {@code [0, length)}: key and range checked. */
@@ -184,59 +175,26 @@ public sealed interface Message {
 
     // ------------------------------------------------------------------------- replies: memserver to client
 
-    /** The first message of a client that proves the token rather than sending it: its name and nonce (read-only). */
-    record AuthStart(long id, String clientName, ByteBuffer clientNonce) implements Message {
+    /** The first message of a client that proves the token rather than sending it: its name and nonce. */
+    record AuthStart(long id, String clientName, WireBytes clientNonce) implements Message {
         public AuthStart {
             Objects.requireNonNull(clientName, "clientName");
-            clientNonce = readOnlyCopy(clientNonce);
-        }
-
-        @Override
-        public ByteBuffer clientNonce() {
-            return clientNonce.duplicate();
         }
     }
 
-    /** The memserver's nonce, the answer to {@link AuthStart} (read-only). */
-    record AuthChallenge(long id, ByteBuffer serverNonce) implements Message {
-        public AuthChallenge {
-            serverNonce = readOnlyCopy(serverNonce);
-        }
-
-        @Override
-        public ByteBuffer serverNonce() {
-            return serverNonce.duplicate();
-        }
+    /** The memserver's nonce, the answer to {@link AuthStart}. */
+    record AuthChallenge(long id, WireBytes serverNonce) implements Message {
     }
 
-    /** The client's proof that it knows the token ({@link TokenProof#client}) (read-only). */
-    record AuthProof(long id, ByteBuffer proof) implements Message {
-        public AuthProof {
-            proof = readOnlyCopy(proof);
-        }
-
-        @Override
-        public ByteBuffer proof() {
-            return proof.duplicate();
-        }
-
-        @Override
-        public String toString() {
-            return "AuthProof[id=" + id + ", proof=(withheld)]";
-        }
+    /** The client's proof that it knows the token ({@link TokenProof#client}). */
+    record AuthProof(long id, WireBytes proof) implements Message {
     }
 
     /** The admitted client's welcome after {@link AuthProof}: as {@link HelloReply}, and the memserver's proof. */
-    record AuthWelcome(long id, String serverId, long capacityBytes, long freeBytes, ByteBuffer serverProof)
+    record AuthWelcome(long id, String serverId, long capacityBytes, long freeBytes, WireBytes serverProof)
             implements Message {
         public AuthWelcome {
             Objects.requireNonNull(serverId, "serverId");
-            serverProof = readOnlyCopy(serverProof);
-        }
-
-        @Override
-        public ByteBuffer serverProof() {
-            return serverProof.duplicate();
         }
     }
 
@@ -326,40 +284,16 @@ public sealed interface Message {
     record FlushReply(long id) implements Message {
     }
 
-    /** The memserver worker's UCX address (read-only). */
-    record UcxConnectReply(long id, ByteBuffer workerAddress) implements Message {
-        public UcxConnectReply {
-            workerAddress = readOnlyCopy(workerAddress);
-        }
-
-        @Override
-        public ByteBuffer workerAddress() {
-            return workerAddress.duplicate();
-        }
+    /** The memserver worker's UCX address. */
+    record UcxConnectReply(long id, WireBytes workerAddress) implements Message {
     }
 
-    /** Where a region's memory is for UCX, and its packed remote key (read-only). */
-    record MapReply(long id, long address, long length, ByteBuffer remoteKey) implements Message {
-        public MapReply {
-            remoteKey = readOnlyCopy(remoteKey);
-        }
-
-        @Override
-        public ByteBuffer remoteKey() {
-            return remoteKey.duplicate();
-        }
+    /** Where a region's memory is for UCX, and its packed remote key. */
+    record MapReply(long id, long address, long length, WireBytes remoteKey) implements Message {
     }
 
     /** Where the probe word ({@link Protocol#UCX_PROBE_WORD}, 8 bytes) is for UCX, and its packed remote key. */
-    record UcxProbeReply(long id, long address, ByteBuffer remoteKey) implements Message {
-        public UcxProbeReply {
-            remoteKey = readOnlyCopy(remoteKey);
-        }
-
-        @Override
-        public ByteBuffer remoteKey() {
-            return remoteKey.duplicate();
-        }
+    record UcxProbeReply(long id, long address, WireBytes remoteKey) implements Message {
     }
 
     /** Memserver to client (the id is the memserver's): forget these regions' remote keys. */
@@ -393,11 +327,5 @@ public sealed interface Message {
         public Unreadable {
             Objects.requireNonNull(reason, "reason");
         }
-    }
-
-    private static ByteBuffer readOnlyCopy(ByteBuffer b) {
-        ByteBuffer copy = ByteBuffer.allocate(b.remaining());
-        copy.put(b.duplicate()).flip();
-        return copy.asReadOnlyBuffer();
     }
 }

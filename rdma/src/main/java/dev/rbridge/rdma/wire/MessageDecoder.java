@@ -409,7 +409,7 @@ public final class MessageDecoder {
                     b.remaining() >= 8 ? b.getLong() : dev.rbridge.rdma.Lease.NO_ID);
             case INFO -> new Message.Info(id);
             case STATE -> new Message.State(id);
-            case UCX_CONNECT -> new Message.UcxConnect(id, b.hasRemaining() ? getBytes(b) : ByteBuffer.allocate(0));
+            case UCX_CONNECT -> new Message.UcxConnect(id, b.hasRemaining() ? getBytes(b) : WireBytes.EMPTY);
             case MAP -> new Message.MapRegion(id, b.getLong(), b.getLong(), b.getLong());
             case INVALIDATE -> new Message.InvalidateDone(id);
             case UCX_PROBE -> new Message.UcxProbe(id);
@@ -513,14 +513,14 @@ public final class MessageDecoder {
         return new String(b, StandardCharsets.UTF_8);
     }
 
-    private static ByteBuffer getBytes(ByteBuffer src) {
+    private static WireBytes getBytes(ByteBuffer src) {
         int n = src.getInt();
         if (n < 0 || n > src.remaining()) {
             throw new IllegalArgumentException("a byte string of " + Integer.toUnsignedString(n) + " bytes overruns it");
         }
-        ByteBuffer b = src.slice(src.position(), n);
+        WireBytes b = WireBytes.copyOf(src.slice(src.position(), n));
         src.position(src.position() + n);
-        return b; // the record copies it
+        return b;
     }
 
     private static RegionTag getTag(ByteBuffer src) {

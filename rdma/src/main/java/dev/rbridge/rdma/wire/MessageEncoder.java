@@ -60,14 +60,14 @@ public final class MessageEncoder {
             case Message.Unlease u -> stringLength(u.volume()) + stringLength(u.owner()) + 8;
             case Message.Info i -> 0;
             case Message.State st -> 0;
-            case Message.UcxConnect u -> u.workerAddress().hasRemaining() ? 4 + u.workerAddress().remaining() : 0;
+            case Message.UcxConnect u -> u.workerAddress().isEmpty() ? 0 : 4 + u.workerAddress().length();
             case Message.MapRegion m2 -> 24;
             case Message.InvalidateDone d -> 0;
             case Message.UcxProbe p -> 0;
-            case Message.AuthStart a -> stringLength(a.clientName()) + 4 + a.clientNonce().remaining();
-            case Message.AuthProof a -> 4 + a.proof().remaining();
-            case Message.AuthChallenge a -> 4 + a.serverNonce().remaining();
-            case Message.AuthWelcome a -> stringLength(a.serverId()) + 16 + 4 + a.serverProof().remaining();
+            case Message.AuthStart a -> stringLength(a.clientName()) + 4 + a.clientNonce().length();
+            case Message.AuthProof a -> 4 + a.proof().length();
+            case Message.AuthChallenge a -> 4 + a.serverNonce().length();
+            case Message.AuthWelcome a -> stringLength(a.serverId()) + 16 + 4 + a.serverProof().length();
             case Message.HelloReply h -> stringLength(h.serverId()) + 16;
             case Message.AllocateReply a -> descriptorLength(a.region());
             case Message.OpenReply o -> descriptorLength(o.region());
@@ -78,9 +78,9 @@ public final class MessageEncoder {
             case Message.UnleaseReply u -> 0;
             case Message.InfoReply i -> stringLength(i.serverId()) + 16;
             case Message.StateReply st -> 4;
-            case Message.UcxConnectReply u -> 4 + u.workerAddress().remaining();
-            case Message.MapReply m2 -> 16 + 4 + m2.remoteKey().remaining();
-            case Message.UcxProbeReply p -> 8 + 4 + p.remoteKey().remaining();
+            case Message.UcxConnectReply u -> 4 + u.workerAddress().length();
+            case Message.MapReply m2 -> 16 + 4 + m2.remoteKey().length();
+            case Message.UcxProbeReply p -> 8 + 4 + p.remoteKey().length();
             case Message.Invalidate i -> 4 + 8L * i.regionIds().size();
             case Message.Error e -> stringLength(e.message());
             case Message.Unreadable u -> throw new IllegalArgumentException("an unreadable message is not sent: "
@@ -234,7 +234,7 @@ public final class MessageEncoder {
     private static void putUcx(ByteBuffer dst, Message m) {
         switch (m) {
             case Message.UcxConnect u -> {
-                if (u.workerAddress().hasRemaining()) {
+                if (!u.workerAddress().isEmpty()) {
                     putBytes(dst, u.workerAddress());
                 }
             }
@@ -328,7 +328,8 @@ public final class MessageEncoder {
         putTag(dst, d.tag());
     }
 
-    static void putBytes(ByteBuffer dst, ByteBuffer bytes) {
-        dst.putInt(bytes.remaining()).put(bytes.duplicate());
+    static void putBytes(ByteBuffer dst, WireBytes bytes) {
+        dst.putInt(bytes.length());
+        bytes.putTo(dst);
     }
 }

@@ -11,6 +11,7 @@ import dev.rbridge.rdma.wire.Message;
 import dev.rbridge.rdma.wire.MessageDecoder;
 import dev.rbridge.rdma.wire.MessageEncoder;
 import dev.rbridge.rdma.wire.Protocol;
+import dev.rbridge.rdma.wire.WireBytes;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -93,14 +94,14 @@ class TcpFakeMemserverTest {
                     }
                     if (!greeted && greeting == WELCOME && m instanceof Message.AuthStart a) {
                         started = a; // a welcome is earned: the token proven both ways, as a memserver would
-                        ch.write(MessageEncoder.encode(new Message.AuthChallenge(a.id(), ByteBuffer.wrap(serverNonce))));
+                        ch.write(MessageEncoder.encode(new Message.AuthChallenge(a.id(), WireBytes.of(serverNonce))));
                         continue;
                     }
                     byte[] reply = greeted ? answer.apply(m) : greeting;
                     if (!greeted && started != null && m instanceof Message.AuthProof) {
                         byte[] transcript = dev.rbridge.rdma.TokenProof.transcript(started.clientName(),
-                                dev.rbridge.rdma.TokenProof.bytes(started.clientNonce()), serverNonce);
-                        reply = bytes(new Message.AuthWelcome(m.id(), "fake", 1 << 30, 1 << 30, ByteBuffer.wrap(
+                                started.clientNonce().toArray(), serverNonce);
+                        reply = bytes(new Message.AuthWelcome(m.id(), "fake", 1 << 30, 1 << 30, WireBytes.of(
                                 dev.rbridge.rdma.TokenProof.server(TOKEN, transcript))), 0);
                     }
                     greeted = true;

@@ -225,17 +225,17 @@ class ControlClientTest {
             MessageDecoder d = MessageDecoder.forMemserver();
             Message.AuthStart start = assertInstanceOf(Message.AuthStart.class, read(d, seen));
             byte[] serverNonce = TokenProof.nonce();
-            peer.write(MessageEncoder.encode(new Message.AuthChallenge(start.id(), ByteBuffer.wrap(serverNonce))));
+            peer.write(MessageEncoder.encode(new Message.AuthChallenge(start.id(), WireBytes.of(serverNonce))));
             Message.AuthProof proof = assertInstanceOf(Message.AuthProof.class, read(d, seen));
-            byte[] transcript = TokenProof.transcript(start.clientName(), TokenProof.bytes(start.clientNonce()),
+            byte[] transcript = TokenProof.transcript(start.clientName(), start.clientNonce().toArray(),
                     serverNonce);
             if (token != null) {
-                assertTrue(TokenProof.matches(TokenProof.client(token, transcript), TokenProof.bytes(proof.proof())),
+                assertTrue(TokenProof.matches(TokenProof.client(token, transcript), proof.proof().toArray()),
                         "the client's proof checks out with the token");
             }
             byte[] serverProof = token != null ? TokenProof.server(token, transcript) : TokenProof.nonce();
             peer.write(ByteBuffer.wrap(bytes(new Message.AuthWelcome(proof.id(), "srv-1", 1 << 30, 1 << 29,
-                    ByteBuffer.wrap(serverProof)))));
+                    WireBytes.of(serverProof)))));
             peer.write(ByteBuffer.wrap(after));
             return seen.toByteArray();
         }

@@ -72,7 +72,7 @@ class ControlDispatcherTest {
         assertEquals(new Message.Error(1, 99, Status.BAD_REQUEST.code(), "unexpected OP_99"),
                 ControlDispatcher.answer(session, new Message.Unreadable(1, 99, "unexpected OP_99")));
         assertEquals(new Message.Error(2, 32, Status.BAD_REQUEST.code(), "unexpected OP_32"),
-                ControlDispatcher.answer(session, new Message.UcxConnect(2, java.nio.ByteBuffer.allocate(0))),
+                ControlDispatcher.answer(session, new Message.UcxConnect(2, WireBytes.EMPTY)),
                 "a ucx client learns from this that the memserver serves another transport");
         assertEquals(new Message.Error(4, 35, Status.BAD_REQUEST.code(), "unexpected OP_35"),
                 ControlDispatcher.answer(session, new Message.UcxProbe(4)),
