@@ -60,7 +60,7 @@ final class ReactorClasses {
     static ReactorClasses load(Path root, List<String> modules) throws IOException {
         List<Folder> folders = new ArrayList<>();
         for (String module : modules) {
-            for (boolean test : new boolean[] {false, true}) {
+            for (boolean test : new boolean[]{false, true}) {
                 Path sources = root.resolve(module).resolve(test ? "src/test/java" : "src/main/java");
                 Path output = root.resolve(module).resolve(test ? "target/test-classes" : "target/classes");
                 boolean hasSources = hasFiles(sources, ".java");

@@ -70,7 +70,8 @@ public final class Bridge implements SlabHost, AutoCloseable {
         this.health = new HealthDuty(config, membership, attacher, new Reconnect(config, leases, attacher), drains,
                 capacity, volumes.values(), rebuilder);
         this.hedger = config.hedgeReads() && config.volumes().stream().anyMatch(v -> v.replicas() > 1)
-                ? new ReadHedger() : null;
+                ? new ReadHedger()
+                : null;
         this.splicesReads = config.spliceReads() && "tcp".equals(provider.name()) && config.memserverTls() == null
                 && Pipe.unavailable() == null;
         if (config.spliceReads() && "tcp".equals(provider.name()) && Pipe.unavailable() != null) {
@@ -176,8 +177,10 @@ public final class Bridge implements SlabHost, AutoCloseable {
                 return new GrowRefusal(GrowRefusal.Kind.CONFLICT, e.getMessage());
             }
             log.info("volume {}: grown from {} to {} bytes ({} slabs); NBD connections made from now on see the new"
-                    + " size{}", name, before, size, v.slabCount(), configSaysIt ? "" : "; put size=" + size
-                    + " in the configuration too, or the next start refuses to drop the new slabs");
+                    + " size{}", name, before, size, v.slabCount(),
+                    configSaysIt ? ""
+                            : "; put size=" + size
+                                    + " in the configuration too, or the next start refuses to drop the new slabs");
             capacity.check(true); // the provisioned bytes changed: say where they stand now
             return null;
         }

@@ -96,7 +96,6 @@ public final class BridgeConfig {
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
     }
 
-
     public static Builder builder() {
         return new Builder();
     }
@@ -200,7 +199,8 @@ public final class BridgeConfig {
         volumes.forEach(b::volume);
         return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
                 .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
-                .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).allowShrink(allowShrink).hedgeReads(hedgeReads)
+                .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).allowShrink(allowShrink)
+                .hedgeReads(hedgeReads)
                 .spliceReads(spliceReads).metrics(m).build();
     }
 

@@ -57,8 +57,8 @@ final class CapacityReporter {
         }
         if (c.overcommitted()) {
             log.warn("over-committed: the volumes need {} bytes when full (size x replicas) but the {} memserver(s)"
-                            + " up lend {}; writes to slabs not yet allocated will fail ENOSPC once they are full:"
-                            + " add memservers or capacity, or fewer or smaller volumes", c.provisionedBytes(),
+                    + " up lend {}; writes to slabs not yet allocated will fail ENOSPC once they are full:"
+                    + " add memservers or capacity, or fewer or smaller volumes", c.provisionedBytes(),
                     c.memserversUp(), c.liveCapacityBytes());
         } else {
             log.info("capacity: the volumes need {} bytes when full (size x replicas); the {} memserver(s) up lend {}",

@@ -38,7 +38,7 @@ final class HealthDuty implements Duty {
     private long lastDns = System.currentTimeMillis(); // resolved in the bridge's constructor
 
     HealthDuty(BridgeConfig config, Membership membership, MemserverBringUp attacher, Reconnect reconnect,
-               MemserverDrains drains, CapacityReporter capacity, Collection<Volume> volumes, Rebuilder rebuilder) {
+            MemserverDrains drains, CapacityReporter capacity, Collection<Volume> volumes, Rebuilder rebuilder) {
         this.config = config;
         this.membership = membership;
         this.attacher = attacher;

@@ -112,7 +112,7 @@ final class LeaseKeeper implements Duty, AutoCloseable {
     }
 
     LeaseKeeper(BridgeConfig config, Collection<Volume> volumes,
-                BiConsumer<MemserverLink, String> linkDown) {
+            BiConsumer<MemserverLink, String> linkDown) {
         this.config = config;
         this.volumes = volumes;
         this.linkDown = linkDown;

@@ -38,13 +38,15 @@ final class Membership {
     private final LeaseKeeper leases;
     private final CapacityReporter capacity;
     /** Told of every memserver added and removed while serving (metrics register and drop its series). */
-    private volatile Consumer<MemserverLink> memserverAdded = l -> { };
-    private volatile Consumer<MemserverLink> memserverRemoved = l -> { };
+    private volatile Consumer<MemserverLink> memserverAdded = l -> {
+    };
+    private volatile Consumer<MemserverLink> memserverRemoved = l -> {
+    };
     /** False once the bridge is closing: no memserver is brought up after that. */
     private volatile boolean running = true;
 
     Membership(BridgeConfig config, List<MemserverLink> links, Map<String, Volume> volumes, LeaseKeeper leases,
-               CapacityReporter capacity) {
+            CapacityReporter capacity) {
         this.config = config;
         this.links = links;
         this.volumes = volumes;

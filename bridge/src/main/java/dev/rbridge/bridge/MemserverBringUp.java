@@ -43,8 +43,9 @@ final class MemserverBringUp {
     private final Membership membership;
     private final CapacityReporter capacity;
 
-    MemserverBringUp(RemoteMemoryProvider provider, BridgeConfig config, Map<String, Volume> volumes, LeaseKeeper leases,
-             Membership membership, CapacityReporter capacity) {
+    MemserverBringUp(RemoteMemoryProvider provider, BridgeConfig config, Map<String, Volume> volumes,
+            LeaseKeeper leases,
+            Membership membership, CapacityReporter capacity) {
         this.provider = provider;
         this.config = config;
         this.volumes = volumes;
@@ -137,8 +138,8 @@ final class MemserverBringUp {
      * manifest copies are merged into their volume's manifest and returned (one per volume; a second is released).
      */
     private Map<Volume, RegionDescriptor> openRegions(MemserverLink l, RemoteConnection c, ServerInfo info,
-                                                      List<RegionInfo> regions, Set<Volume> leased,
-                                                      Attachment attachment, long wait) throws Exception {
+            List<RegionInfo> regions, Set<Volume> leased,
+            Attachment attachment, long wait) throws Exception {
         Map<Volume, RegionDescriptor> manifests = new HashMap<>();
         for (RegionInfo ri : regions) {
             RegionDescriptor d = ri.descriptor();

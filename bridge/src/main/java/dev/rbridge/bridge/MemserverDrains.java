@@ -37,7 +37,7 @@ final class MemserverDrains {
     private final Set<MemserverLink> drainRefusedSaid = ConcurrentHashMap.newKeySet();
 
     MemserverDrains(Membership membership, Collection<Volume> volumes, Rebuilder rebuilder,
-                    CapacityReporter capacity) {
+            CapacityReporter capacity) {
         this.membership = membership;
         this.volumes = volumes;
         this.rebuilder = rebuilder;

@@ -43,7 +43,7 @@ final class Placement {
     }
 
     private CompletableFuture<List<Replica>> placeNext(Slab slab, int count, long generation, Set<MemserverLink> tried,
-                                                       List<Replica> got, Throwable lastError, int firstSlot) {
+            List<Replica> got, Throwable lastError, int firstSlot) {
         if (got.size() == count) {
             return CompletableFuture.completedFuture(got);
         }

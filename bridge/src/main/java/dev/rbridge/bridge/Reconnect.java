@@ -34,8 +34,7 @@ final class Reconnect implements Attachment {
 
     /** Logged by {@link MemserverBringUp#connect}; the health duty tries again. */
     @Override
-    public void refused(MemserverLink l, RemoteMemoryException e) {
-    }
+    public void refused(MemserverLink l, RemoteMemoryException e) {}
 
     /** Fences {@code v} if another bridge had it there since this one (see LeaseKeeper). */
     @Override
@@ -62,8 +61,8 @@ final class Reconnect implements Attachment {
         }
         if (d.tag().slab() >= v.slabCount() && !config.allowShrink()) {
             log.warn("memserver {}: region {} holds slab {} of volume {}, past its configured size ({} bytes);"
-                            + " kept but not used: restart with the size the volume was created with, or with"
-                            + " --allow-shrink to discard it", l.label(), d.id(), d.tag().slab(), v.name(),
+                    + " kept but not used: restart with the size the volume was created with, or with"
+                    + " --allow-shrink to discard it", l.label(), d.id(), d.tag().slab(), v.name(),
                     v.status().size());
             return;
         }
@@ -72,8 +71,8 @@ final class Reconnect implements Attachment {
             // Not older than what this bridge serves: it may be the newer copy of a slab this bridge
             // reattached without it. Never used, never freed: an operator decides (rbridge admin).
             log.warn("memserver {}: region {} of volume {} slab {} carries generation {} (this bridge "
-                            + "serves generation {}); kept but not used; revoke it on the memserver if "
-                            + "it is not needed", l.label(), d.id(), v.name(), d.tag().slab(),
+                    + "serves generation {}); kept but not used; revoke it on the memserver if "
+                    + "it is not needed", l.label(), d.id(), v.name(), d.tag().slab(),
                     d.tag().generation(), current);
         } else {
             log.info("memserver {}: releasing stale region {} of volume {} slab {} (generation {})",
@@ -84,7 +83,7 @@ final class Reconnect implements Attachment {
 
     @Override
     public void manifestsFound(MemserverLink l, RemoteConnection c, Map<Volume, RegionDescriptor> copies,
-                               long wait) throws Exception {
+            long wait) throws Exception {
         attacher.writeManifests(l, c, copies, wait);
     }
 }

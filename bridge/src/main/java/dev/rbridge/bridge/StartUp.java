@@ -117,7 +117,7 @@ final class StartUp implements Attachment {
             stale.forEach(release);
             Volume.VolumeStatus st = v.status();
             log.info("volume {}: {} bytes, {} slab(s) of {} bytes, {} replica(s); reattached {} slab(s) ({} "
-                            + "healthy, {} degraded), released {} stale region(s)", v.name(), st.size(), st.slabs(),
+                    + "healthy, {} degraded), released {} stale region(s)", v.name(), st.size(), st.slabs(),
                     st.slabSize(), st.replicas(), st.allocated(), st.healthy(), st.degraded() + st.rebuilding(),
                     stale.size());
             if (unclean.contains(v)) {
@@ -150,8 +150,9 @@ final class StartUp implements Attachment {
         long bytes = past.stream().mapToLong(i -> mine.get(i).getFirst().region().length()).sum();
         String what = "slab" + (past.size() == 1 ? " " : "s ") + ranges(past) + " (" + bytes
                 + " bytes of data, on " + mine.entrySet().stream().filter(e -> e.getKey() >= v.slabCount())
-                .flatMap(e -> e.getValue().stream()).map(r -> r.link().label()).distinct().sorted()
-                .collect(Collectors.joining(", ")) + ")";
+                        .flatMap(e -> e.getValue().stream()).map(r -> r.link().label()).distinct().sorted()
+                        .collect(Collectors.joining(", "))
+                + ")";
         if (!config.allowShrink()) {
             throw new IllegalStateException("volume '" + v.name() + "' is configured with " + v.status().size()
                     + " bytes but the memservers hold it bigger: starting would discard " + what + ". Start with"
@@ -164,7 +165,7 @@ final class StartUp implements Attachment {
     /** Sorted indices as runs: "12, 14-15". */
     private static String ranges(List<Integer> sorted) {
         StringBuilder out = new StringBuilder();
-        for (int i = 0; i < sorted.size(); ) {
+        for (int i = 0; i < sorted.size();) {
             int j = i;
             while (j + 1 < sorted.size() && sorted.get(j + 1) == sorted.get(j) + 1) {
                 j++;
@@ -205,7 +206,7 @@ final class StartUp implements Attachment {
 
     @Override
     public void manifestsFound(MemserverLink l, RemoteConnection c, Map<Volume, RegionDescriptor> copies,
-                               long wait) {
+            long wait) {
         manifests.put(l, copies); // written once every memserver's copy has been merged
     }
 }

@@ -53,7 +53,8 @@ class BridgeLocalTest {
     }
 
     private Memserver memserver(long capacity) throws Exception {
-        Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "local"));
+        Memserver m =
+                Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "local"));
         memservers.add(m);
         return m;
     }
@@ -271,8 +272,8 @@ class BridgeLocalTest {
         long t0 = System.nanoTime();
         ExecutionException e = assertThrows(ExecutionException.class, () -> read(one, 0, data.length));
         assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(5), "EIO took too long");
-        BlockDeviceException bde = assertInstanceOf(BlockDeviceException.class, e.getCause() instanceof
-                java.util.concurrent.CompletionException c ? c.getCause() : e.getCause());
+        BlockDeviceException bde = assertInstanceOf(BlockDeviceException.class,
+                e.getCause() instanceof java.util.concurrent.CompletionException c ? c.getCause() : e.getCause());
         assertEquals(Errno.EIO, bde.errno());
         // Slabs placed on the surviving memserver still read back.
         int ok = 0;
@@ -293,9 +294,10 @@ class BridgeLocalTest {
         // The bridge takes the dead memserver's replicas out one slab after another: until it is through, a slab
         // still shown healthy may be one of them.
         String dead = b.memservers().getFirst().label() + "#";
-        await("the dead memserver's replicas to be taken out", () -> IntStream.range(0, 8).allMatch(s ->
-                one.slabStatus(s).replicas().stream().noneMatch(r -> r.startsWith(dead))
-                        && two.slabStatus(s).replicas().stream().noneMatch(r -> r.startsWith(dead))));
+        await("the dead memserver's replicas to be taken out",
+                () -> IntStream.range(0, 8)
+                        .allMatch(s -> one.slabStatus(s).replicas().stream().noneMatch(r -> r.startsWith(dead))
+                                && two.slabStatus(s).replicas().stream().noneMatch(r -> r.startsWith(dead))));
         assertEquals(VolumeState.LOST, two.status().state(),
                 "the dead memserver's slabs of the other volume are lost too");
         byte[] fresh = new byte[4096];
@@ -358,7 +360,8 @@ class BridgeLocalTest {
                 assertTrue(e.getMessage().contains("no live replica"), e.getMessage());
             } else {
                 assertEquals(SlabState.HEALTHY, v.slabStatus(s).state());
-                assertArrayEquals(Arrays.copyOfRange(data, s * (int) MIB, s * (int) MIB + 4096), read(v, s * MIB, 4096));
+                assertArrayEquals(Arrays.copyOfRange(data, s * (int) MIB, s * (int) MIB + 4096),
+                        read(v, s * MIB, 4096));
             }
         }
         assertTrue(lost > 0 && lost < 8, "slabs were on both memservers; those on the dead one are lost: " + lost);

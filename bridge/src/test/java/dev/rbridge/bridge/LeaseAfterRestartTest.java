@@ -51,7 +51,6 @@ class LeaseAfterRestartTest {
         return cluster.bridge(b.build());
     }
 
-
     /** True if the volume {@code disk} is leased, live, on {@code m}. */
     private static boolean leased(Memserver m) {
         return m.leases().stream().anyMatch(l -> l.volume().equals("disk") && l.remainingMillis() > 0);
@@ -84,8 +83,9 @@ class LeaseAfterRestartTest {
             Thread.sleep(50);
         }
         assertNull(v2.fenced(), "a lease of this bridge's previous process fenced the volume");
-        assertNotNull(InJvmCluster.link(after, toB.address()).connection(), "the bridge did not take b back within the ttl: "
-                + InJvmCluster.link(after, toB.address()).lastError());
+        assertNotNull(InJvmCluster.link(after, toB.address()).connection(),
+                "the bridge did not take b back within the ttl: "
+                        + InJvmCluster.link(after, toB.address()).lastError());
         ByteBuffer back = ByteBuffer.allocateDirect(data.length);
         v2.read(0, back).get(10, TimeUnit.SECONDS);
         byte[] got = new byte[data.length];

@@ -49,8 +49,6 @@ class LostSlabGenerationTest {
         }
     }
 
-
-
     @Test
     void anOlderGenerationReplicaOfALostSlabIsRefusedAndTheNewestIsTakenBack() throws Exception {
         Memserver a = memserver();

@@ -99,7 +99,8 @@ class NewerRegionOnReconnectTest {
         await(() -> l.state() == MemserverLink.State.UP, () -> "A not up again: " + l);
         assertEquals(List.of(regionOnA), slab0(a).stream().map(r -> r.descriptor().id()).toList(),
                 "A's newer copy of slab 0 must be kept, not released");
-        assertFalse(v.roster().holds(a.serverId(), regionOnA), "A's newer copy must not be adopted: " + v.slabStatus(0));
+        assertFalse(v.roster().holds(a.serverId(), regionOnA),
+                "A's newer copy must not be adopted: " + v.slabStatus(0));
         assertEquals(served, v.roster().currentGeneration(0), "the slab's generation stays: " + v.slabStatus(0));
         assertArrayEquals(old, VolumeBytes.read(v, old.length), "still served from B's copy alone");
     }

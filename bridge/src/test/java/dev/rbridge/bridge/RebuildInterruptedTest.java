@@ -104,7 +104,6 @@ class RebuildInterruptedTest {
         return v.slabStatus(0).replicas().stream().anyMatch(r -> r.startsWith(label + "#"));
     }
 
-
     /** Until some chunks are copied to {@code target}, and not all: the copy is under way. */
     private static void awaitMidCopy(Volume v, String target) throws InterruptedException {
         await(() -> {
@@ -121,7 +120,8 @@ class RebuildInterruptedTest {
         Memserver b = memserver(64 * MIB);
         Full c = full();
         Full d = full();
-        MemserverDrainTest.DelayRelay slowC = cluster.open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
+        MemserverDrainTest.DelayRelay slowC =
+                cluster.open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
         Bridge bridge = bridge(a.address(), b.address(), slowC.address(), d.memserver().address());
         Volume v = bridge.volume("disk");
         byte[] model = model();
@@ -158,7 +158,8 @@ class RebuildInterruptedTest {
         Memserver b = memserver(64 * MIB);
         Full c = full();
         PartitionRelay toB = cluster.open(new PartitionRelay(b.address()));
-        MemserverDrainTest.DelayRelay slowC = cluster.open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
+        MemserverDrainTest.DelayRelay slowC =
+                cluster.open(new MemserverDrainTest.DelayRelay(c.memserver().address(), 30));
         Bridge bridge = bridge(a.address(), toB.address(), slowC.address());
         Volume v = bridge.volume("disk");
         byte[] model = model();

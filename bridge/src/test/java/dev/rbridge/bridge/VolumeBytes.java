@@ -8,8 +8,7 @@ import java.util.concurrent.TimeUnit;
 
 /** Bytes in and out of a volume from its first byte, for the bridge's in-JVM tests; each call waits up to 20 s. */
 final class VolumeBytes {
-    private VolumeBytes() {
-    }
+    private VolumeBytes() {}
 
     /** 256 KiB of {@code c}. */
     static byte[] filled(char c) {

@@ -132,8 +132,9 @@ final class AdminClient {
      */
     private String refusal(int status, String method, String why) {
         boolean refused = status == 401 || status == 403 || status == 405;
-        String hint = status != 401 ? "" : secret != null ? " (the token given is not the server's)"
-                : " (give --token-file FILE with the server's token)";
+        String hint = status != 401 ? ""
+                : secret != null ? " (the token given is not the server's)"
+                        : " (give --token-file FILE with the server's token)";
         return (refused && method.equals("POST") ? "admin: " + action + " refused: " : "admin: ") + why + hint;
     }
 

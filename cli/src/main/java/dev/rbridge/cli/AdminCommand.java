@@ -32,7 +32,7 @@ import java.util.concurrent.Callable;
                 "disconnect, revoke, drain and shutdown always need the memserver's token (--token-file), also on",
                 "loopback; a memserver without a token refuses them. Reads need the token when the server has one."},
         footer = {"", "Memserver actions: clients | regions | leases | stats | disconnect CLIENT_ID | revoke REGION_ID"
-                        + " | drain [--wait] | shutdown",
+                + " | drain [--wait] | shutdown",
                 "Bridge actions (--bridge): volumes | slabs VOLUME | memservers | rebuild | add-memserver HOST:PORT"
                         + " | drain-memserver HOST:PORT | remove-memserver HOST:PORT | grow VOLUME SIZE (the last four"
                         + " change state: they need the token; grow: new NBD connections see the new size, and the"
@@ -116,8 +116,9 @@ final class AdminCommand implements Callable<Integer> {
         if (waitForExit) {
             int rc = once(client, request);
             String statsUrl = request.url().substring(0, request.url().length() - "drain".length()) + "stats";
-            return rc != 0 ? rc : new DrainWait(client, spec.commandLine().getOut(), spec.commandLine().getErr(),
-                    giveUpAfterSeconds).await(statsUrl);
+            return rc != 0 ? rc
+                    : new DrainWait(client, spec.commandLine().getOut(), spec.commandLine().getErr(),
+                            giveUpAfterSeconds).await(statsUrl);
         }
         while (true) {
             int rc = once(client, request);

@@ -12,8 +12,7 @@ import java.util.Map;
  * control character from the server reaching the operator's terminal.
  */
 final class AdminTable {
-    private AdminTable() {
-    }
+    private AdminTable() {}
 
     /** An answer printed: an array row by row, an object as NAME and VALUE pairs, anything else as sent. */
     static void print(PrintWriter out, Object answer, String body) {

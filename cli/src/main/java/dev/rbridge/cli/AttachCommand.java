@@ -16,9 +16,9 @@ import java.util.concurrent.atomic.AtomicBoolean;
         description = {"Attach an NBD export to a kernel block device /dev/nbdX through the kernel's nbd netlink"
                 + " interface (no nbd-client needed; needs root and the nbd module: modprobe nbd).",
                 "By default it then stays in the foreground and watches the device: when the kernel reports the"
-                + " link dead (the bridge restarted, the network broke) it connects again and hands the new sockets"
-                + " over, while I/O waits up to --dead-conn-timeout. Stopping it (SIGTERM, Ctrl-C) leaves the device"
-                + " attached; 'rbridge detach' detaches."},
+                        + " link dead (the bridge restarted, the network broke) it connects again and hands the new sockets"
+                        + " over, while I/O waits up to --dead-conn-timeout. Stopping it (SIGTERM, Ctrl-C) leaves the device"
+                        + " attached; 'rbridge detach' detaches."},
         footer = {"", "Examples:",
                 "  rbridge attach " + Defaults.ATTACH_URI + "                 # first free /dev/nbdX, watch it",
                 "  rbridge attach --device /dev/nbd0 --connections 4 nbd://10.0.0.7:" + Defaults.NBD_PORT + "/disk",

@@ -38,7 +38,9 @@ import java.util.concurrent.atomic.AtomicReference;
                 "  rbridge bench --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token-file /etc/rbridge/token \\",
                 "      --test write-bw --size 1M --tx-depth 8 --time 10"})
 final class BenchCommand implements Callable<Integer> {
-    enum Test { READ_LAT, WRITE_LAT, READ_BW, WRITE_BW }
+    enum Test {
+        READ_LAT, WRITE_LAT, READ_BW, WRITE_BW
+    }
 
     @Option(names = "--test", required = true, converter = TestConverter.class,
             description = "read-lat, write-lat, read-bw or write-bw.")
@@ -213,7 +215,8 @@ final class BenchCommand implements Callable<Integer> {
         long start = System.nanoTime();
         long end = time == null ? Long.MAX_VALUE : start + TimeUnit.SECONDS.toNanos(time);
         for (int chain = 0; chain < txDepth; chain++) {
-            new Chain(op, chain, read, done, issued, failure, chains, end, time == null ? iters : Long.MAX_VALUE).next();
+            new Chain(op, chain, read, done, issued, failure, chains, end, time == null ? iters : Long.MAX_VALUE)
+                    .next();
         }
         long windowStart = start;
         long windowDone = 0;
@@ -268,7 +271,7 @@ final class BenchCommand implements Callable<Integer> {
         private long count;
 
         Chain(Op op, int slot, boolean read, AtomicLong done, AtomicLong issued, AtomicReference<Throwable> failure,
-              CountDownLatch finished, long end, long maxOps) {
+                CountDownLatch finished, long end, long maxOps) {
             this.maxOps = maxOps;
             this.op = op;
             this.slot = slot;

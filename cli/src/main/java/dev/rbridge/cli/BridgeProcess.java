@@ -48,7 +48,7 @@ final class BridgeProcess {
      * @param afterBridge what stops after the bridge (demo: its memservers)
      */
     BridgeProcess(String name, Bridge bridge, BridgeProcessOptions options, OpsEndpointOptions ops,
-                  Telemetry telemetry, Runnable afterBridge) {
+            Telemetry telemetry, Runnable afterBridge) {
         this.name = name;
         this.bridge = bridge;
         this.options = options;

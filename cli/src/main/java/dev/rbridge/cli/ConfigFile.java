@@ -14,8 +14,7 @@ import java.util.List;
  * to repeatable options and wins for single-valued ones.
  */
 final class ConfigFile {
-    private ConfigFile() {
-    }
+    private ConfigFile() {}
 
     static void apply(Path file, CommandLine.Model.CommandSpec spec) {
         List<String> lines;

@@ -10,8 +10,7 @@ import dev.rbridge.memserver.MemserverConfig;
  * ({@code ConnectionLimits}, {@code MemserverConfig}), TCP congestion control ({@code ConnectParams}).
  */
 final class Defaults {
-    private Defaults() {
-    }
+    private Defaults() {}
 
     // ---------------------------------------------------------------------------------------------- addresses
 

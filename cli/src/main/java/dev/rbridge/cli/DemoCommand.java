@@ -39,7 +39,8 @@ import java.util.concurrent.Callable;
                         + ", 1 GiB",
                 "  rbridge demo --size 8G --unix /tmp/rb.sock     TCP off, nbd+unix:///disk?socket=/tmp/rb.sock",
                 "  rbridge demo --memservers 2 --export disk,size=4G,replicas=2   every slab on both memservers",
-                "  rbridge demo --listen 0.0.0.0:" + Defaults.NBD_PORT + " --unix /tmp/rb.sock --export disk --export iso,size=64M,ro"})
+                "  rbridge demo --listen 0.0.0.0:" + Defaults.NBD_PORT
+                        + " --unix /tmp/rb.sock --export disk --export iso,size=64M,ro"})
 final class DemoCommand implements Callable<Integer> {
     /** A bound on --memservers: every one is a memserver with threads of its own, all in this JVM. */
     private static final int MAX_MEMSERVERS = 16;

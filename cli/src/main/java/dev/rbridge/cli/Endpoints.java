@@ -7,8 +7,7 @@ import java.nio.file.Path;
 
 /** Parsing shared by the remote-memory commands: addresses and tokens. */
 final class Endpoints {
-    private Endpoints() {
-    }
+    private Endpoints() {}
 
     /** {@code HOST:PORT}, {@code [IPV6]:PORT}, or {@code HOST} with the given default port. */
     static InetSocketAddress parse(String text, int defaultPort) {

@@ -12,8 +12,7 @@ import java.util.List;
  * is meant.
  */
 final class Exposure {
-    private Exposure() {
-    }
+    private Exposure() {}
 
     /** A host that only this machine reaches (a loopback address or a name for one). Wildcards are not. */
     static boolean loopback(String host) {

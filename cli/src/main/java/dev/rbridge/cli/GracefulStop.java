@@ -6,8 +6,7 @@ package dev.rbridge.cli;
  * stop. SIGINT keeps the JVM's behaviour (130: interrupted at a terminal).
  */
 final class GracefulStop {
-    private GracefulStop() {
-    }
+    private GracefulStop() {}
 
     /** From now on SIGTERM runs the shutdown hooks and exits 0. Only for commands that serve until stopped. */
     static void onTerm() {

@@ -13,8 +13,7 @@ import java.util.List;
  * row and is printed as it is, never broken mid-command.
  */
 final class HelpText {
-    private HelpText() {
-    }
+    private HelpText() {}
 
     /** Installs the renderers on {@code cl} and every subcommand under it. */
     static void install(CommandLine cl) {

@@ -18,7 +18,8 @@ import java.util.Set;
                 "  nbd-client -N " + Defaults.EXPORT + " " + Defaults.LOOPBACK + " " + Defaults.NBD_PORT
                         + " /dev/nbd0 -b 4096",
                 "  nbdinfo 'nbd+unix:///disk?socket=/run/rbridge.sock'   (with --unix)"},
-        subcommands = {DemoCommand.class, ServeCommand.class, MemserverCommand.class, PingCommand.class, BenchCommand.class,
+        subcommands = {DemoCommand.class, ServeCommand.class, MemserverCommand.class, PingCommand.class,
+                BenchCommand.class,
                 AdminCommand.class, MemCommand.class, AttachCommand.class, DetachCommand.class, StatusCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main implements Runnable {

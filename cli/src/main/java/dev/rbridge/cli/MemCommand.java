@@ -123,7 +123,8 @@ final class MemCommand {
                 if (cause instanceof RemoteMemoryException r) {
                     throw r;
                 }
-                throw new RemoteMemoryException(Status.INTERNAL, String.valueOf(cause == null ? e : cause.getMessage()), e);
+                throw new RemoteMemoryException(Status.INTERNAL, String.valueOf(cause == null ? e : cause.getMessage()),
+                        e);
             } catch (TimeoutException e) {
                 throw new RemoteMemoryException(Status.TIMEOUT, "no answer from the memserver within "
                         + seconds + " s");
@@ -207,7 +208,8 @@ final class MemCommand {
                     "  rbridge mem read " + ON_REGION,
                     "      --offset 1M --length 16M --file region3.bin"})
     static final class Read extends RegionRange {
-        @Option(names = "--length", paramLabel = "LENGTH", required = true, description = "Bytes to read, e.g. 512 or 1M.")
+        @Option(names = "--length", paramLabel = "LENGTH", required = true,
+                description = "Bytes to read, e.g. 512 or 1M.")
         String length;
 
         @Option(names = "--file", paramLabel = "FILE", description = "Write the bytes to FILE (created or replaced).")
@@ -231,12 +233,12 @@ final class MemCommand {
             return onRange(at, n, (c, w, d, out) -> {
                 // stdout as a plain stream, not picocli's writer: a closed pipe must stop the read, not be ignored
                 try (Arena arena = Arena.ofShared();
-                     OutputStream sink = file != null ? Files.newOutputStream(file)
-                             : new NonClosing(new FileOutputStream(FileDescriptor.out))) {
+                        OutputStream sink = file != null ? Files.newOutputStream(file)
+                                : new NonClosing(new FileOutputStream(FileDescriptor.out))) {
                     MemorySegment buffer = arena.allocate(Math.min(n, CHUNK));
                     HexDump h = dump ? new HexDump(at) : null;
                     byte[] bytes = dump ? null : new byte[(int) buffer.byteSize()];
-                    for (long done = 0; done < n; ) {
+                    for (long done = 0; done < n;) {
                         int len = (int) Math.min(CHUNK, n - done);
                         MemorySegment part = buffer.asSlice(0, len);
                         w.await(c.read(d, at + done, part));
@@ -357,10 +359,12 @@ final class MemCommand {
         @Option(names = "--file", paramLabel = "FILE", description = "Write the contents of FILE.")
         Path file;
 
-        @Option(names = "--hex", paramLabel = "HEX", description = "Write these bytes, e.g. 'de ad be ef' (spaces allowed).")
+        @Option(names = "--hex", paramLabel = "HEX",
+                description = "Write these bytes, e.g. 'de ad be ef' (spaces allowed).")
         String hex;
 
-        @Option(names = "--pattern", paramLabel = "BYTE", description = "Write --length copies of BYTE (0-255 or 0x00-0xff).")
+        @Option(names = "--pattern", paramLabel = "BYTE",
+                description = "Write --length copies of BYTE (0-255 or 0x00-0xff).")
         String pattern;
 
         @Option(names = "--length", paramLabel = "LENGTH", description = "With --pattern: how many bytes, e.g. 64K.")
@@ -403,7 +407,8 @@ final class MemCommand {
             }
             if ((pattern != null) != (length != null)) {
                 throw new CommandLine.ParameterException(spec.commandLine(), pattern != null
-                        ? "--pattern needs --length" : "--length goes with --pattern only");
+                        ? "--pattern needs --length"
+                        : "--length goes with --pattern only");
             }
         }
 
@@ -434,7 +439,7 @@ final class MemCommand {
         private void copyFile(RemoteConnection c, Waiter w, RegionDescriptor d, MemorySegment buffer, long at, long n)
                 throws IOException, RemoteMemoryException {
             try (FileChannel in = FileChannel.open(file, StandardOpenOption.READ)) {
-                for (long done = 0; done < n; ) {
+                for (long done = 0; done < n;) {
                     MemorySegment part = buffer.asSlice(0, Math.min(CHUNK, n - done));
                     var bb = part.asByteBuffer();
                     while (bb.hasRemaining()) {

@@ -33,7 +33,8 @@ import java.util.concurrent.CountDownLatch;
                 "Lend RAM to bridges as regions over a remote-memory transport.",
                 "Memory is reserved per region but touched only when written; grants never exceed --capacity.",
                 "Clients must present the token; refused attempts are logged."},
-        footer = {"", "Example:", "  rbridge memserver --listen 0.0.0.0:" + Defaults.MEMSERVER_PORT + " --capacity 64G --token-file /etc/rbridge/token"})
+        footer = {"", "Example:", "  rbridge memserver --listen 0.0.0.0:" + Defaults.MEMSERVER_PORT
+                + " --capacity 64G --token-file /etc/rbridge/token"})
 final class MemserverCommand implements Callable<Integer> {
     private static final Logger log = LoggerFactory.getLogger(MemserverCommand.class);
 
@@ -232,7 +233,7 @@ final class MemserverCommand implements Callable<Integer> {
 
     /** On SIGTERM: the ops endpoints close, then the memserver; the latch opens once all are closed. */
     private static CountDownLatch stopOnSigterm(Memserver server, MemserverAdminHttpServer adminServer,
-                                                MetricsHttpServer metricsServer) {
+            MetricsHttpServer metricsServer) {
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             SystemdNotify.stopping();
@@ -250,11 +251,13 @@ final class MemserverCommand implements Callable<Integer> {
 
     /** Where it serves, on stdout (scripts and tests wait for this line), and READY=1 to systemd. */
     private static void announce(MemserverConfig config, Memserver server, MemserverAdminHttpServer adminServer,
-                                 MetricsHttpServer metricsServer) {
+            MetricsHttpServer metricsServer) {
         System.out.println("rbridge memserver: lending " + Sizes.format(config.capacityBytes()) + " at "
                 + server.address().getHostString() + ":" + server.address().getPort()
-                + (adminServer == null ? "" : " admin " + adminServer.address().getHostString() + ":"
-                + adminServer.address().getPort()) + MetricsEndpoint.describe(metricsServer));
+                + (adminServer == null ? ""
+                        : " admin " + adminServer.address().getHostString() + ":"
+                                + adminServer.address().getPort())
+                + MetricsEndpoint.describe(metricsServer));
         System.out.flush();
         SystemdNotify.ready("lending " + Sizes.format(config.capacityBytes()));
     }

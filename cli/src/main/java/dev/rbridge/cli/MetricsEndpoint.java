@@ -12,8 +12,7 @@ import java.net.BindException;
 final class MetricsEndpoint {
     private static final Logger log = LoggerFactory.getLogger(MetricsEndpoint.class);
 
-    private MetricsEndpoint() {
-    }
+    private MetricsEndpoint() {}
 
     /**
      * Starts the endpoint, or returns null for {@code none} and for a taken default port (logged).
@@ -41,7 +40,8 @@ final class MetricsEndpoint {
     }
 
     static String describe(MetricsHttpServer http) {
-        return http == null ? "" : " metrics http://" + http.address().getHostString() + ":" + http.address().getPort()
-                + "/metrics";
+        return http == null ? ""
+                : " metrics http://" + http.address().getHostString() + ":" + http.address().getPort()
+                        + "/metrics";
     }
 }

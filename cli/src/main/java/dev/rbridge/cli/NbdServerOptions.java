@@ -110,14 +110,14 @@ final class NbdServerOptions {
         String connections = Sizes.format(reserve) + " for connections" + (tls ? " (with their TLS buffers)" : "");
         long memory = nbdMemory != null ? Sizes.parse(nbdMemory)
                 : direct > 0 ? Math.min(NbdServerConfig.PAYLOAD_BUDGET, (direct - reserve) * 4 / 5)
-                : NbdServerConfig.PAYLOAD_BUDGET;
+                        : NbdServerConfig.PAYLOAD_BUDGET;
         String given = nbdMemory != null ? nbdMemory : Sizes.format(memory) + " (the default for this JVM)";
         if (memory < maxPayloadBytes()) {
             throw new IllegalArgumentException(nbdMemory != null
                     ? "--nbd-memory " + given + " must be at least --max-payload (" + maxPayload + ")"
                     : "this JVM's " + Sizes.format(direct) + " of direct memory leave too little for NBD payloads"
-                    + " (--max-payload " + maxPayload + " and " + connections + "):"
-                    + " raise RBRIDGE_MAX_DIRECT (the launcher's -XX:MaxDirectMemorySize), e.g. to 1g");
+                            + " (--max-payload " + maxPayload + " and " + connections + "):"
+                            + " raise RBRIDGE_MAX_DIRECT (the launcher's -XX:MaxDirectMemorySize), e.g. to 1g");
         }
         if (direct > 0 && memory + memory / 4 > direct - reserve) {
             throw new IllegalArgumentException("--nbd-memory " + given + " (and the quarter more kept idle for"

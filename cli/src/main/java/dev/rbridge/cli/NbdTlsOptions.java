@@ -63,7 +63,8 @@ final class NbdTlsOptions {
             } else {
                 if (certificates == null) {
                     throw new IllegalArgumentException("--tls " + mode + " needs --tls-certificates DIR (with "
-                            + X509Credentials.SERVER_CERT + " and " + X509Credentials.SERVER_KEY + ") or --tls-psk FILE");
+                            + X509Credentials.SERVER_CERT + " and " + X509Credentials.SERVER_KEY
+                            + ") or --tls-psk FILE");
                 }
                 settings = NbdTls.of(mode, X509Credentials.serverContext(certificates, verifyPeer), verifyPeer,
                         "X.509 from " + certificates);

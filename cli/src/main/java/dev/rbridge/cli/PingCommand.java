@@ -19,7 +19,8 @@ import java.util.concurrent.TimeUnit;
         mixinStandardHelpOptions = true,
         description = {"Write a pattern to a memserver region, read it back, optionally compare; report round trips.",
                 "Exits 1 on the first mismatch (with the offset and bytes) or on any failed operation."},
-        footer = {"", "Example:", "  rbridge ping --server 10.0.0.5:" + Defaults.MEMSERVER_PORT + " --token-file /etc/rbridge/token --count 100 --size 64K --validate"})
+        footer = {"", "Example:", "  rbridge ping --server 10.0.0.5:" + Defaults.MEMSERVER_PORT
+                + " --token-file /etc/rbridge/token --count 100 --size 64K --validate"})
 final class PingCommand implements Callable<Integer> {
 
     @Option(names = "--count", paramLabel = "N", defaultValue = "" + Defaults.PING_ROUNDS,
@@ -86,7 +87,7 @@ final class PingCommand implements Callable<Integer> {
                 return 0;
             }
             out.printf("ping %s: %d rounds of %d bytes%s; write+read rtt min/avg/p50/p99/max = "
-                            + "%.1f/%.1f/%.1f/%.1f/%.1f us%n", remote.server, count, bytes,
+                    + "%.1f/%.1f/%.1f/%.1f/%.1f us%n", remote.server, count, bytes,
                     validate ? ", all validated" : "", rtts[0] / 1000.0, avg, rtts[count / 2] / 1000.0,
                     p99, rtts[count - 1] / 1000.0);
             return 0;

@@ -87,7 +87,7 @@ final class RebuildProgress {
         long slab = AdminClient.number(v.get("slab_size"));
         String state = String.valueOf(v.get("state"));
         long now = System.nanoTime();
-        long[] last = lastHealthy.put(name, new long[] {healthy, now});
+        long[] last = lastHealthy.put(name, new long[]{healthy, now});
         String line = name + ": " + state + ", " + healthy + " of " + allocated + " allocated slab(s) healthy"
                 + (allocated > 0 ? " (" + (100 * healthy / allocated) + "%)" : "");
         if (state.equals("degraded") || state.equals("rebuilding")) {

@@ -147,8 +147,9 @@ public final class ServeCommand implements Callable<Integer> {
         Telemetry telemetry = ops.telemetry();
         Bridge bridge;
         try {
-            bridge = Bridge.start(telemetry == null ? bridgeConfig : bridgeConfig.withMetrics(
-                    new BridgeMeters(telemetry.registry())));
+            bridge = Bridge.start(telemetry == null ? bridgeConfig
+                    : bridgeConfig.withMetrics(
+                            new BridgeMeters(telemetry.registry())));
         } catch (IllegalStateException | IllegalArgumentException e) {
             spec.commandLine().getErr().println("serve: " + e.getMessage());
             return 1;

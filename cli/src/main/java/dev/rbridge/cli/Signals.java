@@ -14,8 +14,7 @@ import java.lang.invoke.MethodType;
  * (one linked without {@code jdk.unsupported}) fails the first call with an IllegalStateException that says so.
  */
 final class Signals {
-    private Signals() {
-    }
+    private Signals() {}
 
     /**
      * From now on {@code action} runs on the JVM's signal thread each time signal {@code name} ({@code TERM},
@@ -48,7 +47,7 @@ final class Signals {
      * @param run         {@link Runnable#run}, what the handler calls
      */
     private record SunMisc(Class<?> handlerType, MethodHandle newSignal, MethodHandle handle, Object ignored,
-                           MethodHandle run) {
+            MethodHandle run) {
         static SunMisc lookUp() {
             MethodHandles.Lookup lookup = MethodHandles.publicLookup();
             try {

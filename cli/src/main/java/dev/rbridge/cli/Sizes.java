@@ -4,8 +4,7 @@ import java.util.Locale;
 
 /** Byte sizes as people write them: {@code 4096}, {@code 64K}, {@code 1G}, {@code 2GiB} (binary units). */
 final class Sizes {
-    private Sizes() {
-    }
+    private Sizes() {}
 
     static long parse(String text) {
         String t = text.trim().toUpperCase(Locale.ROOT);

@@ -25,11 +25,11 @@ final class SystemdNotify {
     private static final int SOCKADDR_UN = 110;
     private static volatile boolean failed;
 
-    private SystemdNotify() {
-    }
+    private SystemdNotify() {}
 
     /** Once STOPPING=1 went out, a late READY=1 would tell systemd a stopping service is up again. */
-    private static final java.util.concurrent.atomic.AtomicBoolean STOPPING = new java.util.concurrent.atomic.AtomicBoolean();
+    private static final java.util.concurrent.atomic.AtomicBoolean STOPPING =
+            new java.util.concurrent.atomic.AtomicBoolean();
 
     /**
      * The service is up: it listens and serves (READY=1), with a status line for systemctl status. Not sent once

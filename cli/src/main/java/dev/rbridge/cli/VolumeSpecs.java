@@ -9,8 +9,7 @@ import java.util.Locale;
  * [,description=TEXT]}. The same grammar serves {@code rbridge demo --export}.
  */
 final class VolumeSpecs {
-    private VolumeSpecs() {
-    }
+    private VolumeSpecs() {}
 
     static final String SYNTAX = "NAME[,size=SIZE][,replicas=R][,slab=SIZE][,ro][,min-block=N][,description=TEXT]";
 

@@ -7,8 +7,7 @@ import java.util.List;
 
 /** Runs {@code rbridge ARGS} as its own JVM on the test classpath, stderr to a log file. */
 public final class CliProcess {
-    private CliProcess() {
-    }
+    private CliProcess() {}
 
     public static Process start(Path log, String... args) throws IOException {
         return start(log, List.of(), args);

@@ -267,7 +267,8 @@ class DemoCommandTest {
         Path log = dir.resolve("demo.log");
         // one the host does not use by default, so that a socket left alone is seen
         String chosen = Files.readString(Path.of("/proc/sys/net/ipv4/tcp_congestion_control")).strip().equals("reno")
-                ? "cubic" : "reno";
+                ? "cubic"
+                : "reno";
         Process p = rbridge(log, "demo", "--listen", "127.0.0.1:0", "--transport", "tcp", "--tcp-congestion", chosen,
                 "--size", "64M");
         try {
@@ -287,7 +288,8 @@ class DemoCommandTest {
                     }
                 }
                 // the accepted NBD socket, and the bridge's and the memserver's ends of the memserver link
-                assertTrue(algorithms.size() >= 3, "sockets of the demo: " + algorithms + "\n" + String.join("\n", lines));
+                assertTrue(algorithms.size() >= 3,
+                        "sockets of the demo: " + algorithms + "\n" + String.join("\n", lines));
                 assertEquals(List.of(chosen), algorithms.stream().distinct().toList(), String.join("\n", lines));
             }
         } finally {

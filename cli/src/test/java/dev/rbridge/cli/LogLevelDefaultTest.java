@@ -23,27 +23,27 @@ class LogLevelDefaultTest {
             }
             String name = e.getKey();
             String helpSays = option.defaultValue() != null ? option.defaultValue() : (String) option.initialValue();
-            assertEquals(helpSays, Main.logLevel(new String[] {name}), name);
-            assertEquals(helpSays, Main.logLevel(new String[] {name, "--server", "h:1", "x"}), name);
+            assertEquals(helpSays, Main.logLevel(new String[]{name}), name);
+            assertEquals(helpSays, Main.logLevel(new String[]{name, "--server", "h:1", "x"}), name);
             checked++;
         }
-        assertEquals(Defaults.TOOL_LOG_LEVEL, Main.logLevel(new String[] {"ping", "--server", "h:1"}));
-        assertEquals(Defaults.SERVER_LOG_LEVEL, Main.logLevel(new String[] {"serve"}));
-        assertEquals(Defaults.TOOL_LOG_LEVEL, Main.logLevel(new String[] {"admin", "--bridge", "h:1", "volumes"}));
+        assertEquals(Defaults.TOOL_LOG_LEVEL, Main.logLevel(new String[]{"ping", "--server", "h:1"}));
+        assertEquals(Defaults.SERVER_LOG_LEVEL, Main.logLevel(new String[]{"serve"}));
+        assertEquals(Defaults.TOOL_LOG_LEVEL, Main.logLevel(new String[]{"admin", "--bridge", "h:1", "volumes"}));
         assertFalse(checked < 7, "commands with --log-level: " + checked);
     }
 
     @Test
     void anExplicitLevelWins() {
-        assertEquals("debug", Main.logLevel(new String[] {"ping", "--log-level", "debug"}));
-        assertEquals("error", Main.logLevel(new String[] {"serve", "--log-level=error"}));
-        assertEquals("trace", Main.logLevel(new String[] {"--log-level", "trace", "admin"}));
+        assertEquals("debug", Main.logLevel(new String[]{"ping", "--log-level", "debug"}));
+        assertEquals("error", Main.logLevel(new String[]{"serve", "--log-level=error"}));
+        assertEquals("trace", Main.logLevel(new String[]{"--log-level", "trace", "admin"}));
     }
 
     @Test
     void withoutACommandTheServersLevelApplies() {
         assertEquals(Defaults.SERVER_LOG_LEVEL, Main.logLevel(new String[0]));
-        assertEquals(Defaults.SERVER_LOG_LEVEL, Main.logLevel(new String[] {"--help"}));
-        assertEquals(Defaults.SERVER_LOG_LEVEL, Main.logLevel(new String[] {"no-such-command"}));
+        assertEquals(Defaults.SERVER_LOG_LEVEL, Main.logLevel(new String[]{"--help"}));
+        assertEquals(Defaults.SERVER_LOG_LEVEL, Main.logLevel(new String[]{"no-such-command"}));
     }
 }

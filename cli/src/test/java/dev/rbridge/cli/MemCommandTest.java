@@ -61,7 +61,7 @@ class MemCommandTest {
 
             try (RemoteConnection c = new TcpProvider().connect(new ConnectParams()
                     .address(Endpoints.parse(address, 0)).token("t").clientName("mem-test"));
-                 Arena arena = Arena.ofShared()) {
+                    Arena arena = Arena.ofShared()) {
                 RegionDescriptor r = c.allocate(RegionTag.scratch("test"), 1 << 20).get(10, TimeUnit.SECONDS);
                 RegionDescriptor tagged = c.allocate(new RegionTag("vol-a", 3, 1, 7), 64 << 10)
                         .get(10, TimeUnit.SECONDS);
@@ -99,12 +99,12 @@ class MemCommandTest {
                 String zeros = "00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00";
                 String as = "41 41 41 41 41 41 41 41  41 41 41 41 41 41 41 41";
                 assertEquals(String.join("\n",
-                                "0007fff0  " + zeros + "  |................|",
-                                "00080000  " + as + "  |AAAAAAAAAAAAAAAA|",
-                                "*",
-                                "00080060  41 41 41 41 00 00 00 00  00 00 00 00 00 00 00 00  |AAAA............|",
-                                "00080070  00 00 00 00                                       |....|",
-                                "00080074", ""),
+                        "0007fff0  " + zeros + "  |................|",
+                        "00080000  " + as + "  |AAAAAAAAAAAAAAAA|",
+                        "*",
+                        "00080060  41 41 41 41 00 00 00 00  00 00 00 00 00 00 00 00  |AAAA............|",
+                        "00080070  00 00 00 00                                       |....|",
+                        "00080074", ""),
                         mem("read", "--region", id, "--offset", "524272", "--length", "132", "--hex").ok().text());
 
                 // list: both regions with their tags and owner, every column starting under its heading

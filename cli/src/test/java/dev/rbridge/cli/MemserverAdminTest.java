@@ -137,7 +137,7 @@ class MemserverAdminTest {
             Result stats = admin(dir, adminAddress, "--json", "stats");
             assertEquals(0, stats.code(), stats.err());
             assertTrue(stats.out().contains("\"draining\":false"), stats.out());
-            for (String action : new String[] {"drain", "shutdown"}) {
+            for (String action : new String[]{"drain", "shutdown"}) {
                 Result refused = admin(dir, adminAddress, action);
                 assertEquals(1, refused.code());
                 assertEquals(1, refused.err().strip().lines().count(), "one line: " + refused.err());

@@ -121,7 +121,7 @@ class MetricsOptionTest {
             BufferedReader r = new BufferedReader(new InputStreamReader(d.getInputStream(), StandardCharsets.UTF_8));
             String uri = null;
             String metrics = null;
-            for (String line; (metrics == null) && (line = r.readLine()) != null; ) {
+            for (String line; (metrics == null) && (line = r.readLine()) != null;) {
                 if (line.contains("serving ")) {
                     uri = line.substring(line.indexOf("nbd://"));
                 }

@@ -27,7 +27,8 @@ class RemoteMemoryCommandsTest {
         Path dir = Files.createTempDirectory("memserver");
         Path tokenFile = Files.writeString(dir.resolve("token"), "t0ken\n");
         Path log = dir.resolve("memserver.log");
-        Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--capacity", "256M",
+        Process m = CliProcess.start(log, "memserver", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+                "--capacity", "256M",
                 "--token-file", tokenFile.toString());
         try {
             String line = new BufferedReader(new InputStreamReader(m.getInputStream(), StandardCharsets.UTF_8))

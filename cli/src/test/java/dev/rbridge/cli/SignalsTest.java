@@ -49,17 +49,18 @@ class SignalsTest {
     @Test
     void anUnknownSignalIsRefused() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                () -> Signals.handle("NOSUCHSIGNAL", () -> { }));
+                () -> Signals.handle("NOSUCHSIGNAL", () -> {
+                }));
         assertTrue(e.getMessage().contains("NOSUCHSIGNAL"), e.getMessage());
     }
 
     /** Run under {@code env --ignore-signal=HUP}, as nohup runs a command: says what {@link Signals#handle} answers. */
     public static final class IgnoredProbe {
-        private IgnoredProbe() {
-        }
+        private IgnoredProbe() {}
 
         public static void main(String[] args) {
-            System.out.println("ignored before: " + Signals.handle("HUP", () -> { }));
+            System.out.println("ignored before: " + Signals.handle("HUP", () -> {
+            }));
         }
     }
 }

@@ -26,7 +26,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(120)
 class SwapSafetyOptionsTest {
 
-
     private static long statusKb(long pid, String field) throws Exception {
         for (String line : Files.readAllLines(Path.of("/proc/" + pid + "/status"))) {
             if (line.startsWith(field + ":")) {
@@ -100,7 +99,8 @@ class SwapSafetyOptionsTest {
         assertEquals(1, p.exitValue(), log);
         assertTrue(log.contains("PR_SET_IO_FLUSHER") && log.contains("CAP_SYS_RESOURCE"), log);
         // auto starts anyway and says why the state is not set
-        String auto = withDemo(prefix, pid -> { }, "--io-flusher", "auto");
+        String auto = withDemo(prefix, pid -> {
+        }, "--io-flusher", "auto");
         assertTrue(auto.contains("not in the I/O flusher state"), auto);
     }
 

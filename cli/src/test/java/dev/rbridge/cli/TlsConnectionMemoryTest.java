@@ -60,7 +60,8 @@ class TlsConnectionMemoryTest {
         long perConnection = NbdServerConfig.DIRECT_BYTES_PER_CONNECTION
                 + tlsBytes(p.tls.settings().newEngine().getSession());
         assertTrue(perConnection > 300 << 10, "a TLS connection's buffers: " + perConnection);
-        NbdServerConfig config = p.limits.apply(NbdServerConfig.builder().tls(p.tls.settings())).listen(LISTEN).export(EXPORT).build();
+        NbdServerConfig config =
+                p.limits.apply(NbdServerConfig.builder().tls(p.tls.settings())).listen(LISTEN).export(EXPORT).build();
         long needed = config.payloadBudget() + config.payloadBudget() / 4 + DIRECT_BASE + 5000 * perConnection;
         assertTrue(needed <= direct, "5000 TLS connections and a payload budget of " + config.payloadBudget() / MIB
                 + " MiB need " + needed / MIB + " MiB of direct memory, the JVM has " + direct / MIB);
@@ -73,7 +74,8 @@ class TlsConnectionMemoryTest {
         // Without TLS the same limits fit as before.
         BridgeProcessOptions plain = serve("--memserver", "127.0.0.1:1", "--volume", "disk,size=1G",
                 "--max-connections", "4096", "--nbd-memory", "512M");
-        assertEquals(512 * MIB, plain.limits.apply(NbdServerConfig.builder()).listen(LISTEN).export(EXPORT).build().payloadBudget());
+        assertEquals(512 * MIB,
+                plain.limits.apply(NbdServerConfig.builder()).listen(LISTEN).export(EXPORT).build().payloadBudget());
     }
 
     private static String[] concat(String[] a, String... b) {

@@ -4,8 +4,7 @@ import java.time.Duration;
 
 /** The checks every config makes of its values, written once, with one wording for the error. */
 public final class Checks {
-    private Checks() {
-    }
+    private Checks() {}
 
     /** {@code d}, when it is longer than zero; otherwise "WHAT must be positive". */
     public static Duration positive(String what, Duration d) {

@@ -10,8 +10,7 @@ import java.io.IOException;
 public final class Closeables {
     private static final Logger log = LoggerFactory.getLogger(Closeables.class);
 
-    private Closeables() {
-    }
+    private Closeables() {}
 
     /** Closes {@code c}; a failure to close is logged at debug and otherwise ignored: nothing is left to do with it. */
     public static void closeQuietly(Closeable c) {

@@ -5,8 +5,7 @@ import java.util.concurrent.ExecutionException;
 
 /** What went wrong in an asynchronous operation, without the wrappers futures add around it. */
 public final class Failures {
-    private Failures() {
-    }
+    private Failures() {}
 
     /** The failure inside any {@link CompletionException} and {@link ExecutionException} wrappers. */
     public static Throwable cause(Throwable t) {

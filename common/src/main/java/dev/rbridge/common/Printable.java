@@ -5,8 +5,7 @@ package dev.rbridge.common;
  * line and a listing: a peer must not be able to forge a log line or drown the log in one of its strings.
  */
 public final class Printable {
-    private Printable() {
-    }
+    private Printable() {}
 
     /**
      * {@code s} with control characters (a forged log line's newline) and format characters (bidirectional overrides)
@@ -15,7 +14,7 @@ public final class Printable {
     public static String cut(String s, int maxBytes) {
         StringBuilder b = new StringBuilder(Math.min(s.length(), maxBytes));
         int bytes = 0;
-        for (int i = 0; i < s.length(); ) {
+        for (int i = 0; i < s.length();) {
             int cp = s.codePointAt(i);
             i += Character.charCount(cp);
             if (Character.isISOControl(cp) || Character.getType(cp) == Character.FORMAT

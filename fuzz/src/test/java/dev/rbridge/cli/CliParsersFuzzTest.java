@@ -47,12 +47,14 @@ class CliParsersFuzzTest {
         try {
             n = Sizes.parse(text);
         } catch (IllegalArgumentException e) {
-            check(e.getMessage() != null && e.getMessage().contains(text), () -> "refused without naming the text: " + e);
+            check(e.getMessage() != null && e.getMessage().contains(text),
+                    () -> "refused without naming the text: " + e);
             return;
         }
         check(n >= 0, () -> "'" + text + "' read as " + n);
         String formatted = Sizes.format(n);
-        check(Sizes.parse(formatted) == n, () -> n + " formatted as " + formatted + " reads back as " + Sizes.parse(formatted));
+        check(Sizes.parse(formatted) == n,
+                () -> n + " formatted as " + formatted + " reads back as " + Sizes.parse(formatted));
     }
 
     @FuzzTest(maxDuration = "10s")
@@ -83,10 +85,12 @@ class CliParsersFuzzTest {
         try {
             a = Endpoints.parse(text, Defaults.MEMSERVER_PORT);
         } catch (IllegalArgumentException e) {
-            check(e.getMessage() != null && e.getMessage().contains(text), () -> "refused without naming the text: " + e);
+            check(e.getMessage() != null && e.getMessage().contains(text),
+                    () -> "refused without naming the text: " + e);
             return;
         }
-        check(a.getPort() >= 0 && a.getPort() <= 65535 && !a.getHostString().isEmpty(), () -> "'" + text + "' read as " + a);
+        check(a.getPort() >= 0 && a.getPort() <= 65535 && !a.getHostString().isEmpty(),
+                () -> "'" + text + "' read as " + a);
         boolean hasPort = text.lastIndexOf(':') > text.indexOf(']');
         check(hasPort || a.getPort() == Defaults.MEMSERVER_PORT, () -> "'" + text + "' without a port read as " + a);
     }
@@ -99,7 +103,7 @@ class CliParsersFuzzTest {
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
-        for (Object command : new Object[] {new ServeCommand(), new MemserverCommand()}) {
+        for (Object command : new Object[]{new ServeCommand(), new MemserverCommand()}) {
             CommandLine cl = new CommandLine(command);
             cl.parseArgs();
             try {

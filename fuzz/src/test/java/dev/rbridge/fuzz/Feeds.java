@@ -18,8 +18,7 @@ public final class Feeds {
     /** The stream is also fed a byte at a time when it is no longer than this (longer ones cost too many calls). */
     public static final int BYTEWISE_MAX = 64;
 
-    private Feeds() {
-    }
+    private Feeds() {}
 
     /**
      * The limits up to which the input is revealed, in order; the last is always {@code length}. {@code mode} 0 is
@@ -27,8 +26,8 @@ public final class Feeds {
      */
     public static int[] limits(int mode, int length, int cut) {
         return switch (mode) {
-            case 0 -> new int[] {length};
-            case 1 -> new int[] {Math.floorMod(cut, length + 1), length};
+            case 0 -> new int[]{length};
+            case 1 -> new int[]{Math.floorMod(cut, length + 1), length};
             case 2 -> {
                 int[] l = new int[length + 1];
                 for (int i = 0; i <= length; i++) {

@@ -47,8 +47,9 @@ class FuzzBrieflyTest {
     @Execution(ExecutionMode.CONCURRENT)
     @Timeout(SECONDS + 110) // JVM start and instrumentation on a loaded machine, well above what they take
     void fuzzBriefly(FuzzTargets.Target target) throws IOException, InterruptedException {
-        List<String> command = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path")));
+        List<String> command =
+                new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                        "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path")));
         String hosts = System.getProperty("jdk.net.hosts.file");
         if (hosts != null) {
             command.add("-Djdk.net.hosts.file=" + hosts);
@@ -72,9 +73,10 @@ class FuzzBrieflyTest {
             Files.deleteIfExists(log);
         }
         // Printed in the test's output, so a run's numbers can be read from the report.
-        System.out.println(target.name() + ":\n" + output.lines().filter(l -> l.contains(" DONE ") || l.startsWith("Done")
-                || l.startsWith("FuzzOne") || l.contains("written to"))
-                .reduce("", (a, b) -> a + b + "\n"));
+        System.out.println(target.name() + ":\n"
+                + output.lines().filter(l -> l.contains(" DONE ") || l.startsWith("Done")
+                        || l.startsWith("FuzzOne") || l.contains("written to"))
+                        .reduce("", (a, b) -> a + b + "\n"));
         Matcher m = DONE.matcher(output);
         assertTrue(m.find() && Long.parseLong(m.group(1)) > 0, target.name() + " executed no input:\n" + output);
     }

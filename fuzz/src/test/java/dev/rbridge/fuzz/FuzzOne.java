@@ -21,8 +21,7 @@ import org.junit.platform.launcher.listeners.TestExecutionSummary;
  * <p>Usage: {@code FuzzOne TEST-CLASS METHOD}
  */
 public final class FuzzOne {
-    private FuzzOne() {
-    }
+    private FuzzOne() {}
 
     public static void main(String[] args) throws ClassNotFoundException {
         Class<?> test = Class.forName(args[0]);

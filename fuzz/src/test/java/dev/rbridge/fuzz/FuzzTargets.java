@@ -21,6 +21,5 @@ public final class FuzzTargets {
             new Target("endpoints", "dev.rbridge.cli.CliParsersFuzzTest", "endpoints"),
             new Target("config-file", "dev.rbridge.cli.CliParsersFuzzTest", "configFile"));
 
-    private FuzzTargets() {
-    }
+    private FuzzTargets() {}
 }

@@ -40,7 +40,8 @@ public final class AnonymousMemory implements AutoCloseable {
     private static final StructLayout CALL_STATE = Linker.Option.captureStateLayout();
     private static final VarHandle ERRNO = CALL_STATE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
     private static final MethodHandle MMAP = downcall("mmap", FunctionDescriptor.of(ValueLayout.ADDRESS,
-            ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+            ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+            ValueLayout.JAVA_INT,
             ValueLayout.JAVA_LONG));
     private static final MethodHandle MUNMAP = downcall("munmap", FunctionDescriptor.of(ValueLayout.JAVA_INT,
             ValueLayout.ADDRESS, ValueLayout.JAVA_LONG));
@@ -56,7 +57,7 @@ public final class AnonymousMemory implements AutoCloseable {
     };
     private static final long MPOL_PREFERRED = 1;
     private static final MethodHandle SYSCALL6 = LINKER.downcallHandle(LINKER.defaultLookup().find("syscall")
-                    .orElseThrow(() -> new UnsatisfiedLinkError("libc has no syscall")),
+            .orElseThrow(() -> new UnsatisfiedLinkError("libc has no syscall")),
             FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG, ValueLayout.ADDRESS,
                     ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG,
                     ValueLayout.JAVA_LONG),
@@ -79,7 +80,7 @@ public final class AnonymousMemory implements AutoCloseable {
 
     private static MethodHandle downcall(String name, FunctionDescriptor descriptor) {
         return LINKER.downcallHandle(LINKER.defaultLookup().find(name)
-                        .orElseThrow(() -> new UnsatisfiedLinkError("libc has no " + name)),
+                .orElseThrow(() -> new UnsatisfiedLinkError("libc has no " + name)),
                 descriptor, Linker.Option.captureCallState("errno"));
     }
 
@@ -125,9 +126,10 @@ public final class AnonymousMemory implements AutoCloseable {
                     PROT_READ | PROT_WRITE, flags, -1, 0L);
             if (address.address() == -1L) {
                 int errno = (int) ERRNO.get(state, 0L);
-                throw new IllegalStateException("mmap of " + rounded + " bytes failed: errno " + errno + (errno != 12 ? ""
+                throw new IllegalStateException("mmap of " + rounded + " bytes failed: errno " + errno + (errno != 12
+                        ? ""
                         : hugePages ? " (ENOMEM: not enough free huge pages; raise vm.nr_hugepages, see /proc/meminfo)"
-                        : " (ENOMEM: not enough address space or vm.overcommit_memory forbids it)"));
+                                : " (ENOMEM: not enough address space or vm.overcommit_memory forbids it)"));
             }
             AnonymousMemory memory = new AnonymousMemory(address.reinterpret(rounded), page);
             if (preferredNode != ANY_NODE) {
@@ -145,7 +147,7 @@ public final class AnonymousMemory implements AutoCloseable {
                     memory.close();
                     throw new IllegalStateException("mlock of " + rounded + " bytes failed: errno " + errno
                             + (errno == 12 || errno == 1 ? " (the memlock limit is too low: raise it with ulimit -l, "
-                            + "LimitMEMLOCK=infinity in systemd, or run without --mlock)" : ""));
+                                    + "LimitMEMLOCK=infinity in systemd, or run without --mlock)" : ""));
                 }
             }
             return memory;
@@ -171,10 +173,11 @@ public final class AnonymousMemory implements AutoCloseable {
             int errno = (int) ERRNO.get(state, 0L);
             throw new IllegalStateException("mbind to NUMA node " + node + " failed: errno " + errno
                     + (errno == 22 ? " (EINVAL: the node has no memory, or this process may not use it: see "
-                    + "/sys/devices/system/node/has_memory and Mems_allowed_list in /proc/self/status)"
-                    : errno == 1 ? " (EPERM: a seccomp filter refuses mbind; container runtimes' default profiles "
-                    + "allow it only with CAP_SYS_NICE)"
-                    : errno == 38 ? " (ENOSYS: a kernel without NUMA)" : ""));
+                            + "/sys/devices/system/node/has_memory and Mems_allowed_list in /proc/self/status)"
+                            : errno == 1
+                                    ? " (EPERM: a seccomp filter refuses mbind; container runtimes' default profiles "
+                                            + "allow it only with CAP_SYS_NICE)"
+                                    : errno == 38 ? " (ENOSYS: a kernel without NUMA)" : ""));
         }
     }
 
@@ -233,7 +236,7 @@ public final class AnonymousMemory implements AutoCloseable {
         ByteBuffer window = PAGEMAP_WINDOW.get();
         long resident = 0;
         try (FileChannel pagemap = FileChannel.open(Path.of("/proc/self/pagemap"), StandardOpenOption.READ)) {
-            for (long done = 0; done < pages; ) {
+            for (long done = 0; done < pages;) {
                 int n = (int) Math.min(pages - done, window.capacity() / 8);
                 window.clear().limit(n * 8);
                 long at = (first + done) * 8;

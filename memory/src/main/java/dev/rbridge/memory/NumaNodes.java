@@ -13,8 +13,7 @@ import java.util.Optional;
 public final class NumaNodes {
     private static final String ALLOWED = "Mems_allowed_list:";
 
-    private NumaNodes() {
-    }
+    private NumaNodes() {}
 
     /** {@code Mems_allowed_list} of {@code /proc/self/status} as the kernel wrote it; empty when it cannot be read. */
     public static Optional<String> allowedList() {

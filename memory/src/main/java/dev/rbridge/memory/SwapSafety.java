@@ -49,12 +49,11 @@ public final class SwapSafety {
             ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
             ValueLayout.JAVA_LONG));
 
-    private SwapSafety() {
-    }
+    private SwapSafety() {}
 
     private static MethodHandle downcall(String name, FunctionDescriptor descriptor) {
         return LINKER.downcallHandle(LINKER.defaultLookup().find(name)
-                        .orElseThrow(() -> new UnsatisfiedLinkError("libc has no " + name)),
+                .orElseThrow(() -> new UnsatisfiedLinkError("libc has no " + name)),
                 descriptor, Linker.Option.captureCallState("errno"));
     }
 

@@ -116,7 +116,7 @@ public final class WrittenPages {
     }
 
     private void forPages(long first, long last, boolean set) {
-        for (long page = first; page <= last; ) {
+        for (long page = first; page <= last;) {
             int w = (int) (page >>> 6);
             long upTo = Math.min(last, ((long) w << 6) + 63);
             int from = (int) (page & 63);

@@ -76,7 +76,6 @@ class AnonymousMemoryTest {
                 .map(l -> l.split(" ")[1]).orElseThrow(() -> new AssertionError("no numa_maps line for " + start));
     }
 
-
     @Test
     void pagesArePlacedOnThePreferredNode() throws IOException {
         Assumptions.assumeTrue(Files.exists(Path.of("/proc/self/numa_maps")), "a kernel without NUMA");

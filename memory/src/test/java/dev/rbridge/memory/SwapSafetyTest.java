@@ -20,7 +20,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 class SwapSafetyTest {
 
-
     @Test
     void theFlusherStateIsSetWherePermittedAndInheritedByLaterThreads() throws Exception {
         AtomicReference<Throwable> failure = new AtomicReference<>();
@@ -31,7 +30,8 @@ class SwapSafetyTest {
             try {
                 SwapSafety.markIoFlusher();
                 self.set(SwapSafety.isIoFlusher());
-                long tid = Long.parseLong(Files.readSymbolicLink(Path.of("/proc/thread-self")).getFileName().toString());
+                long tid =
+                        Long.parseLong(Files.readSymbolicLink(Path.of("/proc/thread-self")).getFileName().toString());
                 flagsInProc.set((SwapSafety.threadFlags(Path.of("/proc/self/task/" + tid + "/stat"))
                         & SwapSafety.PF_MEMALLOC_NOIO) != 0);
                 Thread c = new Thread(() -> child.set(SwapSafety.isIoFlusher()));

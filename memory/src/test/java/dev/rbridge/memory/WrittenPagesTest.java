@@ -56,10 +56,10 @@ class WrittenPagesTest {
             long start = rnd.nextLong(pages * P);
             long stop = start + rnd.nextLong(pages * P - start) + 1;
             List<long[]> runs = new ArrayList<>();
-            for (long at = start; at < stop; ) {
+            for (long at = start; at < stop;) {
                 long e = w.runEnd(at, stop);
                 assertTrue(e > at && e <= stop, "run end " + e + " from " + at);
-                runs.add(new long[] {at, e, w.isWritten(at) ? 1 : 0});
+                runs.add(new long[]{at, e, w.isWritten(at) ? 1 : 0});
                 at = e;
             }
             for (int k = 0; k < runs.size(); k++) {

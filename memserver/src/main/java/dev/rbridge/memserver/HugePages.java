@@ -35,8 +35,7 @@ public final class HugePages {
     public record Choice(boolean use, String why) {
     }
 
-    private HugePages() {
-    }
+    private HugePages() {}
 
     /** The choice for this host: its transport's pinning, its huge page pool (/proc/meminfo). */
     public static Choice choose(Mode mode, String transport, long capacityBytes) {

@@ -6,5 +6,5 @@ package dev.rbridge.memserver;
  * lease binds anyone.
  */
 public record LeaseView(String volume, String owner, long clientId, String clientName, String address,
-                        String state, long ttlMillis, long remainingMillis) {
+        String state, long ttlMillis, long remainingMillis) {
 }

@@ -70,7 +70,9 @@ final class Leases {
      * RELEASED} because that connection ended, {@code GIVEN_BACK} with UNLEASE. Only a held, unexpired lease binds
      * anyone; the others are kept so that the next grant knows whether it takes over from someone.
      */
-    private enum State { HELD, RELEASED, GIVEN_BACK }
+    private enum State {
+        HELD, RELEASED, GIVEN_BACK
+    }
 
     /**
      * {@code ownerChanges}: how many grants of this volume went to another owner string than the entry before;
@@ -78,7 +80,7 @@ final class Leases {
      * volume's regions while the lease bound nobody, so the next grant continues no lease.
      */
     private record Entry(String owner, Holder holder, long ttlMillis, long expiresAtNanos, State state,
-                         long ownerChanges, long epoch, long leaseId, boolean touched) {
+            long ownerChanges, long epoch, long leaseId, boolean touched) {
         boolean live(long now) {
             return state == State.HELD && !holder.ended() && expiresAtNanos - now > 0;
         }
@@ -166,7 +168,7 @@ final class Leases {
      * {@code volumesWithRegions} is asked only when the table is full.
      */
     Grant grant(Holder c, String volume, String owner, long ttlMillis, long presentedId,
-                ToIntFunction<String> rotateKeys, Supplier<Set<String>> volumesWithRegions)
+            ToIntFunction<String> rotateKeys, Supplier<Set<String>> volumesWithRegions)
             throws RemoteMemoryException {
         checkBounds(volume, owner, ttlMillis);
         long now = clock.getAsLong();
@@ -257,10 +259,11 @@ final class Leases {
         if (tookOver(granted, previous)) {
             Holder from = previous.holder();
             log.info("volume '{}': lease taken by '{}' (client {} at {}) from '{}' (client {} at {}, {}); epoch {}, {} "
-                            + "region key(s) rotated", v, Printable.cut(granted.owner(), MAX_OWNER), c.id(), c.peer(),
+                    + "region key(s) rotated", v, Printable.cut(granted.owner(), MAX_OWNER), c.id(), c.peer(),
                     Printable.cut(previous.owner(), MAX_OWNER), from.id(), from.peer(),
-                    previous.state() == State.RELEASED || from.ended() ? "connection ended" : "lease expired "
-                            + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos()) + " ms ago",
+                    previous.state() == State.RELEASED || from.ended() ? "connection ended"
+                            : "lease expired "
+                                    + TimeUnit.NANOSECONDS.toMillis(now - previous.expiresAtNanos()) + " ms ago",
                     granted.epoch(), rotated);
         } else {
             log.info("volume '{}': leased to '{}' (client {} at {}) for {} ms, epoch {}{}{}", v,
@@ -347,8 +350,10 @@ final class Leases {
         long now = clock.getAsLong();
         List<LeaseView> out = new ArrayList<>();
         table.forEach((volume, l) -> out.add(new LeaseView(volume, l.owner(), l.holder().id(),
-                l.holder().name(), l.holder().peer(), l.live(now) ? "held" : l.state() == State.GIVEN_BACK
-                ? "given back" : l.state() == State.RELEASED || l.holder().ended() ? "released" : "expired",
+                l.holder().name(), l.holder().peer(), l.live(now) ? "held"
+                        : l.state() == State.GIVEN_BACK
+                                ? "given back"
+                                : l.state() == State.RELEASED || l.holder().ended() ? "released" : "expired",
                 l.ttlMillis(), l.remainingMillis(now))));
         out.sort(Comparator.comparing(LeaseView::volume));
         return out;

@@ -108,9 +108,13 @@ public final class Memserver implements RegionService, AutoCloseable {
         log.info("memserver {} lending up to {} bytes over {} at {}:{}{}{}", server.serverId, config.capacityBytes(),
                 provider.name(), server.address().getHostString(), server.address().getPort(),
                 provider.name().equals("tcp") ? " (TCP congestion control: " + config.tcpCongestion() + ")" : "",
-                config.tlsCertificates() == null ? ", in clear" : ", TLS" + (config.tlsVerifyPeer()
-                        ? " with client certificates" : "") + (provider.name().equals("ucx")
-                        ? " on the control connection (RDMA data is not encrypted)" : ""));
+                config.tlsCertificates() == null ? ", in clear"
+                        : ", TLS" + (config.tlsVerifyPeer()
+                                ? " with client certificates"
+                                : "")
+                                + (provider.name().equals("ucx")
+                                        ? " on the control connection (RDMA data is not encrypted)"
+                                        : ""));
         return server;
     }
 
@@ -170,8 +174,8 @@ public final class Memserver implements RegionService, AutoCloseable {
      *                       {@code grantedBytes} (and their pages in {@code residentBytes}) until it is unmapped
      */
     public record Stats(String transport, long capacityBytes, long grantedBytes, long residentBytes, int regions,
-                        int clients, Map<String, Long> refused, boolean draining,
-                        ConnectionStats.Snapshot transportTotals, long lingeringBytes) {
+            int clients, Map<String, Long> refused, boolean draining,
+            ConnectionStats.Snapshot transportTotals, long lingeringBytes) {
     }
 
     public int regionCount() {
@@ -501,8 +505,9 @@ public final class Memserver implements RegionService, AutoCloseable {
         }
         RemoteListener l = listener;
         String problem = l == null ? null : l.problem();
-        return problem == null ? null : "the " + config.transport() + " listener at " + address().getHostString()
-                + ":" + address().getPort() + " takes no new clients: " + problem;
+        return problem == null ? null
+                : "the " + config.transport() + " listener at " + address().getHostString()
+                        + ":" + address().getPort() + " takes no new clients: " + problem;
     }
 
     public long capacityBytes() {

@@ -18,9 +18,9 @@ import java.util.Objects;
  * {@link AnonymousMemory#ANY_NODE}.
  */
 public record MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
-                              boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
-                              int maxRegions, Path tlsCertificates, boolean tlsVerifyPeer,
-                              int numaNode) {
+        boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
+        int maxRegions, Path tlsCertificates, boolean tlsVerifyPeer,
+        int numaNode) {
     public static final int DEFAULT_PORT = 7471;
     /**
      * Each region is one memory mapping, and the kernel allows a process 65530 by default (vm.max_map_count), the
@@ -42,21 +42,21 @@ public record MemserverConfig(InetSocketAddress listen, long capacityBytes, Stri
 
     /** The default TCP congestion control. */
     public MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
-                           boolean hugePages, boolean mlock) {
+            boolean hugePages, boolean mlock) {
         this(listen, capacityBytes, token, transport, hugePages, mlock, ConnectParams.TCP_CONGESTION_DEFAULT);
     }
 
     /** The default limits. */
     public MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
-                           boolean hugePages, boolean mlock, String tcpCongestion) {
+            boolean hugePages, boolean mlock, String tcpCongestion) {
         this(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion, ConnectionLimits.DEFAULTS,
                 MAX_REGIONS_DEFAULT);
     }
 
     /** In clear. */
     public MemserverConfig(InetSocketAddress listen, long capacityBytes, String token, String transport,
-                           boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
-                           int maxRegions) {
+            boolean hugePages, boolean mlock, String tcpCongestion, ConnectionLimits connections,
+            int maxRegions) {
         this(listen, capacityBytes, token, transport, hugePages, mlock, tcpCongestion, connections, maxRegions, null,
                 false, AnonymousMemory.ANY_NODE);
     }
@@ -102,8 +102,10 @@ public record MemserverConfig(InetSocketAddress listen, long capacityBytes, Stri
         return "MemserverConfig[listen=" + listen + ", capacityBytes=" + capacityBytes + ", token="
                 + (token == null ? "none" : "(withheld)") + ", transport=" + transport + ", hugePages=" + hugePages
                 + ", mlock=" + mlock + ", tcpCongestion=" + tcpCongestion + ", connections=" + connections
-                + ", maxRegions=" + maxRegions + ", tls=" + (tlsCertificates == null ? "off" : tlsCertificates
-                + (tlsVerifyPeer ? " (client certificates verified)" : "")) + ", numaNode="
+                + ", maxRegions=" + maxRegions + ", tls=" + (tlsCertificates == null ? "off"
+                        : tlsCertificates
+                                + (tlsVerifyPeer ? " (client certificates verified)" : ""))
+                + ", numaNode="
                 + (numaNode == AnonymousMemory.ANY_NODE ? "any" : numaNode) + "]";
     }
 }

@@ -55,8 +55,7 @@ public final class NumaPlacement {
 
     static final int MAX_NODES = AnonymousMemory.MAX_NUMA_NODES;
 
-    private NumaPlacement() {
-    }
+    private NumaPlacement() {}
 
     /**
      * The choice for this host, from its sysfs, the interface that holds {@code listen} (null: unresolved) and the
@@ -76,7 +75,7 @@ public final class NumaPlacement {
      * @throws IllegalArgumentException when the node asked for has no memory on this host, or cannot be used
      */
     static Choice choose(Mode mode, InetAddress listen, Path sys, Function<InetAddress, Optional<String>> interfaceOf,
-                         Optional<String> allowed, IntFunction<Optional<String>> probe) {
+            Optional<String> allowed, IntFunction<Optional<String>> probe) {
         Choice c = decide(mode, listen, sys, interfaceOf);
         if (c.node() == AnonymousMemory.ANY_NODE) {
             return c;
@@ -95,7 +94,7 @@ public final class NumaPlacement {
     }
 
     private static Choice decide(Mode mode, InetAddress listen, Path sys,
-                                 Function<InetAddress, Optional<String>> interfaceOf) {
+            Function<InetAddress, Optional<String>> interfaceOf) {
         if (mode.equals(Mode.OFF)) {
             return new Choice(AnonymousMemory.ANY_NODE, "NUMA placement: off (--numa-node off)");
         }
@@ -130,10 +129,12 @@ public final class NumaPlacement {
         if (node < 0 || !contains(nodesText.get(), node)) {
             return new Choice(AnonymousMemory.ANY_NODE, "NUMA placement: none (auto: " + nic.get() + " reports no "
                     + "NUMA node with memory" + (nodeText.isEmpty() ? ", it is not a PCI device (a bridge, bond or "
-                    + "virtual interface?)" : ": " + nodeText.get()) + "; --numa-node N chooses)");
+                            + "virtual interface?)" : ": " + nodeText.get())
+                    + "; --numa-node N chooses)");
         }
         return new Choice(node, "NUMA placement: region memory from node " + node + " (auto: the node of "
-                + nic.get() + ", which holds " + listen.getHostAddress() + "; memory on nodes " + nodesText.get() + ")");
+                + nic.get() + ", which holds " + listen.getHostAddress() + "; memory on nodes " + nodesText.get()
+                + ")");
     }
 
     /** Maps a page preferring {@code node}: empty when that worked, else the system's refusal. */

@@ -35,7 +35,7 @@ final class Region {
     private final java.util.function.Consumer<Region> onUnmapped;
 
     Region(RegionDescriptor descriptor, AnonymousMemory memory, String owner, long ownerId, boolean scratch,
-           java.util.function.Consumer<Region> onUnmapped) {
+            java.util.function.Consumer<Region> onUnmapped) {
         this.descriptor = descriptor;
         this.memory = memory;
         this.owner = owner;
@@ -108,7 +108,7 @@ final class Region {
     private void zeroWritten(long from, long length) {
         WrittenPages written = memory.writtenPages();
         long end = from + length;
-        for (long at = from; at < end; ) {
+        for (long at = from; at < end;) {
             long runEnd = written.runEnd(at, end);
             if (written.isWritten(at)) {
                 memory.segment().asSlice(at, runEnd - at).fill((byte) 0);

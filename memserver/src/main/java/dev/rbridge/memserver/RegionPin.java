@@ -71,7 +71,7 @@ final class RegionPin implements RegionService.Pin {
     public void runs(RegionService.RunVisitor visitor) {
         WrittenPages written = region.memory.writtenPages();
         long end = offset + slice.byteSize();
-        for (long at = offset; at < end; ) {
+        for (long at = offset; at < end;) {
             long runEnd = written.runEnd(at, end);
             visitor.run(at - offset, runEnd - at, written.isWritten(at));
             at = runEnd;

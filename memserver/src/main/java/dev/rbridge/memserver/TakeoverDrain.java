@@ -22,8 +22,7 @@ import java.util.concurrent.TimeUnit;
 final class TakeoverDrain {
     private static final Logger log = LoggerFactory.getLogger(TakeoverDrain.class);
 
-    private TakeoverDrain() {
-    }
+    private TakeoverDrain() {}
 
     /** The operations in flight on {@code volume}'s regions from connections other than {@code grantee}. */
     static List<RegionPin> inFlight(Collection<ClientSession> clients, String volume, ClientSession grantee) {

@@ -197,7 +197,7 @@ class FencingTest {
     @Test
     void aKeyHandedOutWhileTheLeaseLapsedStopsWorkingWhenItsHolderRenews() throws Exception {
         try (Memserver m = start(256L << 20); RemoteConnection holder = connect(m, "holder");
-             RemoteConnection intruder = connect(m, "intruder")) {
+                RemoteConnection intruder = connect(m, "intruder")) {
             Lease first = holder.lease("vol", "holder", Duration.ofMillis(300)).get(5, TimeUnit.SECONDS);
             RegionDescriptor region = holder.allocate(new RegionTag("vol", 0, 0, 1), MIB).get(5, TimeUnit.SECONDS);
             await(() -> lapsed(m, "vol"), "the holder's lease lapsed");
@@ -219,7 +219,7 @@ class FencingTest {
     @Test
     void aReleasedRegionThatAnOperationStillPinsCountsAgainstTheCapacity() throws Exception {
         try (Memserver m = start(4L * MIB); RawClient stalled = new RawClient(m);
-             RemoteConnection other = connect(m, "other")) {
+                RemoteConnection other = connect(m, "other")) {
             stalled.send(new Message.Allocate(stalled.nextId++, 2L * MIB, new RegionTag("scratch", 0, 0, 1)));
             RegionDescriptor region = ((Message.AllocateReply) stalled.reply()).region();
             stalled.send(new Message.Write(stalled.nextId++, region.id(), region.key(), 0, MIB));

@@ -15,14 +15,13 @@ import java.util.concurrent.ExecutionException;
  * CAP_IPC_LOCK), so the refusal is the kernel's, whatever the test's own process may do.
  */
 final class LockedGrantProbe {
-    private LockedGrantProbe() {
-    }
+    private LockedGrantProbe() {}
 
     public static void main(String[] args) throws Exception {
         long size = Long.parseLong(args[0]);
         try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 1L << 30, "t",
                 "local", false, true));
-             RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).token("t"))) {
+                RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).token("t"))) {
             try {
                 c.allocate(RegionTag.scratch("locked"), size).get();
                 System.out.println("granted");

@@ -93,7 +93,7 @@ class MemserverFloodTest {
     static void served(dev.rbridge.rdma.RemoteMemoryProvider provider, InetSocketAddress memserver) throws Exception {
         try (RemoteConnection c = provider.connect(new ConnectParams().address(memserver).token(TOKEN)
                 .clientName("honest").connectTimeout(Duration.ofSeconds(5)).operationTimeout(Duration.ofSeconds(5)));
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("honest"), 1 << 20).get(5, TimeUnit.SECONDS);
             MemorySegment src = arena.allocate(4096).fill((byte) 0x3C);
             c.write(r, 8192, src).get(5, TimeUnit.SECONDS);

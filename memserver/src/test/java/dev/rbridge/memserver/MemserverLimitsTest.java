@@ -56,7 +56,7 @@ class MemserverLimitsTest {
     @Test
     void aClientBeyondTheConnectionLimitIsToldWhy() throws Exception {
         try (Memserver m = start(new ConnectionLimits(2, 2, 2, 2), MemserverConfig.MAX_REGIONS_DEFAULT);
-             RemoteConnection a = connect(m, "a"); RemoteConnection b = connect(m, "b")) {
+                RemoteConnection a = connect(m, "a"); RemoteConnection b = connect(m, "b")) {
             RemoteMemoryException e = assertThrows(RemoteMemoryException.class, () -> connect(m, "c"));
             assertEquals(Status.NO_CAPACITY, e.status(), e.getMessage());
             assertTrue(e.getMessage().contains("takes no more connections"), e.getMessage());
@@ -139,7 +139,7 @@ class MemserverLimitsTest {
     @Test
     void aGreetingLargerThanAnyHonestOneIsRefused() throws Exception {
         try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT);
-             Socket s = new Socket()) {
+                Socket s = new Socket()) {
             byte[] name = new byte[8000];
             ByteBuffer hello = ByteBuffer.allocate(24 + 4 + TOKEN.length() + name.length).order(ByteOrder.LITTLE_ENDIAN)
                     .putInt(0x4D524252).putShort((short) 1).putShort((short) 1).putLong(1).putInt(0)
@@ -180,7 +180,7 @@ class MemserverLimitsTest {
     @Test
     void regionsAreCountedAndListedWithNamesCutShort() throws Exception {
         try (Memserver m = start(ConnectionLimits.DEFAULTS, 300);
-             RemoteConnection c = connect(m, "x".repeat(2000) + "\nforged log line")) {
+                RemoteConnection c = connect(m, "x".repeat(2000) + "\nforged log line")) {
             for (int i = 0; i < 300; i++) {
                 c.allocate(new RegionTag("v".repeat(255), i, 0, 1), 4096).get(5, TimeUnit.SECONDS);
             }
@@ -223,9 +223,9 @@ class MemserverLimitsTest {
     @Test
     void aClientThatDoesNotReadItsListingIsCutOffAndGivesItsPlaceBack() throws Exception {
         try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT);
-             RemoteConnection c = connect(m, "x".repeat(Memserver.MAX_CLIENT_NAME))) {
+                RemoteConnection c = connect(m, "x".repeat(Memserver.MAX_CLIENT_NAME))) {
             // ~10 MB of listing, more than the 2 x 4 MiB of socket buffer the kernel gives the memserver's side.
-            for (int done = 0; done < LISTED; ) {
+            for (int done = 0; done < LISTED;) {
                 List<java.util.concurrent.CompletableFuture<?>> batch = new ArrayList<>();
                 for (int i = 0; i < 1000 && done < LISTED; i++, done++) {
                     batch.add(c.allocate(new RegionTag("v".repeat(255), done, 0, 1), 4096));
@@ -280,7 +280,7 @@ class MemserverLimitsTest {
         byte[] buf = new byte[64 << 10];
         long got = 0;
         try {
-            for (int n; (n = in.read(buf)) >= 0; ) {
+            for (int n; (n = in.read(buf)) >= 0;) {
                 got += n;
             }
             return got < announced;
@@ -294,7 +294,8 @@ class MemserverLimitsTest {
     @Test
     void aListingHoldsItsPlaceUntilClosed() throws Exception {
         try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT)) {
-            RegionService.Session s = m.open(new RegionService.Credential.Token(TOKEN), "lister", new InetSocketAddress("127.0.0.1", 1));
+            RegionService.Session s =
+                    m.open(new RegionService.Credential.Token(TOKEN), "lister", new InetSocketAddress("127.0.0.1", 1));
             List<RegionService.Listing> held = new ArrayList<>();
             for (int i = 0; i < Memserver.CONCURRENT_LISTINGS; i++) {
                 held.add(s.listing());
@@ -321,7 +322,7 @@ class MemserverLimitsTest {
     @Test
     void aClientHoldsALimitedNumberOfLeases() throws Exception {
         try (Memserver m = start(ConnectionLimits.DEFAULTS, MemserverConfig.MAX_REGIONS_DEFAULT);
-             RemoteConnection c = connect(m, "hoarder"); RemoteConnection other = connect(m, "other")) {
+                RemoteConnection c = connect(m, "hoarder"); RemoteConnection other = connect(m, "other")) {
             for (int i = 0; i < Leases.MAX_LEASES_PER_CLIENT; i++) {
                 c.lease("vol-" + i, "hoarder", Duration.ofSeconds(30)).get(5, TimeUnit.SECONDS);
             }

@@ -38,7 +38,7 @@ final class MemserverProcess implements AutoCloseable {
     private final BufferedReader answers;
 
     private MemserverProcess(ChildJvm jvm, InetSocketAddress address, InetSocketAddress stats, String token,
-                             Path log) {
+            Path log) {
         this.jvm = jvm;
         this.process = jvm.process();
         this.address = address;
@@ -70,7 +70,7 @@ final class MemserverProcess implements AutoCloseable {
 
     /** As {@link #start(long, String, String, List)}, with another hello timeout than the memserver's, or null. */
     static MemserverProcess start(long capacity, String token, String transport, List<String> jvmArgs,
-                                  Duration helloTimeout) throws IOException, InterruptedException {
+            Duration helloTimeout) throws IOException, InterruptedException {
         Path dir = Files.createTempDirectory("memserver");
         Path portFile = dir.resolve("port");
         Path log = dir.resolve("memserver.log");
@@ -90,7 +90,8 @@ final class MemserverProcess implements AutoCloseable {
     Map<String, Long> counters() throws IOException, InterruptedException {
         HttpClient http = HttpClient.newHttpClient();
         HttpResponse<String> response = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
-                + stats.getPort() + "/")).timeout(Duration.ofSeconds(10)).build(), HttpResponse.BodyHandlers.ofString());
+                + stats.getPort() + "/")).timeout(Duration.ofSeconds(10)).build(),
+                HttpResponse.BodyHandlers.ofString());
         Map<String, Long> out = new TreeMap<>();
         for (String line : response.body().split("\n")) {
             String[] f = line.split(" ");

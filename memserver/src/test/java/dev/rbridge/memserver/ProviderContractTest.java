@@ -344,8 +344,8 @@ abstract class ProviderContractTest {
                         all.add(c.write(r, at, src));
                         CompletableFuture<Void> again = new CompletableFuture<>();
                         all.add(again);
-                        all.add(c.read(r, at, dst).whenComplete((v, e) ->
-                                c.read(r, at, dst).whenComplete((v2, e2) -> again.complete(null))));
+                        all.add(c.read(r, at, dst).whenComplete(
+                                (v, e) -> c.read(r, at, dst).whenComplete((v2, e2) -> again.complete(null))));
                     }
                 }));
             }
@@ -377,7 +377,7 @@ abstract class ProviderContractTest {
     @Test
     void regionsAreZeroedOnGrantAndIsolatedByKey() throws Exception {
         try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN);
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = a.allocate(new RegionTag("vol", 3, 1, 7), 1 << 20).get();
             MemorySegment dst = arena.allocate(1 << 20);
             dst.fill((byte) 0x5A);
@@ -418,7 +418,7 @@ abstract class ProviderContractTest {
     @Test
     void retagChangesTheListedTagAndRefusesAVolumeChangeOrAWrongKey() throws Exception {
         try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN);
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = get(a.allocate(new RegionTag("retag-vol", 4, 1, 1), 1 << 16));
             MemorySegment src = arena.allocate(64).fill((byte) 0x42);
             get(a.write(r, 100, src));
@@ -523,7 +523,7 @@ abstract class ProviderContractTest {
         byte[] data = new byte[4096];
         new Random(11).nextBytes(data);
         try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN);
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             get(a.lease(vol, "bridge-a", Duration.ofSeconds(30)));
             RegionDescriptor r = get(a.allocate(new RegionTag(vol, 0, 0, 1), data.length));
             get(a.write(r, 0, arena.allocate(data.length).copyFrom(MemorySegment.ofArray(data))));
@@ -602,7 +602,7 @@ abstract class ProviderContractTest {
     void keysHandedOutBeforeAVolumeIsLeasedStopWorkingOnceItIs() throws Exception {
         String vol = "lease-first-grant";
         try (RemoteConnection early = connect(memserver, TOKEN); RemoteConnection owner = connect(memserver, TOKEN);
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = get(early.allocate(new RegionTag(vol, 0, 0, 1), 4096)); // nobody leases it yet
             get(early.write(r, 0, arena.allocate(64).fill((byte) 9)));
             assertFalse(get(owner.lease(vol, "bridge-o", Duration.ofSeconds(30))).tookOver(),
@@ -693,7 +693,7 @@ abstract class ProviderContractTest {
     void anExpiredLeaseIsTakenOverAndTheOldHolderIsFencedOff() throws Exception {
         String vol = "lease-expired";
         try (RemoteConnection a = connect(memserver, TOKEN); RemoteConnection b = connect(memserver, TOKEN);
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             Lease first = get(a.lease(vol, "bridge-a", Duration.ofMillis(300)));
             assertFalse(first.tookOver());
             RegionDescriptor r = get(a.allocate(new RegionTag(vol, 0, 0, 1), 1 << 20));
@@ -976,7 +976,7 @@ abstract class ProviderContractTest {
     void aReplyThatDoesNotFitItsRequestFailsTheOperationPromptly() throws Exception {
         Assumptions.assumeTrue(memserver.hasWire(), "an in-process provider has no wire to corrupt");
         try (InjectingRelay relay = new InjectingRelay(memserver.address());
-             RemoteConnection c = connect(relay, TOKEN, Duration.ofMinutes(2))) {
+                RemoteConnection c = connect(relay, TOKEN, Duration.ofMinutes(2))) {
             relay.holdReplies();
             CompletableFuture<Lease> lease = c.lease("misanswered", "owner", Duration.ofSeconds(30));
             InjectingRelay.Request asked = relay.awaitRequest(Message.Lease.class);
@@ -1016,7 +1016,7 @@ abstract class ProviderContractTest {
     @Test
     void aKilledMemserverFailsEveryPendingOperationWithinTheTimeout() throws Exception {
         try (Target victim = start(256L << 20);
-             RemoteConnection c = connect(victim, TOKEN); Arena arena = Arena.ofShared()) {
+                RemoteConnection c = connect(victim, TOKEN); Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("victim"), 64L << 20).get();
             List<CompletableFuture<Void>> pending = new ArrayList<>();
             for (int i = 0; i < 64; i++) {
@@ -1048,7 +1048,7 @@ abstract class ProviderContractTest {
     void aStoppedMemserverIsDetectedByTheTimeout() throws Exception {
         Assumptions.assumeTrue(memserver.hasWire(), "an in-process memserver cannot be frozen apart from its client");
         try (Target victim = start(256L << 20);
-             RemoteConnection c = connect(victim, TOKEN); Arena arena = Arena.ofShared()) {
+                RemoteConnection c = connect(victim, TOKEN); Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("frozen"), 1 << 20).get();
             victim.freeze();
             long start = System.nanoTime();
@@ -1146,12 +1146,8 @@ abstract class ProviderContractTest {
 
     /** Ways to be turned away before admission, and the reason the memserver counts for each. */
     enum Refusal {
-        WRONG_TOKEN("token"),
-        GARBAGE("malformed"),
-        MALFORMED_GREETING("malformed"),
-        REQUEST_BEFORE_GREETING("malformed"),
-        OTHER_VERSION("version"),
-        HELLO_TIMEOUT("hello_timeout");
+        WRONG_TOKEN("token"), GARBAGE("malformed"), MALFORMED_GREETING("malformed"), REQUEST_BEFORE_GREETING(
+                "malformed"), OTHER_VERSION("version"), HELLO_TIMEOUT("hello_timeout");
 
         final String reason;
 

@@ -30,7 +30,8 @@ class RegionZeroTest {
     void start() throws Exception {
         memserver = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64 * MIB, "zero",
                 "local"));
-        session = memserver.open(new RegionService.Credential.Token("zero"), "zero-rule", new InetSocketAddress("127.0.0.1", 1));
+        session = memserver.open(new RegionService.Credential.Token("zero"), "zero-rule",
+                new InetSocketAddress("127.0.0.1", 1));
         region = session.allocate(RegionTag.scratch("zero-rule"), 4 * MIB);
     }
 

@@ -46,7 +46,7 @@ public final class StandaloneMemserver {
         Files.writeString(tmp, server.address().getPort() + " " + stats.getAddress().getPort());
         Files.move(tmp, Path.of(args[0]));
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        for (String line; (line = in.readLine()) != null; ) {
+        for (String line; (line = in.readLine()) != null;) {
             if (line.startsWith("revoke ")) {
                 long id = Long.parseLong(line.substring("revoke ".length()).strip());
                 System.out.println(server.revoke(id) ? "revoked " + id : "no region " + id);

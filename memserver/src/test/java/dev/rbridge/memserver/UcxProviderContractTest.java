@@ -49,9 +49,9 @@ class UcxProviderContractTest extends ProviderContractTest {
     @Test
     void aControlReplyToADataOperationFailsItPromptly() throws Exception {
         try (Target frozen = start(64L << 20);
-             InjectingRelay relay = new InjectingRelay(frozen.address());
-             RemoteConnection c = connect(relay, TOKEN, Duration.ofMinutes(2));
-             Arena arena = Arena.ofShared()) {
+                InjectingRelay relay = new InjectingRelay(frozen.address());
+                RemoteConnection c = connect(relay, TOKEN, Duration.ofMinutes(2));
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("frozen"), 1 << 20).get(30, TimeUnit.SECONDS);
             c.info().get(30, TimeUnit.SECONDS);
             InjectingRelay.Request info = relay.awaitRequest(Message.Info.class);

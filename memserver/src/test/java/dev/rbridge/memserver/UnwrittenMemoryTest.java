@@ -37,9 +37,9 @@ class UnwrittenMemoryTest {
     void readingNeverWrittenMemorySendsZeroesAndBacksNothing(String transport) throws Exception {
         try (Memserver memserver = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0),
                 256L << 20, TOKEN, transport));
-             RemoteConnection c = provider(transport).connect(new ConnectParams().address(memserver.address())
-                     .token(TOKEN).clientName("unwritten").operationTimeout(Duration.ofSeconds(5)));
-             Arena arena = Arena.ofShared()) {
+                RemoteConnection c = provider(transport).connect(new ConnectParams().address(memserver.address())
+                        .token(TOKEN).clientName("unwritten").operationTimeout(Duration.ofSeconds(5)));
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("unwritten"), REGION).get(10, TimeUnit.SECONDS);
             // 6000 bytes from 100 bytes before the page boundary at 1 MiB: three pages touched, none whole.
             long at = (1L << 20) - 100;

@@ -58,8 +58,7 @@ public final class ConnectionGate {
     }
 
     /** What {@link #admit} decided. */
-    public sealed interface Admission permits Admitted, Refused {
-    }
+    public sealed interface Admission permits Admitted, Refused {}
 
     /**
      * Admitted; {@code evicted}, or null, is the unauthenticated connection that gave up its place for it: the caller
@@ -100,7 +99,7 @@ public final class ConnectionGate {
                 return total >= limits.maxConnections()
                         ? new Refused(CONNECTION_LIMIT, total + " connections already (the limit)")
                         : new Refused(UNAUTHENTICATED_LIMIT, unauthenticated
-                        + " connections have not authenticated yet (the limit)");
+                                + " connections have not authenticated yet (the limit)");
             }
             evicted = new Eviction(victim, UNAUTHENTICATED_EVICTED, unauthenticated + " connections had not "
                     + "authenticated (" + total + " in all); one from the address holding the most made room for one "

@@ -17,7 +17,7 @@ package dev.rbridge.rdma;
  *                                   newcomer (see {@link ConnectionGate})
  */
 public record ConnectionLimits(int maxConnections, int maxPerPeer, int maxUnauthenticated,
-                               int maxUnauthenticatedPerPeer) {
+        int maxUnauthenticatedPerPeer) {
     /** A few bridges with four lanes each and the tools need tens; a thread and ~0.6 MiB each bound the cost. */
     public static final int MAX_CONNECTIONS_DEFAULT = 256;
     /** One host running several bridges and tools; a quarter of the total, so two hosts cannot lock everyone out. */

@@ -34,7 +34,7 @@ public final class ConnectionStats {
     }
 
     public record Snapshot(long sendMessages, long sendBytes, long recvMessages, long recvBytes, long readOps,
-                           long readBytes, long writeOps, long writeBytes) {
+            long readBytes, long writeOps, long writeBytes) {
         public Snapshot plus(Snapshot o) {
             return new Snapshot(sendMessages + o.sendMessages, sendBytes + o.sendBytes, recvMessages + o.recvMessages,
                     recvBytes + o.recvBytes, readOps + o.readOps, readBytes + o.readBytes, writeOps + o.writeOps,

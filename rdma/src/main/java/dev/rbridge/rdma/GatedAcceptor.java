@@ -58,7 +58,7 @@ public final class GatedAcceptor implements AutoCloseable {
     private volatile String problem;
 
     private GatedAcceptor(String name, ServerSocketChannel server, ConnectionLimits limits, RegionService service,
-                          Transport transport) throws IOException {
+            Transport transport) throws IOException {
         this.name = name;
         this.server = server;
         this.address = (InetSocketAddress) server.getLocalAddress();
@@ -80,8 +80,9 @@ public final class GatedAcceptor implements AutoCloseable {
             ch.close();
             throw new IOException("cannot listen on " + address.getHostString() + ":" + address.getPort() + ": "
                     + e.getMessage() + (e instanceof java.net.BindException && String.valueOf(e.getMessage())
-                    .contains("in use") ? " (another process has the port: stop it, or give --listen another)"
-                    : ""), e);
+                            .contains("in use") ? " (another process has the port: stop it, or give --listen another)"
+                                    : ""),
+                    e);
         }
     }
 
@@ -90,7 +91,7 @@ public final class GatedAcceptor implements AutoCloseable {
      * log lines), under {@code limits}.
      */
     public static GatedAcceptor start(String name, ServerSocketChannel server, ConnectionLimits limits,
-                                      RegionService service, Transport transport) throws IOException {
+            RegionService service, Transport transport) throws IOException {
         GatedAcceptor a = new GatedAcceptor(name, server, Objects.requireNonNull(limits), service, transport);
         a.thread.start();
         return a;
@@ -202,7 +203,6 @@ public final class GatedAcceptor implements AutoCloseable {
             Closeables.closeQuietly(ch);
         }
     }
-
 
     private static void pause(long millis) {
         try {

@@ -23,7 +23,7 @@ import java.time.Duration;
  * string: owner strings are labels, printable by anyone, so the count can be fooled).
  */
 public record Lease(String volume, String owner, long ttlMillis, boolean tookOver, long ownerChanges, long epoch,
-                    long leaseId, Boolean continued) {
+        long leaseId, Boolean continued) {
     /** The owner-change count of a memserver that does not keep one. */
     public static final long UNKNOWN_OWNER_CHANGES = -1;
     /** The epoch of a memserver that does not number its grants. */

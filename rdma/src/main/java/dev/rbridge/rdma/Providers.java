@@ -10,8 +10,7 @@ import java.util.stream.Stream;
  * lists them), so this package, the SPI's, names none of the packages that implement it.
  */
 public final class Providers {
-    private Providers() {
-    }
+    private Providers() {}
 
     public static final List<String> NAMES = providers().map(RemoteMemoryProvider::name).toList();
 

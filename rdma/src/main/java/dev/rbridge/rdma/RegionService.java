@@ -59,8 +59,7 @@ public interface RegionService {
      * @param reason a short label: {@code version}, {@code malformed}, {@code hello_timeout}, {@code no_memory},
      *               {@code accept_failed}, or one of {@link ConnectionGate}'s
      */
-    default void refused(String reason, SocketAddress peer) {
-    }
+    default void refused(String reason, SocketAddress peer) {}
 
     /** One admitted client. Methods may be called from the connection's thread only. */
     interface Session {
@@ -152,8 +151,7 @@ public interface RegionService {
         MemorySegment memory();
 
         /** The transport has put data into the whole pinned range: reads return it from now on. */
-        default void wrote() {
-        }
+        default void wrote() {}
 
         /**
          * Covers the pinned range with consecutive runs, in order, each holding written data or never written (reads
@@ -167,8 +165,7 @@ public interface RegionService {
          * The pinned memory is handed to something that writes it without reporting (one-sided RDMA from a NIC):
          * from now on the whole region counts as written.
          */
-        default void exposed() {
-        }
+        default void exposed() {}
 
         /**
          * As {@link #exposed}, and the memory is registered with a device that holds its pages for as long as this

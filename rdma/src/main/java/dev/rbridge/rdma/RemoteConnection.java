@@ -95,7 +95,7 @@ public interface RemoteConnection extends AutoCloseable {
      * does this default. After a failure the pipe holds an unknown part of the data.
      */
     default CompletableFuture<Integer> readSpliced(RegionDescriptor region, long offset, MemorySegment dst,
-                                                   Pipe pipe) {
+            Pipe pipe) {
         return read(region, offset, dst).thenApply(v -> 0);
     }
 

@@ -7,9 +7,9 @@ package dev.rbridge.rdma;
 public class RemoteMemoryException extends Exception {
     /** Why an operation failed. Codes 1-63 travel on the wire; the rest arise locally. */
     public enum Status {
-        BAD_REQUEST(1), AUTH_FAILED(2), NO_SUCH_REGION(3), ACCESS_DENIED(4), OUT_OF_RANGE(5), NO_CAPACITY(6),
-        VERSION_MISMATCH(7), SHUTTING_DOWN(8), INTERNAL(9), LEASE_HELD(10),
-        TIMEOUT(64), CONNECTION_LOST(65), CONNECT_FAILED(66);
+        BAD_REQUEST(1), AUTH_FAILED(2), NO_SUCH_REGION(3), ACCESS_DENIED(4), OUT_OF_RANGE(5), NO_CAPACITY(
+                6), VERSION_MISMATCH(7), SHUTTING_DOWN(
+                        8), INTERNAL(9), LEASE_HELD(10), TIMEOUT(64), CONNECTION_LOST(65), CONNECT_FAILED(66);
 
         private final int code;
 

@@ -27,8 +27,7 @@ public final class TokenProof {
     private static final byte[] CLIENT = "rbridge client v1".getBytes(StandardCharsets.US_ASCII);
     private static final byte[] SERVER = "rbridge server v1".getBytes(StandardCharsets.US_ASCII);
 
-    private TokenProof() {
-    }
+    private TokenProof() {}
 
     public static byte[] nonce() {
         byte[] n = new byte[NONCE];

@@ -169,8 +169,7 @@ public final class ArenaRegionServiceForTests implements RegionService {
                     return listed;
                 }
 
-                public void close() {
-                }
+                public void close() {}
             };
         }
 
@@ -219,8 +218,7 @@ public final class ArenaRegionServiceForTests implements RegionService {
                     return slice;
                 }
 
-                public void close() {
-                }
+                public void close() {}
             };
         }
 

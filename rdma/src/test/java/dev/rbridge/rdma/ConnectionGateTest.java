@@ -21,11 +21,13 @@ class ConnectionGateTest {
     }
 
     static ConnectionGate.Slot admitted(ConnectionGate g, InetAddress peer) {
-        return assertInstanceOf(ConnectionGate.Admitted.class, g.admit(peer, () -> { })).slot();
+        return assertInstanceOf(ConnectionGate.Admitted.class, g.admit(peer, () -> {
+        })).slot();
     }
 
     static String refused(ConnectionGate g, InetAddress peer) {
-        return assertInstanceOf(ConnectionGate.Refused.class, g.admit(peer, () -> { })).reason();
+        return assertInstanceOf(ConnectionGate.Refused.class, g.admit(peer, () -> {
+        })).reason();
     }
 
     static ConnectionGate.Eviction evicted(ConnectionGate.Admission a) {
@@ -41,7 +43,8 @@ class ConnectionGateTest {
         ConnectionGate.Slot b = admitted(g, host(1));
         // The address holds its two unauthenticated places: the newcomer, as an honest client's greeting would be, is
         // the newest, and the oldest gives way (refusing it let silent connections lock the address out).
-        ConnectionGate.Admission third = g.admit(host(1), () -> { });
+        ConnectionGate.Admission third = g.admit(host(1), () -> {
+        });
         ConnectionGate.Eviction e = evicted(third);
         assertSame(a, e.slot(), "the address's oldest goes");
         assertEquals(ConnectionGate.UNAUTHENTICATED_PEER_LIMIT, e.reason());
@@ -55,7 +58,8 @@ class ConnectionGateTest {
         ConnectionGate.Slot d = admitted(g, host(1));
         admitted(g, host(1));
         // Four from the address, two of them unauthenticated: a newcomer still takes the oldest's place.
-        ConnectionGate.Eviction full = evicted(g.admit(host(1), () -> { }));
+        ConnectionGate.Eviction full = evicted(g.admit(host(1), () -> {
+        }));
         assertSame(d, full.slot());
         assertEquals(ConnectionGate.UNAUTHENTICATED_PEER_LIMIT, full.reason());
         assertEquals(4, g.connections());
@@ -92,7 +96,8 @@ class ConnectionGateTest {
         admitted(g, host(2));
         a.close();
         a.close(); // idempotent
-        assertNull(evicted(g.admit(host(1), () -> { })), "a place freed by a client that left is taken again");
+        assertNull(evicted(g.admit(host(1), () -> {
+        })), "a place freed by a client that left is taken again");
         assertEquals(3, g.connections());
     }
 
@@ -108,7 +113,8 @@ class ConnectionGateTest {
         }
         admitted(g, host(2));
         assertEquals(4, g.unauthenticated());
-        ConnectionGate.Admitted honest = assertInstanceOf(ConnectionGate.Admitted.class, g.admit(host(3), () -> { }));
+        ConnectionGate.Admitted honest = assertInstanceOf(ConnectionGate.Admitted.class, g.admit(host(3), () -> {
+        }));
         assertSame(flood.getFirst(), honest.evicted().slot(), "host 1 holds the most: its oldest goes");
         assertEquals(ConnectionGate.UNAUTHENTICATED_EVICTED, honest.evicted().reason());
         honest.evicted().slot().cut();
@@ -130,7 +136,8 @@ class ConnectionGateTest {
         ConnectionGate.Slot c = admitted(g, host(2));
         a.authenticated();
         b.authenticated();
-        ConnectionGate.Admitted d = assertInstanceOf(ConnectionGate.Admitted.class, g.admit(host(3), () -> { }));
+        ConnectionGate.Admitted d = assertInstanceOf(ConnectionGate.Admitted.class, g.admit(host(3), () -> {
+        }));
         assertSame(c, d.evicted().slot());
         d.slot().authenticated();
         assertEquals(ConnectionGate.CONNECTION_LIMIT, refused(g, host(4)), "all three authenticated: nobody goes");

@@ -49,7 +49,7 @@ final class HedgedRead {
 
     /** Sends the read, watched by {@code hedger}; null when no scratch memory is left (read it unhedged). */
     static CompletableFuture<Void> send(Volume volume, ReadHedger hedger, Slab slab, ReplicaSet set, long offset,
-                                        MemorySegment dst, int attempt) {
+            MemorySegment dst, int attempt) {
         MemorySegment buffer = hedger.scratch().take(dst.byteSize());
         if (buffer == null) {
             return null;

@@ -370,7 +370,8 @@ public final class Rebuilder implements Duty, AutoCloseable {
         boolean holds();
     }
 
-    private static void await(Condition c, long timeoutNanos, String what) throws TimeoutException, InterruptedException {
+    private static void await(Condition c, long timeoutNanos, String what)
+            throws TimeoutException, InterruptedException {
         long deadline = System.nanoTime() + timeoutNanos;
         while (!c.holds()) {
             if (System.nanoTime() - deadline > 0) {

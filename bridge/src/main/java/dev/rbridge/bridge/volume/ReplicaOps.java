@@ -15,8 +15,7 @@ import java.util.concurrent.atomic.LongAdder;
  * in its metrics, and their failures told apart (a lost lease, a replica fault, a request this bridge got wrong).
  */
 final class ReplicaOps {
-    private ReplicaOps() {
-    }
+    private ReplicaOps() {}
 
     /** One remote operation for one replica of a slab piece. */
     interface ReplicaOp {

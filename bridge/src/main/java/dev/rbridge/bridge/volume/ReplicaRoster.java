@@ -38,7 +38,8 @@ public final class ReplicaRoster {
                     throw new IllegalStateException("volume '" + volume.name() + "': memserver " + r.link().label()
                             + " holds slab " + index + " as " + r.region().length() + " bytes, but the configured size "
                             + volume.spec().size() + " and slab size " + volume.spec().slabSize() + " make it "
-                            + slabs[index].length + " bytes; start with the size and slab size the volume was created with");
+                            + slabs[index].length
+                            + " bytes; start with the size and slab size the volume was created with");
                 }
             }
             release.addAll(slabs[index].reattach(e.getValue()));

@@ -42,12 +42,12 @@ final class ReplicaSet {
     private int readCursor;
 
     ReplicaSet(ReplicaSet previous, long generation, List<Replica> live, Replica building, RebuildGate gate,
-               CompletableFuture<Void> tagged, List<Replica> lostAtThisGeneration) {
+            CompletableFuture<Void> tagged, List<Replica> lostAtThisGeneration) {
         this(previous, generation, live, building, gate, tagged, lostAtThisGeneration, generation);
     }
 
     ReplicaSet(ReplicaSet previous, long generation, List<Replica> live, Replica building, RebuildGate gate,
-               CompletableFuture<Void> tagged, List<Replica> lostAtThisGeneration, long lostMinGeneration) {
+            CompletableFuture<Void> tagged, List<Replica> lostAtThisGeneration, long lostMinGeneration) {
         this.previous = previous;
         this.lostMinGeneration = lostMinGeneration;
         if (previous != null) {

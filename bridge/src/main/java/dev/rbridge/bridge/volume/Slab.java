@@ -102,21 +102,22 @@ public final class Slab {
                         return rs;
                     }))
                     .thenCompose(this::tagFirstGeneration).thenApply(rs -> {
-                synchronized (this) {
-                    if (set == null) {
-                        set = ReplicaSet.initial(rs);
-                        log.debug("volume {} slab {}: placed on {}", volume.name(), index, describe(rs));
-                        if (rs.size() < want) {
-                            log.warn("volume {} slab {}: only {} of {} replicas could be placed ({}); it starts degraded",
-                                    volume.name(), index, rs.size(), want, describe(rs));
-                            volume.host.rebuildWanted(this);
+                        synchronized (this) {
+                            if (set == null) {
+                                set = ReplicaSet.initial(rs);
+                                log.debug("volume {} slab {}: placed on {}", volume.name(), index, describe(rs));
+                                if (rs.size() < want) {
+                                    log.warn(
+                                            "volume {} slab {}: only {} of {} replicas could be placed ({}); it starts degraded",
+                                            volume.name(), index, rs.size(), want, describe(rs));
+                                    volume.host.rebuildWanted(this);
+                                }
+                            } else {
+                                rs.forEach(volume.host::release); // someone adopted it meanwhile (cannot happen today)
+                            }
+                            return set;
                         }
-                    } else {
-                        rs.forEach(volume.host::release); // someone adopted it meanwhile (cannot happen today)
-                    }
-                    return set;
-                }
-            });
+                    });
             allocating = f;
             f.whenComplete((s, e) -> {
                 synchronized (this) {
@@ -187,7 +188,8 @@ public final class Slab {
             long generation = newest + 1;
             CompletableFuture<Void> tagged = new CompletableFuture<>();
             set = new ReplicaSet(null, generation, live, null, null, tagged, List.of());
-            log.warn("volume {} slab {}: found {} of {} replicas ({}); serving degraded at generation {}", volume.name(),
+            log.warn("volume {} slab {}: found {} of {} replicas ({}); serving degraded at generation {}",
+                    volume.name(),
                     index, live.size(), volume.replicas(), describe(live), generation);
             retag(live, generation, tagged);
             volume.host.rebuildWanted(this);
@@ -281,7 +283,7 @@ public final class Slab {
 
     /** {@link #fail}: the copy target {@code r} failed; the copy is retried. Holding this slab's lock. */
     private CompletableFuture<Void> copyTargetFailed(ReplicaSet cur, Replica r, String reason,
-                                                     List<Replica> toRelease) {
+            List<Replica> toRelease) {
         log.warn("volume {} slab {}: copy target {} failed ({}); the copy will be retried",
                 volume.name(), index, r.describe(), reason);
         cur.gate.open();
@@ -303,7 +305,7 @@ public final class Slab {
 
     /** {@link #fail}: the live replica {@code r} failed and {@code survivors} serve on. Holding this slab's lock. */
     private CompletableFuture<Void> liveReplicaFailed(ReplicaSet cur, Replica r, String reason,
-                                                      List<Replica> survivors, List<Replica> toRelease) {
+            List<Replica> survivors, List<Replica> toRelease) {
         long generation = cur.generation + 1;
         log.warn("volume {} slab {}: replica {} failed ({}); serving from {} at generation {}",
                 volume.name(), index, r.describe(), reason, describe(survivors), generation);
@@ -316,7 +318,7 @@ public final class Slab {
 
     /** {@link #fail}: {@code r} was the last live replica; the slab is lost. Holding this slab's lock. */
     private CompletableFuture<Void> lastReplicaFailed(ReplicaSet cur, Replica r, String reason,
-                                                      List<Replica> toRelease) {
+            List<Replica> toRelease) {
         if (cur.building != null) {
             cur.gate.open();
             toRelease.add(cur.building);
@@ -335,7 +337,7 @@ public final class Slab {
         long minGeneration = Math.min(cur.confirmedGeneration(),
                 cur.lostAtThisGeneration.isEmpty() ? Long.MAX_VALUE : cur.lostMinGeneration);
         log.error("volume {} slab {} (bytes {}-{}) lost its last replica {}: {}; requests on it fail with EIO"
-                        + " until one of {} comes back", volume.name(), index, start, start + length - 1,
+                + " until one of {} comes back", volume.name(), index, start, start + length - 1,
                 r.describe(), reason, describe(lost));
         set = new ReplicaSet(cur, cur.generation, List.of(), null, null,
                 CompletableFuture.failedFuture(volume.lostError(this)), lost, minGeneration);
@@ -404,7 +406,9 @@ public final class Slab {
         return cur;
     }
 
-    enum Promotion { DONE, GENERATION_MOVED, ABORTED }
+    enum Promotion {
+        DONE, GENERATION_MOVED, ABORTED
+    }
 
     /** Rebuild: the copy is complete and tagged {@code generation}; it joins the live replicas if that is current. */
     synchronized Promotion promote(Replica target, long generation) {

@@ -80,8 +80,9 @@ public final class Volume implements BlockDevice {
         VolumeSpec old = spec;
         if (newSize <= old.size()) {
             throw new IllegalStateException("volume " + old.name() + " is " + old.size() + " bytes; "
-                    + (newSize == old.size() ? "it already has that size" : "shrinking needs a restart with"
-                    + " --allow-shrink, which discards what lies past the new end"));
+                    + (newSize == old.size() ? "it already has that size"
+                            : "shrinking needs a restart with"
+                                    + " --allow-shrink, which discards what lies past the new end"));
         }
         if (old.size() % old.slabSize() != 0) {
             throw new IllegalStateException("volume " + old.name() + " ends inside a slab (size " + old.size()
@@ -286,8 +287,9 @@ public final class Volume implements BlockDevice {
     // ------------------------------------------------------------------------------------------------- status
 
     /** One slab as an operator sees it. */
-    public record SlabStatus(int index, long start, long length, SlabState state, long generation, List<String> replicas,
-                             String building, long rebuildCopiedBytes) {
+    public record SlabStatus(int index, long start, long length, SlabState state, long generation,
+            List<String> replicas,
+            String building, long rebuildCopiedBytes) {
     }
 
     /**
@@ -295,7 +297,7 @@ public final class Volume implements BlockDevice {
      * {@link SlabState} ({@code allocated}: every slab but the unallocated ones).
      */
     public record VolumeStatus(String name, long size, long slabSize, int replicas, VolumeState state, int slabs,
-                               int allocated, int healthy, int degraded, int rebuilding, int lost) {
+            int allocated, int healthy, int degraded, int rebuilding, int lost) {
         /** How many slabs are in {@code state}. */
         public int count(SlabState state) {
             return switch (state) {
@@ -317,7 +319,8 @@ public final class Volume implements BlockDevice {
         List<String> rs = new ArrayList<>();
         set.live.forEach(r -> rs.add(r.describe()));
         return new SlabStatus(index, s.start, s.length, state(set), set.generation, rs,
-                set.building == null ? null : set.building.describe(), set.building == null ? 0 : s.rebuildCopied.get());
+                set.building == null ? null : set.building.describe(),
+                set.building == null ? 0 : s.rebuildCopied.get());
     }
 
     private SlabState state(ReplicaSet set) {
@@ -345,8 +348,10 @@ public final class Volume implements BlockDevice {
                 case DEGRADED -> degraded++;
             }
         }
-        VolumeState state = fenced != null ? VolumeState.FENCED : lost > 0 ? VolumeState.LOST
-                : rebuilding > 0 ? VolumeState.REBUILDING : degraded > 0 ? VolumeState.DEGRADED : VolumeState.HEALTHY;
+        VolumeState state = fenced != null ? VolumeState.FENCED
+                : lost > 0 ? VolumeState.LOST
+                        : rebuilding > 0 ? VolumeState.REBUILDING
+                                : degraded > 0 ? VolumeState.DEGRADED : VolumeState.HEALTHY;
         return new VolumeStatus(spec.name(), spec.size(), spec.slabSize(), spec.replicas(), state, slabs.length,
                 allocated, healthy, degraded, rebuilding, lost);
     }

@@ -131,7 +131,7 @@ final class VolumeReads {
      * another, up to R + 1 attempts; anything else is EIO.
      */
     private CompletableFuture<Void> afterFailedRead(Slab s, Replica r, long offset, MemorySegment dst, Throwable e,
-                                                    int attempt) {
+            int attempt) {
         Throwable cause = Failures.cause(e);
         if (ReplicaOps.leaseLost(cause)) {
             return volume.failFenced(r, cause);

@@ -8,7 +8,7 @@ import java.util.Objects;
  * {@code replicas} memservers.
  */
 public record VolumeSpec(String name, long size, long slabSize, int replicas, boolean readOnly, int minimumBlockSize,
-                         String description) {
+        String description) {
     public static final long DEFAULT_SLAB_SIZE = 64L << 20;
     public static final long MIN_SLAB_SIZE = 1L << 20;
 
@@ -23,8 +23,9 @@ public record VolumeSpec(String name, long size, long slabSize, int replicas, bo
             throw new IllegalArgumentException("volume '" + name + "': size must be positive");
         }
         if (Long.bitCount(slabSize) != 1 || slabSize < MIN_SLAB_SIZE || slabSize > (1L << 34)) {
-            throw new IllegalArgumentException("volume '" + name + "': slab size must be a power of two from 1M to 16G: "
-                    + slabSize);
+            throw new IllegalArgumentException(
+                    "volume '" + name + "': slab size must be a power of two from 1M to 16G: "
+                            + slabSize);
         }
         if (size / slabSize + (size % slabSize != 0 ? 1 : 0) > Integer.MAX_VALUE) {
             throw new IllegalArgumentException("volume '" + name + "': too many slabs; use a larger slab size");
@@ -33,7 +34,8 @@ public record VolumeSpec(String name, long size, long slabSize, int replicas, bo
             throw new IllegalArgumentException("volume '" + name + "': replicas must be 1 to 8: " + replicas);
         }
         if (size % Math.max(minimumBlockSize, 1) != 0) {
-            throw new IllegalArgumentException("volume '" + name + "': size is not a multiple of the minimum block size");
+            throw new IllegalArgumentException(
+                    "volume '" + name + "': size is not a multiple of the minimum block size");
         }
     }
 

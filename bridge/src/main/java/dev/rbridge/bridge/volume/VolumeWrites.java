@@ -46,7 +46,9 @@ final class VolumeWrites {
     }
 
     /** What a mutation does: write data, or zero (reporting the range as a hole afterwards, or not). */
-    enum Kind { WRITE, ZERO, PUNCH }
+    enum Kind {
+        WRITE, ZERO, PUNCH
+    }
 
     private interface PieceOps {
         ReplicaOp forPiece(Slab s, long slabOffset, long length, long volumeOffset);
@@ -188,17 +190,17 @@ final class VolumeWrites {
         Replica only = set.live.getFirst();
         return counted(only, zero ? RemoteOpMetrics.Op.ZERO : RemoteOpMetrics.Op.WRITE, length, op)
                 .handle((v, e) -> {
-            set.writesInFlight.decrementAndGet();
-            if (e == null) {
-                return set.tagged;
-            }
-            return afterFailures(s, List.of(only), 1, new Throwable[]{Failures.cause(e)}, zero);
-        }).thenCompose(Function.identity());
+                    set.writesInFlight.decrementAndGet();
+                    if (e == null) {
+                        return set.tagged;
+                    }
+                    return afterFailures(s, List.of(only), 1, new Throwable[]{Failures.cause(e)}, zero);
+                }).thenCompose(Function.identity());
     }
 
     /** A piece on its way to every replica of a slab: what must be let go once all have answered. */
     private record Fanout(Slab s, ReplicaSet set, RebuildGate gate, WriteOrder.Ticket ticket, long offset,
-                          long length, boolean zero) {
+            long length, boolean zero) {
     }
 
     /** Sends the piece to the {@code n} replicas, live and being built, and completes once every one has answered. */
@@ -218,13 +220,13 @@ final class VolumeWrites {
             int k = i;
             counted(targets[i], f.zero() ? RemoteOpMetrics.Op.ZERO : RemoteOpMetrics.Op.WRITE, f.length(), op)
                     .whenComplete((v, e) -> {
-                if (e != null) {
-                    errors[k] = Failures.cause(e);
-                }
-                if (pending.decrementAndGet() == 0) {
-                    allAnswered(f, targets, errors, result);
-                }
-            });
+                        if (e != null) {
+                            errors[k] = Failures.cause(e);
+                        }
+                        if (pending.decrementAndGet() == 0) {
+                            allAnswered(f, targets, errors, result);
+                        }
+                    });
         }
         return result;
     }
@@ -260,7 +262,7 @@ final class VolumeWrites {
      * that took the write is left with its generation recorded.
      */
     private CompletableFuture<Void> afterFailures(Slab s, List<Replica> targets, int liveCount, Throwable[] errors,
-                                                  boolean zero) {
+            boolean zero) {
         for (int i = 0; i < targets.size(); i++) {
             if (ReplicaOps.leaseLost(errors[i])) {
                 // Not acknowledged on the replicas that took it, nor any replica taken out: the volume is fenced.
@@ -302,7 +304,8 @@ final class VolumeWrites {
             return b;
         }
         Errno errno = cause instanceof RemoteMemoryException e && e.status() == Status.NO_CAPACITY
-                ? Errno.ENOSPC : Errno.EIO;
+                ? Errno.ENOSPC
+                : Errno.EIO;
         String name = volume.name();
         if (errno == Errno.ENOSPC) {
             outOfSpace.incrementAndGet();

@@ -69,7 +69,7 @@ class RebuilderTest {
     private static final int ZERO_CHUNKS = CHUNKS / 2 + CHUNKS / 8;
 
     private record Scene(Bridge bridge, Volume volume, Slab slab, byte[] model, Memserver b, Memserver c,
-                         RemoteConnection hoard) {
+            RemoteConnection hoard) {
         Rebuilder rebuilder() {
             return bridge.rebuilder();
         }

@@ -92,7 +92,7 @@ class LeaseOwnerStringAttackTest extends MemserverAttackTest {
     @SuppressWarnings("unchecked")
     private List<Long> bridgeClients(ServeCluster.Memserver m) throws Exception {
         HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://" + m.adminAddress()
-                        + "/clients")).header("Authorization", "Bearer " + TOKEN).timeout(Duration.ofSeconds(5))
+                + "/clients")).header("Authorization", "Bearer " + TOKEN).timeout(Duration.ofSeconds(5))
                 .build(), HttpResponse.BodyHandlers.ofString());
         assertEquals(200, r.statusCode(), r.body());
         List<Long> ids = new java.util.ArrayList<>();

@@ -60,7 +60,7 @@ class LogForgeryAttackTest extends MemserverAttackTest {
             ServeCluster.Memserver m = c.memserver(0);
             java.net.http.HttpResponse<String> drain = java.net.http.HttpClient.newHttpClient().send(
                     java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://" + m.adminAddress()
-                                    + "/drain")).header("Authorization", "Bearer " + TOKEN)
+                            + "/drain")).header("Authorization", "Bearer " + TOKEN)
                             .POST(java.net.http.HttpRequest.BodyPublishers.noBody()).build(),
                     java.net.http.HttpResponse.BodyHandlers.ofString());
             assertEquals(202, drain.statusCode(), drain.body()); // accepted: the bridge stays connected, so it drains on
@@ -85,7 +85,7 @@ class LogForgeryAttackTest extends MemserverAttackTest {
         long added = lines.size() - linesBefore;
         assertTrue(added <= LINES_BOUND, () -> "the " + who + " logged " + added + " lines for " + CONNECTIONS
                 + " connections, e.g. " + lines.subList((int) linesBefore, (int) Math.min(lines.size(),
-                linesBefore + 3)));
+                        linesBefore + 3)));
         assertTrue(log.length() < (1 << 20), "the " + who + "'s log is " + log.length() + " characters");
     }
 }

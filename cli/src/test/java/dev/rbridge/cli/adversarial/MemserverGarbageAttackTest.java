@@ -103,7 +103,8 @@ class MemserverGarbageAttackTest extends MemserverAttackTest {
                         .status(), "a LEASE whose string overruns it");
                 assertEquals(STATUS_BAD_REQUEST, r.call(READ, r.body(28).putLong(1).putLong(1).putLong(0)
                         .putInt(-1)).status(), "a READ of 4 GiB");
-                assertEquals(STATUS_BAD_REQUEST, r.call(4242, r.body(3).put(new byte[3])).status(), "an unknown opcode");
+                assertEquals(STATUS_BAD_REQUEST, r.call(4242, r.body(3).put(new byte[3])).status(),
+                        "an unknown opcode");
                 assertEquals(0, r.call(LIST, r.body(0)).status(), "the connection goes on after all of it");
                 r.raw(header(LIST, 1 << 30)); // a body nobody may send: this connection only is cut off
                 assertTrue(r.closedByServer(5_000));

@@ -22,7 +22,7 @@ class MemserverPreauthFloodAttackTest extends MemserverAttackTest {
     @Test
     void aFloodOfUnauthenticatedConnectionsCannotStopTheMemserverTakingClients() throws Exception {
         try (ServeCluster c = start(cluster("preauth-flood").memserverJvmArgs("-XX:MaxDirectMemorySize=24m"));
-             WellBehavedClient w = wellBehaved(c, VOLUME)) {
+                WellBehavedClient w = wellBehaved(c, VOLUME)) {
             List<Raw> held = new ArrayList<>();
             try {
                 // 400 connections to each memserver from 50 addresses, held open, saying nothing.

@@ -41,8 +41,8 @@ class MemserverSameAddressAttackTest extends MemserverAttackTest {
     @Test
     void silentConnectionsFromTheBridgesAddressCannotKeepItFromReconnecting() throws Exception {
         try (ServeCluster c = start(cluster("same-address").memserverAdmin(true));
-             WellBehavedClient w = wellBehaved(c, VOLUME);
-             Flood flood = new Flood(c)) {
+                WellBehavedClient w = wellBehaved(c, VOLUME);
+                Flood flood = new Flood(c)) {
             flood.awaitOpened(PER_ADDRESS * c.memservers().size() * 2, Duration.ofSeconds(30));
             for (ServeCluster.Memserver m : c.memservers()) {
                 Set<Long> before = bridgeClients(m);
@@ -159,7 +159,7 @@ class MemserverSameAddressAttackTest extends MemserverAttackTest {
     @SuppressWarnings("unchecked")
     private Set<Long> bridgeClients(ServeCluster.Memserver m) throws Exception {
         HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://" + m.adminAddress()
-                        + "/clients")).header("Authorization", "Bearer " + TOKEN).timeout(Duration.ofSeconds(5)).build(),
+                + "/clients")).header("Authorization", "Bearer " + TOKEN).timeout(Duration.ofSeconds(5)).build(),
                 HttpResponse.BodyHandlers.ofString());
         assertEquals(200, r.statusCode(), r.body());
         Set<Long> ids = new HashSet<>();
@@ -198,7 +198,7 @@ class MemserverSameAddressAttackTest extends MemserverAttackTest {
             String metrics = Scrape.metrics(c.metricsAddress());
             double reachable = Scrape.sum(metrics, "rbridge_memserver_reachable");
             double unwell = 0;
-            for (String state : new String[] {"degraded", "rebuilding", "lost"}) {
+            for (String state : new String[]{"degraded", "rebuilding", "lost"}) {
                 unwell += Scrape.sum(metrics, "rbridge_volume_slabs", "state=\"" + state + "\"");
             }
             if (reachable == c.memservers().size() && unwell == 0) {

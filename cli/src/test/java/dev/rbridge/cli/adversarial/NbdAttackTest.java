@@ -110,7 +110,7 @@ class NbdAttackTest {
         try (ServeCluster c = cluster("never-reads", "--reply-timeout", "8")) {
             fill(c, 256 * MiB, 64 * MiB);
             try (WellBehavedClient good = wellBehaved(c);
-                 HostileNbdClient bad = HostileNbdClient.inTransmission("127.0.0.1", c.nbdPort(), null, "disk")) {
+                    HostileNbdClient bad = HostileNbdClient.inTransmission("127.0.0.1", c.nbdPort(), null, "disk")) {
                 bad.readBurst(64, 256 * MiB, (int) MiB);
                 hold(c, good, Duration.ofSeconds(6));
                 ClusterIntegrity.assertIntact(c);
@@ -130,7 +130,7 @@ class NbdAttackTest {
         try (ServeCluster c = cluster("huge-reads")) {
             fill(c, 512 * MiB, 32 * MiB);
             try (WellBehavedClient good = wellBehaved(c);
-                 HostileNbdClient bad = HostileNbdClient.inTransmission("127.0.0.1", c.nbdPort(), null, "disk")) {
+                    HostileNbdClient bad = HostileNbdClient.inTransmission("127.0.0.1", c.nbdPort(), null, "disk")) {
                 bad.readBurst(80, 512 * MiB, (int) (32 * MiB), 0);
                 long most = hold(c, good, Duration.ofSeconds(10));
                 assertTrue(most > 64 * MiB, "the attack never took memory (" + most / MiB + " MiB): it tested nothing");
@@ -227,8 +227,9 @@ class NbdAttackTest {
     void halfSentRequestsAreTimedOut() throws Exception {
         try (ServeCluster c = cluster("half-sent", "--request-timeout", "3")) {
             try (WellBehavedClient good = wellBehaved(c);
-                 HostileNbdClient header = HostileNbdClient.inTransmission("127.0.0.1", c.nbdPort(), null, "disk");
-                 HostileNbdClient payload = HostileNbdClient.inTransmission("127.0.0.1", c.nbdPort(), null, "disk")) {
+                    HostileNbdClient header = HostileNbdClient.inTransmission("127.0.0.1", c.nbdPort(), null, "disk");
+                    HostileNbdClient payload =
+                            HostileNbdClient.inTransmission("127.0.0.1", c.nbdPort(), null, "disk")) {
                 header.send(new byte[14]);
                 payload.partialWrite(0, (int) MiB, (int) (MiB / 2));
                 assertTrue(header.closedByServer(10_000), "a half-sent header was never timed out");

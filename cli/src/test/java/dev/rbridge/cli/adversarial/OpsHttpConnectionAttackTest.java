@@ -110,7 +110,7 @@ class OpsHttpConnectionAttackTest {
                 boolean open = false;
                 for (Hostile h : slow) {
                     if (tick % 4 == 0) { // one byte a second
-                        h.send(new byte[] {drip[(tick / 4) % drip.length]});
+                        h.send(new byte[]{drip[(tick / 4) % drip.length]});
                     }
                     h.poll();
                     open |= !h.closed();
@@ -231,7 +231,7 @@ class OpsHttpConnectionAttackTest {
     private static String statusLine(InputStream in) throws IOException {
         ByteArrayOutputStream b = new ByteArrayOutputStream();
         try {
-            for (int c; (c = in.read()) >= 0 && c != '\n' && b.size() < 200; ) {
+            for (int c; (c = in.read()) >= 0 && c != '\n' && b.size() < 200;) {
                 b.write(c);
             }
         } catch (IOException e) {

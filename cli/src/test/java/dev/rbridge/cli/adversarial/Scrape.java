@@ -11,8 +11,7 @@ import java.time.Duration;
 public final class Scrape {
     private static final HttpClient HTTP = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
 
-    private Scrape() {
-    }
+    private Scrape() {}
 
     /** The text of {@code http://ADDRESS/metrics}. */
     public static String metrics(String address) throws IOException, InterruptedException {

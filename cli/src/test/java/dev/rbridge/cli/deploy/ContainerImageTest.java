@@ -103,7 +103,8 @@ class ContainerImageTest {
         String configName = (String) entry.get("Config");
         Path configFile = archive.resolve(configName);
         assertTrue(Files.isRegularFile(configFile), "manifest names config " + configName + ", not in the archive");
-        assertEquals(configName, Deploy.sha256(configFile) + ".json", "the config's file name is its sha256 (image id)");
+        assertEquals(configName, Deploy.sha256(configFile) + ".json",
+                "the config's file name is its sha256 (image id)");
         assertEquals(List.of("rbridge:" + projectVersion()), entry.get("RepoTags"));
 
         config = json.load(Files.readString(configFile));
@@ -177,7 +178,8 @@ class ContainerImageTest {
         Map<String, String> labels = (Map<String, String>) containerConfig.get("Labels");
         for (String key : List.of("org.opencontainers.image.title", "org.opencontainers.image.description",
                 "dev.rbridge.ports")) {
-            assertTrue(last.get("LABEL").contains(key + "=\"" + labels.get(key) + "\""), key + ": " + last.get("LABEL"));
+            assertTrue(last.get("LABEL").contains(key + "=\"" + labels.get(key) + "\""),
+                    key + ": " + last.get("LABEL"));
         }
         String script = Files.readString(Deploy.DEPLOY.resolve("container/build-image.sh"));
         java.util.regex.Matcher pk = java.util.regex.Pattern.compile("(?m)^packages=\"([^\"]+)\"").matcher(script);

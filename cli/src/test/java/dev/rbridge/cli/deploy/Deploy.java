@@ -22,8 +22,7 @@ import java.util.concurrent.TimeUnit;
  * through the nbd test-jar's {@link PeerTool}.
  */
 final class Deploy {
-    private Deploy() {
-    }
+    private Deploy() {}
 
     static final Path ROOT = Path.of(System.getProperty("basedir", "."), "..").toAbsolutePath().normalize();
     static final Path DEPLOY = ROOT.resolve("deploy");
@@ -65,7 +64,7 @@ final class Deploy {
         try (var in = Files.newInputStream(file)) {
             MessageDigest md = MessageDigest.getInstance("SHA-256");
             byte[] buf = new byte[1 << 20];
-            for (int n; (n = in.read(buf)) > 0; ) {
+            for (int n; (n = in.read(buf)) > 0;) {
                 md.update(buf, 0, n);
             }
             return HexFormat.of().formatHex(md.digest());

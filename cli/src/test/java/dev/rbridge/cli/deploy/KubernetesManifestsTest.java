@@ -40,7 +40,8 @@ class KubernetesManifestsTest {
         for (String tool : List.of("node", "npm")) {
             PeerTool.Result r = PeerTool.run(30, List.of("sh", "-c", "command -v " + tool));
             if (r.exitCode() != 0) {
-                fail(tool + " is missing: the Kubernetes manifest check runs deploy/kubernetes/validate.mjs with Node.js "
+                fail(tool
+                        + " is missing: the Kubernetes manifest check runs deploy/kubernetes/validate.mjs with Node.js "
                         + "(apt-get install nodejs npm; Node 20 or newer) and installs its two npm packages");
             }
         }
@@ -50,8 +51,9 @@ class KubernetesManifestsTest {
             Files.copy(K8S.resolve(file), dir.resolve(file), StandardCopyOption.REPLACE_EXISTING);
         }
         // npm ci installs exactly what the committed lockfile names (and fails if package.json disagrees with it)
-        PeerTool.Result r = PeerTool.run(300, List.of("npm", "ci", "--prefix", dir.toString(), "--no-audit", "--no-fund",
-                "--loglevel=error"));
+        PeerTool.Result r =
+                PeerTool.run(300, List.of("npm", "ci", "--prefix", dir.toString(), "--no-audit", "--no-fund",
+                        "--loglevel=error"));
         if (r.exitCode() != 0) {
             fail("npm ci of deploy/kubernetes/package-lock.json (kubernetes-models, yaml) failed; is the npm registry "
                     + "reachable?\n" + r.output());
@@ -61,7 +63,8 @@ class KubernetesManifestsTest {
 
     @Test
     void manifestsConform() {
-        PeerTool.Result r = PeerTool.run(120, List.of("node", validator.toString(), K8S.resolve("manifests").toString()));
+        PeerTool.Result r =
+                PeerTool.run(120, List.of("node", validator.toString(), K8S.resolve("manifests").toString()));
         assertEquals(0, r.exitCode(), "validate.mjs:\n" + r.output());
         assertTrue(r.output().contains("conform"), r.output());
         for (String kind : List.of("Namespace", "Secret", "DaemonSet", "Deployment", "ConfigMap", "Service")) {
@@ -75,8 +78,9 @@ class KubernetesManifestsTest {
         mistakes.put("unknown field spec.template.spec.hostNetwrk", s -> s.replace("hostNetwork:", "hostNetwrk:"));
         mistakes.put("must be integer", s -> s.replace("containerPort: 7474", "containerPort: seven"));
         mistakes.put("does not name", s -> s.replace("port: metrics}", "port: metric}"));
-        mistakes.put("selects no pod template", s -> s.replace("  selector:\n    app.kubernetes.io/name: rbridge-memserver",
-                "  selector:\n    app.kubernetes.io/name: rbridge-memservr"));
+        mistakes.put("selects no pod template",
+                s -> s.replace("  selector:\n    app.kubernetes.io/name: rbridge-memserver",
+                        "  selector:\n    app.kubernetes.io/name: rbridge-memservr"));
         mistakes.put("Secret rbridge-tokn", s -> s.replace("secretName: rbridge-token", "secretName: rbridge-tokn"));
         for (var m : mistakes.entrySet()) {
             Path dir = Files.createTempDirectory("k8s-broken");
@@ -84,10 +88,12 @@ class KubernetesManifestsTest {
                 for (Path f : Files.list(K8S.resolve("manifests")).toList()) {
                     String text = Files.readString(f);
                     Files.writeString(dir.resolve(f.getFileName()),
-                            f.getFileName().toString().equals("20-memserver.yaml") ? mustChange(m.getValue(), text) : text);
+                            f.getFileName().toString().equals("20-memserver.yaml") ? mustChange(m.getValue(), text)
+                                    : text);
                 }
                 PeerTool.Result r = PeerTool.run(120, List.of("node", validator.toString(), dir.toString()));
-                assertEquals(1, r.exitCode(), "validate.mjs accepted a manifest with '" + m.getKey() + "':\n" + r.output());
+                assertEquals(1, r.exitCode(),
+                        "validate.mjs accepted a manifest with '" + m.getKey() + "':\n" + r.output());
                 assertTrue(r.output().contains(m.getKey()), "the report names the mistake '" + m.getKey() + "':\n"
                         + r.output());
             } finally {
@@ -178,10 +184,12 @@ class KubernetesManifestsTest {
         String serveConf = (String) get(objects.get("ConfigMap/rbridge-serve"), "data", "serve.conf");
         assertNotNull(serveConf, "ConfigMap rbridge-serve has serve.conf");
         Map<String, String> conf = new LinkedHashMap<>();
-        for (String line : serveConf.lines().map(String::strip).filter(l -> !l.isEmpty() && !l.startsWith("#")).toList()) {
+        for (String line : serveConf.lines().map(String::strip).filter(l -> !l.isEmpty() && !l.startsWith("#"))
+                .toList()) {
             int eq = line.indexOf('=');
             String key = (eq < 0 ? line : line.substring(0, eq)).strip(); // a flag alone: `insecure`
-            assertNotNull(serve.findOption("--" + key), "serve.conf in the ConfigMap: '" + key + "' is no serve option");
+            assertNotNull(serve.findOption("--" + key),
+                    "serve.conf in the ConfigMap: '" + key + "' is no serve option");
             conf.put(key, eq < 0 ? "" : line.substring(eq + 1).strip());
         }
         Map<String, Object> bridge = container(objects.get("Deployment/rbridge-bridge"));

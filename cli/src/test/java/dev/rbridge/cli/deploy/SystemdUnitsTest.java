@@ -188,7 +188,8 @@ class SystemdUnitsTest {
         StringBuilder conf = new StringBuilder();
         int memserverLine = 0;
         for (String line : Files.readAllLines(etc.resolve("serve.conf"))) {
-            String key = line.contains("=") && !line.startsWith("#") ? line.substring(0, line.indexOf('=')).strip() : "";
+            String key =
+                    line.contains("=") && !line.startsWith("#") ? line.substring(0, line.indexOf('=')).strip() : "";
             conf.append(switch (key) {
                 case "memserver" -> "memserver = " + memservers.get(memserverLine++);
                 case "token-file" -> "token-file = " + etc.resolve("token");

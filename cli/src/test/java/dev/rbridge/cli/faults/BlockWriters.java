@@ -33,7 +33,7 @@ final class BlockWriters implements AutoCloseable {
      * {@link #stop()} when {@code repeat}. Replies are waited for at most {@code replyTimeout}.
      */
     static BlockWriters start(String uri, BlockPattern pattern, int blocks, int threads, boolean repeat,
-                              Duration replyTimeout) throws IOException {
+            Duration replyTimeout) throws IOException {
         List<NbdWriteConnection> connections = new ArrayList<>();
         try {
             for (int t = 0; t < threads; t++) {

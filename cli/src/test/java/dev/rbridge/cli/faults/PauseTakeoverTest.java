@@ -129,7 +129,8 @@ class PauseTakeoverTest {
             long pausedNanos = System.nanoTime() - frozenAt;
             story.append(String.format(" A resumed after %.1f s%s;", pausedNanos / 1e9,
                     pausedNanos >= Duration.ofSeconds(Long.parseLong(TIMEOUT_SECONDS)).toNanos()
-                            ? " (past its timeout: it may drop its connections rather than finish its writes)" : ""));
+                            ? " (past its timeout: it may drop its connections rather than finish its writes)"
+                            : ""));
 
             long resumedAt = System.nanoTime();
             if (poll(Duration.ofSeconds(30), () -> "fenced".equals(c.volume(VOLUME).get("state")))) {
@@ -176,8 +177,9 @@ class PauseTakeoverTest {
         if (findings.size() > 20) {
             problems.add("... " + (findings.size() - 20) + " more differences");
         }
-        story.append(findings.isEmpty() ? " every replica holds B's data" : " " + findings.size()
-                + " difference(s) from B's data");
+        story.append(findings.isEmpty() ? " every replica holds B's data"
+                : " " + findings.size()
+                        + " difference(s) from B's data");
         System.out.println(story + (problems.isEmpty() ? "" : "\n  " + String.join("\n  ", problems)));
         return problems;
     }

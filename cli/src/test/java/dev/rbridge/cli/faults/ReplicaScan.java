@@ -47,8 +47,7 @@ final class ReplicaScan {
     private record Placed(String memserver, int index, RegionInfo region) {
     }
 
-    private ReplicaScan() {
-    }
+    private ReplicaScan() {}
 
     /**
      * Every difference between the replicas of {@code volume} ({@code size} bytes in slabs of {@code slabSize}, each
@@ -56,7 +55,7 @@ final class ReplicaScan {
      * of every slab is byte for byte the expected writer's data.
      */
     static List<Finding> scan(List<String> memservers, String token, String volume, long size, long slabSize,
-                              int replicas, BlockPattern expected) throws Exception {
+            int replicas, BlockPattern expected) throws Exception {
         List<Finding> findings = new ArrayList<>();
         List<RemoteConnection> connections = new ArrayList<>();
         try (Arena arena = Arena.ofShared()) {
@@ -120,7 +119,7 @@ final class ReplicaScan {
 
     /** Adds one finding per run of consecutive differing cells that hold the same writer's block (or zeroes). */
     private static void compare(String memserver, long slab, int replica, long from, byte[] found, byte[] want, int n,
-                                List<Finding> findings) {
+            List<Finding> findings) {
         ByteBuffer f = ByteBuffer.wrap(found, 0, n).order(ByteOrder.LITTLE_ENDIAN);
         long runStart = -1;
         String runWhat = null;

@@ -194,7 +194,8 @@ class ServeFaultTest {
             if (onDead) {
                 assertEquals("EIO", p.errno(), "slab " + p.slab() + " lived on the dead memserver: " + probe);
             } else {
-                assertTrue(p.ok(), "slab " + p.slab() + " lives on the survivor " + placed.get(p.slab()) + ": " + probe);
+                assertTrue(p.ok(),
+                        "slab " + p.slab() + " lives on the survivor " + placed.get(p.slab()) + ": " + probe);
             }
         }
     }
@@ -284,9 +285,10 @@ class ServeFaultTest {
                 cmd.add(m.address());
             }
             Path log = Files.createTempFile("second", ".log");
-            List<String> argv = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                    "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
-                    Main.class.getName()));
+            List<String> argv =
+                    new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                            "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
+                            Main.class.getName()));
             argv.addAll(cmd);
             Process second = new ProcessBuilder(argv).redirectErrorStream(true).redirectOutput(log.toFile()).start();
             assertTrue(second.waitFor(60, TimeUnit.SECONDS), "the second bridge must not hang");
@@ -410,7 +412,8 @@ class ServeFaultTest {
                 c.memserver(0).thaw();
                 reads.destroyForcibly();
             }
-            c.awaitAdmin("/memservers", v -> ((Number) c.memserverStatus().getFirst().get("in_flight")).longValue() == 0,
+            c.awaitAdmin("/memservers",
+                    v -> ((Number) c.memserverStatus().getFirst().get("in_flight")).longValue() == 0,
                     Duration.ofSeconds(10));
         }
     }

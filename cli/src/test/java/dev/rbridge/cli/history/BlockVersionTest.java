@@ -13,7 +13,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 class BlockVersionTest {
     @Test
     void aVersionDecodesAsItselfForItsBlockAtEveryMultipleOf4096() {
-        for (int length : new int[] {4096, 8192, 65536}) {
+        for (int length : new int[]{4096, 8192, 65536}) {
             BlockVersion v = new BlockVersion(3, 1_234_567_890_123L);
             byte[] bytes = v.encode(77, length);
             assertEquals(new Content.Written(v, 77), BlockVersion.decode(bytes), "length " + length);

@@ -27,10 +27,14 @@ import java.util.Objects;
  */
 public final class History {
     /** What an operation did. */
-    public enum Kind { WRITE, READ }
+    public enum Kind {
+        WRITE, READ
+    }
 
     /** How it ended: acknowledged, refused with an error, or not known (no completion seen). */
-    public enum Outcome { OK, FAILED, UNKNOWN }
+    public enum Outcome {
+        OK, FAILED, UNKNOWN
+    }
 
     /**
      * One operation.
@@ -42,7 +46,7 @@ public final class History {
      * @param note      why it failed, or null
      */
     public record Operation(int id, Kind kind, long block, BlockVersion written, Content observed, long invoked,
-                            long completed, Outcome outcome, String note) {
+            long completed, Outcome outcome, String note) {
         public boolean isWrite() {
             return kind == Kind.WRITE;
         }
@@ -140,7 +144,7 @@ public final class History {
     }
 
     private synchronized int add(Kind kind, long block, BlockVersion written, Content observed, long invoked,
-                                 long completed, Outcome outcome, String note) {
+            long completed, Outcome outcome, String note) {
         if (outcome != Outcome.UNKNOWN && completed < invoked) {
             throw new IllegalArgumentException("completed at " + completed + " before its invocation at " + invoked);
         }

@@ -53,8 +53,7 @@ import java.util.function.Function;
  * <p>A violation is reported with the block, a kind ({@link Kind}) and the operations that prove it, in one line.
  */
 public final class RegisterChecker {
-    private RegisterChecker() {
-    }
+    private RegisterChecker() {}
 
     /** What went wrong, named after the usual story behind it. */
     public enum Kind {
@@ -322,7 +321,7 @@ public final class RegisterChecker {
             String between = b.first == b.last ? d(b.first) + " ran wholly after " + established(a) + " had made it "
                     + a.value + " and before the read"
                     : d(b.first) + " completed before the read began, and " + d(b.last) + " (of " + b.value
-                    + ") began after " + established(a) + " had made it " + a.value;
+                            + ") began after " + established(a) + " had made it " + a.value;
             report(quiet ? Kind.LOST_WRITE : Kind.STALE_READ, d(stale) + " returned " + a.value + ", though "
                     + between, a.first, b.first, b.last, stale);
         }

@@ -100,8 +100,8 @@ class RegisterCheckerTest {
     void aNewOldInversionDuringOneLongWriteIsRejected() {
         h.write(B, V1, 0, 10);
         h.write(B, V2, 20, 100);
-        h.read(B, V2, 30, 40);  // the new value, while the write runs
-        h.read(B, V1, 50, 60);  // then the old one again: the write cannot take effect twice
+        h.read(B, V2, 30, 40); // the new value, while the write runs
+        h.read(B, V1, 50, 60); // then the old one again: the write cannot take effect twice
         assertRejected(Kind.NEW_OLD_INVERSION);
     }
 
@@ -299,7 +299,7 @@ class RegisterCheckerTest {
 
     /** One operation of a simulated history; {@code point} is where it took effect (-1: never). */
     private record Sim(boolean write, long block, BlockVersion value, long invoked, long completed, Outcome outcome,
-                       long point) {
+            long point) {
     }
 
     private static final int HISTORIES = 400;
@@ -327,12 +327,12 @@ class RegisterCheckerTest {
                             || x.completed() >= read.invoked()) {
                         continue;
                     }
-                    candidates.add(new int[] {r, -1}); // zeros are older than any write
+                    candidates.add(new int[]{r, -1}); // zeros are older than any write
                     for (int u = 0; u < ops.size(); u++) {
                         Sim older = ops.get(u);
                         if (older.write() && older.block() == read.block() && older.outcome() == Outcome.OK
                                 && older.completed() < x.invoked()) {
-                            candidates.add(new int[] {r, u});
+                            candidates.add(new int[]{r, u});
                         }
                     }
                 }

@@ -56,8 +56,7 @@ class VersionedWorkloadTest {
                 }
 
                 @Override
-                public void close() {
-                }
+                public void close() {}
             };
         }
 
@@ -85,8 +84,7 @@ class VersionedWorkloadTest {
                 }
 
                 @Override
-                public void close() {
-                }
+                public void close() {}
             };
         }
 
@@ -107,8 +105,7 @@ class VersionedWorkloadTest {
                 }
 
                 @Override
-                public void close() {
-                }
+                public void close() {}
             };
         }
     }

@@ -25,15 +25,14 @@ public final class WriteLoad {
     private final AtomicReference<Throwable> crash = new AtomicReference<>();
     private final List<Thread> threads = new ArrayList<>();
 
-    private WriteLoad() {
-    }
+    private WriteLoad() {}
 
     /**
      * Starts {@code writers} threads writing blocks {@code first} to {@code first + count - 1} of {@code blockBytes}
      * bytes (a multiple of 4096) through targets of {@code connector}.
      */
     public static WriteLoad start(BlockTarget.Connector connector, int firstWriter, int writers, long first,
-                                  long count, int blockBytes, long seed) {
+            long count, int blockBytes, long seed) {
         if (writers < 1 || firstWriter < 1 || first < 0 || count < 1 || blockBytes < BlockVersion.MIN_BLOCK_BYTES
                 || blockBytes % BlockVersion.MIN_BLOCK_BYTES != 0) {
             throw new IllegalArgumentException("writers " + firstWriter + "+" + writers + ", blocks " + first + "+"
@@ -54,7 +53,7 @@ public final class WriteLoad {
     }
 
     private void work(BlockTarget.Connector connector, int writer, long first, long count, int blockBytes,
-                      SplittableRandom random) throws InterruptedException {
+            SplittableRandom random) throws InterruptedException {
         long sequence = 0;
         BlockTarget target = null;
         try {

@@ -31,8 +31,7 @@ class WriteLoadTest {
             }
 
             @Override
-            public void close() {
-            }
+            public void close() {}
         };
         WriteLoad load = WriteLoad.start(device, 101, 3, 0, BLOCKS, BLOCK, 42);
         long deadline = System.nanoTime() + 10_000_000_000L;
@@ -70,8 +69,7 @@ class WriteLoadTest {
             }
 
             @Override
-            public void close() {
-            }
+            public void close() {}
         };
         WriteLoad load = WriteLoad.start(refusing, 7, 2, 0, BLOCKS, BLOCK, 1);
         long deadline = System.nanoTime() + 10_000_000_000L;

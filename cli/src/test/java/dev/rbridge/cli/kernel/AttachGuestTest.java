@@ -49,7 +49,7 @@ class AttachGuestTest {
         String classpath = lab.copyClasspath();
         try (ServeCluster c = LOGS.watch(ServeCluster.builder("attach").memservers(2).capacity("1G").timeout("2")
                 .token(TOKEN).volume("disk,size=512M,replicas=2,slab=16M").start());
-             GuestLab.Guest guest = lab.start(540, 1536, "NBD_PORT=" + c.nbdPort(), "RB_CP=" + classpath)) {
+                GuestLab.Guest guest = lab.start(540, 1536, "NBD_PORT=" + c.nbdPort(), "RB_CP=" + classpath)) {
             guest.awaitSignal("restart-now");
             long t = System.nanoTime();
             c.restartBridge(); // SIGTERM (drain, leases given back), then the same command on the same ports

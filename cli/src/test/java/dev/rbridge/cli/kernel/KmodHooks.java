@@ -16,8 +16,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 final class KmodHooks {
     private static Path writeData;
 
-    private KmodHooks() {
-    }
+    private KmodHooks() {}
 
     /** {@code kmod-hooks/}, found from the cli module (where Maven runs the tests) or from the project root. */
     static Path dir() {

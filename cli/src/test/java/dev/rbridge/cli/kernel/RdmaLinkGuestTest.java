@@ -40,7 +40,7 @@ class RdmaLinkGuestTest {
     /** Two UDP ports free on the host's loopback right now, for the two ends of the wire. */
     private static int[] freeUdpPorts() throws IOException {
         try (DatagramSocket a = new DatagramSocket(0, InetAddress.getLoopbackAddress());
-             DatagramSocket b = new DatagramSocket(0, InetAddress.getLoopbackAddress())) {
+                DatagramSocket b = new DatagramSocket(0, InetAddress.getLoopbackAddress())) {
             return new int[]{a.getLocalPort(), b.getLocalPort()};
         }
     }
@@ -59,7 +59,7 @@ class RdmaLinkGuestTest {
         String farClasspath = far.copyClasspath();
         String classpath = lab.copyClasspath();
         try (GuestLab.Guest farGuest = far.start(900, 1536, "RB_CP=" + farClasspath, "TOKEN=" + token);
-             GuestLab.Guest guest = lab.start(840, 2048, "RB_CP=" + classpath, "TOKEN=" + token)) {
+                GuestLab.Guest guest = lab.start(840, 2048, "RB_CP=" + classpath, "TOKEN=" + token)) {
             String output = guest.finish(900);
             String logs = "\n---- far guest\n" + far.tail(40) + "\n---- ms.log\n" + far.shared("ms.log")
                     + "\n---- a.log\n" + lab.shared("a.log");

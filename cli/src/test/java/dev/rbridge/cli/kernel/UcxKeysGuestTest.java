@@ -68,7 +68,7 @@ class UcxKeysGuestTest {
         Matcher m = KEYS.matcher(output);
         while (m.find()) {
             if (m.group(1).equals(name)) {
-                return new long[] {Long.parseLong(m.group(2)), Long.parseLong(m.group(3)),
+                return new long[]{Long.parseLong(m.group(2)), Long.parseLong(m.group(3)),
                         Long.parseLong(m.group(4)), Long.parseLong(m.group(5))};
             }
         }

@@ -43,7 +43,7 @@ final class PrometheusProcess implements AutoCloseable {
         config = replace(config, "  - rbridge-alerts.yml", "  - " + DEPLOY.resolve("prometheus/rbridge-alerts.yml"));
         Path file = dir.resolve("prometheus.yml");
         Files.writeString(file, config);
-        for (int attempt = 1; ; attempt++) {
+        for (int attempt = 1;; attempt++) {
             int port;
             try (ServerSocket s = new ServerSocket(0)) {
                 port = s.getLocalPort();

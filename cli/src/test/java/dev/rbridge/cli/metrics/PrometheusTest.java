@@ -91,7 +91,7 @@ class PrometheusTest {
         Files.writeString(file, config);
         PeerTool.check(60, "promtool", "check", "config", file.toString());
         startedAtSeconds = System.currentTimeMillis() / 1000;
-        for (int attempt = 1; ; attempt++) {
+        for (int attempt = 1;; attempt++) {
             int port;
             try (ServerSocket s = new ServerSocket(0)) {
                 port = s.getLocalPort();
@@ -196,7 +196,8 @@ class PrometheusTest {
                 && v <= before.get(served) + 2 * WRITES + 2 * SLABS_WRITTEN);
         awaitValue(resident, v -> v >= before.get(resident) + 2.0 * WRITES * WRITE_SIZE);
         // Something below 1 s: the histogram resolves the data path, not just its tail.
-        double fast = value("sum(rbridge_nbd_request_duration_seconds_bucket{export=\"disk\",op=\"write\",le=\"0.25\"})");
+        double fast =
+                value("sum(rbridge_nbd_request_duration_seconds_bucket{export=\"disk\",op=\"write\",le=\"0.25\"})");
         assertTrue(fast > 0, "writes under 250 ms are counted in a bucket below 1 s: " + fast);
         double enforced = value("sum(rbridge_memserver_keys_enforced{job=\"rbridge-memserver\"})");
         assertEquals(cluster.memservers().size(), enforced, "tcp hands out no remote keys: every memserver checks "
@@ -294,7 +295,8 @@ class PrometheusTest {
                     continue;
                 }
                 names++;
-                assertTrue(exposed.contains(name), "dashboard query names " + name + ", which no endpoint exposes: " + q);
+                assertTrue(exposed.contains(name),
+                        "dashboard query names " + name + ", which no endpoint exposes: " + q);
             }
             assertTrue(names > 0, "found no metric in " + q);
             Map<String, Object> r = json(prom + "/api/v1/query?query=" + enc(expr));
@@ -385,7 +387,8 @@ class PrometheusTest {
         }
         double degradedNow = 0;
         for (Map.Entry<String, Double> e : last.entrySet()) {
-            if (e.getKey().startsWith("rbridge_volume_slabs") && e.getKey().matches(".*state=(degraded|rebuilding)\\b.*")) {
+            if (e.getKey().startsWith("rbridge_volume_slabs")
+                    && e.getKey().matches(".*state=(degraded|rebuilding)\\b.*")) {
                 degradedNow += e.getValue();
             }
         }
@@ -399,11 +402,11 @@ class PrometheusTest {
                 + noAlert("RbridgeMemserverDown", beforeKill) + noAlert("RbridgeMemserverUnreachable", beforeKill)
                 + noAlert("RbridgeVolumeDegraded", beforeKill)
                 + expected("RbridgeMemserverDown", fireAt, rules, Map.of("severity", "warning", "job",
-                "rbridge-memserver", "instance", instance), 0)
+                        "rbridge-memserver", "instance", instance), 0)
                 + expected("RbridgeMemserverUnreachable", fireAt, rules, Map.of("severity", "warning", "job",
-                "rbridge-bridge", "instance", cluster.metricsAddress(), "memserver", address), 0)
+                        "rbridge-bridge", "instance", cluster.metricsAddress(), "memserver", address), 0)
                 + expected("RbridgeVolumeDegraded", fireAt, rules, Map.of("severity", "warning", "instance",
-                cluster.metricsAddress(), "export", "disk"), degradedNow);
+                        cluster.metricsAddress(), "export", "disk"), degradedNow);
         Path file = dir.resolve("recorded-alerts.test.yml");
         Files.writeString(file, test);
         PeerTool.Result r = PeerTool.run(120, List.of("promtool", "test", "rules", file.toString()));
@@ -419,7 +422,7 @@ class PrometheusTest {
 
     /** An expected alert, its annotations rendered from the deploy rules the way Prometheus's templates would. */
     private static String expected(String name, long at, Map<String, Map<String, String>> rules,
-                                   Map<String, String> labels, double value) {
+            Map<String, String> labels, double value) {
         StringBuilder b = new StringBuilder("      - eval_time: " + at + "s\n        alertname: " + name
                 + "\n        exp_alerts:\n          - exp_labels:\n");
         new TreeMap<>(labels).forEach((k, v) -> b.append("              ").append(k).append(": \"")

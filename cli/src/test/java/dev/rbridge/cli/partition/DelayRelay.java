@@ -29,8 +29,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class DelayRelay {
     private static volatile long delayNanos;
 
-    private DelayRelay() {
-    }
+    private DelayRelay() {}
 
     /** One chunk and when it may go on; a chunk of length 0 is the end of the stream. */
     private record Chunk(long dueNanos, byte[] bytes) {
@@ -53,7 +52,7 @@ public final class DelayRelay {
         PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
         out.println("ready " + server.getLocalPort());
         BufferedReader control = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        for (String line; (line = control.readLine()) != null; ) {
+        for (String line; (line = control.readLine()) != null;) {
             delayNanos = TimeUnit.MILLISECONDS.toNanos(Long.parseLong(line.strip()));
             out.println("delay " + line.strip());
         }
@@ -82,7 +81,7 @@ public final class DelayRelay {
             byte[] buf = new byte[64 * 1024];
             try {
                 InputStream in = from.getInputStream();
-                for (int n; (n = in.read(buf)) > 0; ) {
+                for (int n; (n = in.read(buf)) > 0;) {
                     queue.add(new Chunk(System.nanoTime() + delayNanos, Arrays.copyOf(buf, n)));
                 }
                 queue.add(new Chunk(System.nanoTime() + delayNanos, new byte[0]));

@@ -16,8 +16,7 @@ import java.util.function.Function;
  * lab node, so every request crosses the lab's wire, and a read pass of its own after a workload's.
  */
 final class LabHistory {
-    private LabHistory() {
-    }
+    private LabHistory() {}
 
     /** libnbd clients of {@code uri} in {@code node} ({@code ip netns exec}), with LibnbdTarget's deadline. */
     static BlockTarget.Connector connector(PartitionLab lab, String node, String uri) {
@@ -50,7 +49,7 @@ final class LabHistory {
      * involved, widened by 20 ms each way, one line each in invocation order, so a failure shows what ran around it.
      */
     static String excerpt(List<History.Operation> operations, RegisterChecker.Result result,
-                          Function<History.Operation, String> describe, int max) {
+            Function<History.Operation, String> describe, int max) {
         long margin = TimeUnit.MILLISECONDS.toNanos(20);
         StringBuilder b = new StringBuilder();
         for (RegisterChecker.Violation v : result.violations().subList(0, Math.min(max, result.violations().size()))) {

@@ -47,8 +47,7 @@ public final class NetProbe {
     private Socket conn;
     private final StringBuilder pending = new StringBuilder();
 
-    private NetProbe() {
-    }
+    private NetProbe() {}
 
     public static void main(String[] args) throws IOException {
         int port = Integer.parseInt(args[0]);
@@ -60,7 +59,7 @@ public final class NetProbe {
         out.println("ready");
         NetProbe probe = new NetProbe();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        for (String line; (line = in.readLine()) != null; ) {
+        for (String line; (line = in.readLine()) != null;) {
             String result;
             try {
                 result = probe.command(line.strip().split(" "));

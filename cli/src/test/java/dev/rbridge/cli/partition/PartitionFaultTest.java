@@ -100,7 +100,8 @@ class PartitionFaultTest {
             // acknowledged data.
             LabAdmin.await("a slab placed on m1 and history writes acknowledged", Duration.ofSeconds(30),
                     () -> history.history().count(Kind.WRITE).get(Outcome.OK) >= 20 && admin.slabs(bridge, "disk")
-                            .stream().anyMatch(s -> ServeCluster.replicaServers(s).contains(m1.address())), all);
+                            .stream().anyMatch(s -> ServeCluster.replicaServers(s).contains(m1.address())),
+                    all);
             assertTrue(fio.isAlive(), "fio finished before the cut: " + Files.readString(fioOut));
 
             lab.cut("bridge", "m1");

@@ -295,7 +295,7 @@ public final class PartitionLab implements AutoCloseable {
 
     /** A {@link DelayRelay} in a server node, listening on relayPort, for connections from client to port. */
     private record Relay(String client, String server, int port, int relayPort, Process process,
-                         PrintStream control, BufferedReader answers) {
+            PrintStream control, BufferedReader answers) {
     }
 
     /**

@@ -104,7 +104,8 @@ class PartitionRebuildTest {
             // moving off the cut memserver, with the volume healthy, say it degraded and was rebuilt.
             LabAdmin.await("slab " + slab + " rebuilt without " + victim.node() + " and the volume healthy",
                     Duration.ofSeconds(40), () -> !replicas(admin, bridge, slab).contains(victim.address())
-                            && admin.volumeState(bridge).equals("healthy"), all);
+                            && admin.volumeState(bridge).equals("healthy"),
+                    all);
             double rebuiltAfter = (System.nanoTime() - cutAt) / 1e9;
             List<String> rebuilt = replicas(admin, bridge, slab);
             assertTrue(!rebuilt.contains(victim.address()) && rebuilt.size() == 2,

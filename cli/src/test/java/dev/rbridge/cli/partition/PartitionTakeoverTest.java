@@ -80,7 +80,8 @@ class PartitionTakeoverTest {
             History aHistory = aClients.history();
             LabAdmin.await("A's clients writing and A's lease on both memservers", Duration.ofSeconds(30),
                     () -> aHistory.count(Kind.WRITE).get(Outcome.OK) >= 40 && admin.leaseHeld(m0, VOLUME)
-                            && admin.leaseHeld(m1, VOLUME), all.toArray(LabRbridge[]::new));
+                            && admin.leaseHeld(m1, VOLUME),
+                    all.toArray(LabRbridge[]::new));
 
             lab.cut("a", "m0");
             lab.cut("a", "m1");
@@ -95,7 +96,7 @@ class PartitionTakeoverTest {
             all.add(b);
             LabRbridge[] logs = all.toArray(LabRbridge[]::new);
             VersionedWorkload.Running bClients = VersionedWorkload.builder(LabHistory.connector(lab, "client",
-                            b.uri(VOLUME))).writers(4).blocks(FIRST, BLOCKS).blockBytes(BLOCK).readPercent(50)
+                    b.uri(VOLUME))).writers(4).blocks(FIRST, BLOCKS).blockBytes(BLOCK).readPercent(50)
                     .duration(Duration.ofSeconds(120)).seed(seed).build().start();
             LabAdmin.await("B's clients writing", Duration.ofSeconds(30),
                     () -> bClients.history().count(Kind.WRITE).get(Outcome.OK) >= 40, logs);
@@ -129,8 +130,8 @@ class PartitionTakeoverTest {
             long aAckedAfterGrant = aHistory.operations().stream().filter(o -> o.outcome() == Outcome.OK
                     && o.completed() > grantedBy).count();
             String story = String.format("A's lease lapsed %.1f s after the cut; A %s %.1f s after the heal; A's"
-                            + " clients: %s, %d acknowledged after the cut (%d after B's grant), %d writes sent after"
-                            + " the heal failed with EIO; B's clients: %s, %d reads returned A's versions%n%s",
+                    + " clients: %s, %d acknowledged after the cut (%d after B's grant), %d writes sent after"
+                    + " the heal failed with EIO; B's clients: %s, %d reads returned A's versions%n%s",
                     lapsedAfter / 1e9, fenced ? "fenced" : "had not fenced", fencedAfter / 1e9, aHistory.summary(),
                     aAckedAfterCut, aAckedAfterGrant, aEio, bClients, bReadA, result.report(10))
                     + (a.log().contains("wrong access key") ? "\nA's late WRITE was refused: wrong access key" : "");

@@ -43,8 +43,7 @@ public final class ReplicaCompare {
     private record Placed(RemoteConnection connection, String memserver, RegionInfo region) {
     }
 
-    private ReplicaCompare() {
-    }
+    private ReplicaCompare() {}
 
     public static void main(String[] args) {
         PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);

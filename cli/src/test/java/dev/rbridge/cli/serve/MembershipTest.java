@@ -224,7 +224,8 @@ class MembershipTest {
             Path part = Files.write(dir.resolve("second"), second);
             PeerTool.check(120, "nbdcopy", part.toString(), c.uri("disk"));
             c.awaitAdmin("/memservers", m -> ((List<Object>) m).stream()
-                    .noneMatch(x -> victim.equals(((Map<String, Object>) x).get("memserver"))), Duration.ofSeconds(120));
+                    .noneMatch(x -> victim.equals(((Map<String, Object>) x).get("memserver"))),
+                    Duration.ofSeconds(120));
             assertEquals("healthy", state(c.admin("/volumes")));
             assertTrue(c.bridge().log().contains("memserver " + victim + ": drained"), c.bridge().log());
             String slabs = String.valueOf(c.admin("/volumes/disk/slabs"));
@@ -385,7 +386,8 @@ class MembershipTest {
                 "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--rate=4m");
         Path fioOut = dir.resolve("fio.out");
         Process writer = new ProcessBuilder(fio).redirectErrorStream(true).redirectOutput(fioOut.toFile()).start();
-        java.util.concurrent.atomic.AtomicReference<String> lostSeen = new java.util.concurrent.atomic.AtomicReference<>();
+        java.util.concurrent.atomic.AtomicReference<String> lostSeen =
+                new java.util.concurrent.atomic.AtomicReference<>();
         Thread watcher = Thread.ofVirtual().start(() -> {
             while (!Thread.currentThread().isInterrupted()) {
                 try {

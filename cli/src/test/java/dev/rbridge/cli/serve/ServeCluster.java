@@ -427,7 +427,8 @@ public final class ServeCluster implements AutoCloseable {
         private void start(int onPort) throws IOException {
             List<String> args = new ArrayList<>(List.of("memserver", "--listen", "127.0.0.1:" + onPort,
                     "--capacity", cluster.config.capacity, "--admin", !cluster.config.memserverAdmin ? "none"
-                            : adminAddress == null ? "127.0.0.1:0" : adminAddress, "--transport",
+                            : adminAddress == null ? "127.0.0.1:0" : adminAddress,
+                    "--transport",
                     cluster.config.transport, "--metrics",
                     !cluster.config.metrics ? "none" : metricsAddress == null ? "127.0.0.1:0" : metricsAddress));
             if (cluster.config.token != null) {
@@ -521,8 +522,9 @@ public final class ServeCluster implements AutoCloseable {
             args.addAll(List.of("--volume", v));
         }
         args.addAll(List.of("--admin", config.admin ? (adminAddress == null ? "127.0.0.1:0" : adminAddress) : "none"));
-        args.addAll(List.of("--metrics", !config.metrics ? "none" : metricsAddress == null ? "127.0.0.1:0"
-                : metricsAddress));
+        args.addAll(List.of("--metrics", !config.metrics ? "none"
+                : metricsAddress == null ? "127.0.0.1:0"
+                        : metricsAddress));
         args.addAll(List.of("--timeout", config.timeout));
         args.addAll(List.of("--transport", config.transport));
         if (config.token != null) {
@@ -921,8 +923,7 @@ public final class ServeCluster implements AutoCloseable {
 
     /** The project's one JSON reader ({@link dev.rbridge.ops.json.Json}), under the name these tests use. */
     public static final class Json {
-        private Json() {
-        }
+        private Json() {}
 
         /** Objects as maps in document order, arrays as lists, strings, longs, doubles, booleans, null. */
         public static Object parse(String text) {

@@ -176,7 +176,8 @@ class ServeClusterTest {
         cluster.killBridge(); // SIGKILL: startBridge waits out the lease if it must
         cluster.startBridge();
         assertTrue(cluster.bridge().log().contains(UNCLEAN), "a SIGKILLed bridge gave nothing back, and the new one"
-                + " must see that (else the check after the graceful restart could not fail):\n" + cluster.bridge().log());
+                + " must see that (else the check after the graceful restart could not fail):\n"
+                + cluster.bridge().log());
         check(2, 40 * MiB + 12345, 3 * MiB);
         check(3, 20 * MiB, MiB);
         assertHealthyOnBothMemservers();
@@ -206,7 +207,8 @@ class ServeClusterTest {
         for (String auth : new String[]{null, "Bearer wrong", "Bearer s3cre", "s3cret"}) {
             HttpResponse<String> read = adminRequest("GET", "/volumes", auth);
             assertEquals(401, read.statusCode(), "GET /volumes with Authorization " + auth + ": " + read.body());
-            assertEquals("Bearer", read.headers().firstValue("WWW-Authenticate").orElse(null), read.headers().toString());
+            assertEquals("Bearer", read.headers().firstValue("WWW-Authenticate").orElse(null),
+                    read.headers().toString());
             assertTrue(!read.body().contains("\"healthy\""), "a refused read leaks nothing: " + read.body());
             HttpResponse<String> drain = adminRequest("POST", "/memservers/" + victim + "/drain", auth);
             assertEquals(401, drain.statusCode(), "POST drain with Authorization " + auth + ": " + drain.body());

@@ -150,143 +150,144 @@ class ServeInteropTest {
     }
 
     /** The program behind {@link #trimZeroAndBlockStatusFollowTheSlabs()}: python3 -c PROGRAM URI SLAB_BYTES. */
-    private static final String SLAB_SEMANTICS = """
-            import os, sys
-            import nbd
-            NAME = "slab_semantics"
-            def fail(msg):
-                sys.stderr.write("%s: FAIL: %s\\n" % (NAME, msg))
-                sys.exit(1)
-            uri, SLAB = sys.argv[1], int(sys.argv[2])
-            MiB = 1 << 20
-            HOLE, ZERO, CTX = nbd.STATE_HOLE, nbd.STATE_ZERO, nbd.CONTEXT_BASE_ALLOCATION
-            h = nbd.NBD()
-            h.add_meta_context(CTX)
-            h.connect_uri(uri)
-            if not h.can_meta_context(CTX):
-                fail("base:allocation not negotiated")
-            size = h.get_size()
-            n = size // SLAB
-            if n < 10 or size % SLAB:
-                fail("want a volume of >= 10 whole slabs, got %d bytes" % size)
-            S = lambda i: i * SLAB
+    private static final String SLAB_SEMANTICS =
+            """
+                    import os, sys
+                    import nbd
+                    NAME = "slab_semantics"
+                    def fail(msg):
+                        sys.stderr.write("%s: FAIL: %s\\n" % (NAME, msg))
+                        sys.exit(1)
+                    uri, SLAB = sys.argv[1], int(sys.argv[2])
+                    MiB = 1 << 20
+                    HOLE, ZERO, CTX = nbd.STATE_HOLE, nbd.STATE_ZERO, nbd.CONTEXT_BASE_ALLOCATION
+                    h = nbd.NBD()
+                    h.add_meta_context(CTX)
+                    h.connect_uri(uri)
+                    if not h.can_meta_context(CTX):
+                        fail("base:allocation not negotiated")
+                    size = h.get_size()
+                    n = size // SLAB
+                    if n < 10 or size % SLAB:
+                        fail("want a volume of >= 10 whole slabs, got %d bytes" % size)
+                    S = lambda i: i * SLAB
 
-            def status(off, count, flags=0):
-                calls = []
-                def cb(ctx, o, entries, err):
-                    if ctx == CTX:
-                        calls.append(list(entries))
-                    return 0
-                h.block_status(count, off, cb, flags)
-                if len(calls) != 1 or len(calls[0]) < 2 or len(calls[0]) % 2:
-                    fail("block_status(%d, %d): callbacks %r" % (off, count, calls))
-                out, pos = [], off
-                for i in range(0, len(calls[0]), 2):
-                    ln, fl = calls[0][i], calls[0][i + 1]
-                    if ln <= 0 or pos + ln > size:
-                        fail("block_status(%d, %d): bad extent [%d,+%d)" % (off, count, pos, ln))
-                    out.append((pos, ln, fl))
-                    pos += ln
-                return out
+                    def status(off, count, flags=0):
+                        calls = []
+                        def cb(ctx, o, entries, err):
+                            if ctx == CTX:
+                                calls.append(list(entries))
+                            return 0
+                        h.block_status(count, off, cb, flags)
+                        if len(calls) != 1 or len(calls[0]) < 2 or len(calls[0]) % 2:
+                            fail("block_status(%d, %d): callbacks %r" % (off, count, calls))
+                        out, pos = [], off
+                        for i in range(0, len(calls[0]), 2):
+                            ln, fl = calls[0][i], calls[0][i + 1]
+                            if ln <= 0 or pos + ln > size:
+                                fail("block_status(%d, %d): bad extent [%d,+%d)" % (off, count, pos, ln))
+                            out.append((pos, ln, fl))
+                            pos += ln
+                        return out
 
-            # Slab 0 never written. Slab 1: data, then partial TRIM / ZERO / NO_HOLE / FAST_ZERO / unaligned ZERO.
-            d1 = bytearray(os.urandom(SLAB))
-            h.pwrite(bytes(d1), S(1))
-            def zero_model(buf, lo, ln):
-                buf[lo:lo + ln] = bytes(ln)
-            h.trim(MiB, S(1) + MiB); zero_model(d1, MiB, MiB)
-            h.zero(MiB // 2, S(1) + 2 * MiB); zero_model(d1, 2 * MiB, MiB // 2)
-            h.zero(MiB // 4, S(1) + 3 * MiB, nbd.CMD_FLAG_NO_HOLE); zero_model(d1, 3 * MiB, MiB // 4)
-            fast = "not advertised"
-            if h.can_fast_zero():
-                h.zero(65536, S(1) + 3 * MiB + MiB // 2, nbd.CMD_FLAG_FAST_ZERO); zero_model(d1, 3 * MiB + MiB // 2, 65536)
-                fast = "done"
-            h.zero(5000, S(1) + 100); zero_model(d1, 100, 5000)
-            # Slab 2: data, then TRIM of the whole slab; slab 3: data, then WRITE_ZEROES of the whole slab.
-            h.pwrite(os.urandom(SLAB), S(2)); h.trim(SLAB, S(2))
-            h.pwrite(os.urandom(SLAB), S(3)); h.zero(SLAB, S(3))
-            # Slab 4: data; a 2 MiB WRITE_ZEROES across into never-written slab 5 (which must stay a hole).
-            d4 = bytearray(os.urandom(SLAB))
-            h.pwrite(bytes(d4), S(4))
-            h.zero(2 * MiB, S(5) - MiB); zero_model(d4, SLAB - MiB, MiB)
-            # Slab 6: TRIM and WRITE_ZEROES (NO_HOLE) on a never-written slab: still a hole.
-            h.trim(SLAB, S(6)); h.zero(MiB, S(6) + MiB, nbd.CMD_FLAG_NO_HOLE)
-            # Slab 7: one byte at its very end.
-            h.pwrite(b"\\x5a", S(8) - 1)
-            h.flush()
+                    # Slab 0 never written. Slab 1: data, then partial TRIM / ZERO / NO_HOLE / FAST_ZERO / unaligned ZERO.
+                    d1 = bytearray(os.urandom(SLAB))
+                    h.pwrite(bytes(d1), S(1))
+                    def zero_model(buf, lo, ln):
+                        buf[lo:lo + ln] = bytes(ln)
+                    h.trim(MiB, S(1) + MiB); zero_model(d1, MiB, MiB)
+                    h.zero(MiB // 2, S(1) + 2 * MiB); zero_model(d1, 2 * MiB, MiB // 2)
+                    h.zero(MiB // 4, S(1) + 3 * MiB, nbd.CMD_FLAG_NO_HOLE); zero_model(d1, 3 * MiB, MiB // 4)
+                    fast = "not advertised"
+                    if h.can_fast_zero():
+                        h.zero(65536, S(1) + 3 * MiB + MiB // 2, nbd.CMD_FLAG_FAST_ZERO); zero_model(d1, 3 * MiB + MiB // 2, 65536)
+                        fast = "done"
+                    h.zero(5000, S(1) + 100); zero_model(d1, 100, 5000)
+                    # Slab 2: data, then TRIM of the whole slab; slab 3: data, then WRITE_ZEROES of the whole slab.
+                    h.pwrite(os.urandom(SLAB), S(2)); h.trim(SLAB, S(2))
+                    h.pwrite(os.urandom(SLAB), S(3)); h.zero(SLAB, S(3))
+                    # Slab 4: data; a 2 MiB WRITE_ZEROES across into never-written slab 5 (which must stay a hole).
+                    d4 = bytearray(os.urandom(SLAB))
+                    h.pwrite(bytes(d4), S(4))
+                    h.zero(2 * MiB, S(5) - MiB); zero_model(d4, SLAB - MiB, MiB)
+                    # Slab 6: TRIM and WRITE_ZEROES (NO_HOLE) on a never-written slab: still a hole.
+                    h.trim(SLAB, S(6)); h.zero(MiB, S(6) + MiB, nbd.CMD_FLAG_NO_HOLE)
+                    # Slab 7: one byte at its very end.
+                    h.pwrite(b"\\x5a", S(8) - 1)
+                    h.flush()
 
-            want = {1: bytes(d1), 4: bytes(d4), 7: bytes(SLAB - 1) + b"\\x5a"}
-            content = {}
-            for i in list(range(0, 10)) + [n - 1]:
-                got = h.pread(SLAB, S(i))
-                exp = want.get(i, bytes(SLAB))
-                if got != exp:
-                    d = next(k for k in range(SLAB) if got[k] != exp[k])
-                    fail("slab %d: read differs at export offset %d: expected 0x%02x got 0x%02x"
-                         % (i, S(i) + d, exp[d], got[d]))
-                content[i] = got
+                    want = {1: bytes(d1), 4: bytes(d4), 7: bytes(SLAB - 1) + b"\\x5a"}
+                    content = {}
+                    for i in list(range(0, 10)) + [n - 1]:
+                        got = h.pread(SLAB, S(i))
+                        exp = want.get(i, bytes(SLAB))
+                        if got != exp:
+                            d = next(k for k in range(SLAB) if got[k] != exp[k])
+                            fail("slab %d: read differs at export offset %d: expected 0x%02x got 0x%02x"
+                                 % (i, S(i) + d, exp[d], got[d]))
+                        content[i] = got
 
-            exts, pos = [], 0
-            while pos < size:
-                got = status(pos, min(size - pos, 64 * MiB))
-                exts += got
-                pos = got[-1][0] + got[-1][1]
-            # Allocation is per slab (a never-written slab is HOLE|ZERO as a whole); inside an allocated slab the
-            # bridge reports, per 4 KiB block, what a TRIM / WRITE_ZEROES left zero. Never a lie: a block with the
-            # ZERO bit reads as zeroes, a block holding data reports neither HOLE nor ZERO.
-            B = 4096
-            flags = {}
-            for (o, l, f) in exts:
-                if o % B or (o + l) % B:
-                    fail("extent [%d,+%d) flags %d does not fall on 4 KiB blocks" % (o, l, f))
-                for b in range(o // B, (o + l) // B):
-                    flags[b] = f & 3
-            per_slab = SLAB // B
-            for i in range(n):
-                fs = [flags[b] for b in range(i * per_slab, (i + 1) * per_slab)]
-                if i in content:
-                    for k, f in enumerate(fs):
-                        blk = content[i][k * B:(k + 1) * B]
-                        if f & ZERO and blk.count(0) != B:
-                            fail("slab %d block %d reports ZERO but holds data" % (i, k))
-                        if blk.count(0) != B and f != 0:
-                            fail("slab %d block %d holds data but reports flags %d" % (i, k, f))
-                if i in (1, 4, 7):
-                    continue
-                if i in (2, 3):
-                    if any(f not in (0, ZERO, HOLE | ZERO) for f in fs):
-                        fail("slab %d (zeroed whole) reports %r" % (i, sorted(set(fs))))
-                elif any(f != HOLE | ZERO for f in fs):
-                    fail("never-written slab %d reports %r, expected HOLE|ZERO" % (i, sorted(set(fs))))
-            if flags[(S(1) + MiB) // B] != HOLE | ZERO or flags[(S(1) + 3 * MiB) // B] != ZERO:
-                fail("slab 1: a trimmed block must be HOLE|ZERO and a NO_HOLE-zeroed one ZERO, got %d and %d"
-                     % (flags[(S(1) + MiB) // B], flags[(S(1) + 3 * MiB) // B]))
+                    exts, pos = [], 0
+                    while pos < size:
+                        got = status(pos, min(size - pos, 64 * MiB))
+                        exts += got
+                        pos = got[-1][0] + got[-1][1]
+                    # Allocation is per slab (a never-written slab is HOLE|ZERO as a whole); inside an allocated slab the
+                    # bridge reports, per 4 KiB block, what a TRIM / WRITE_ZEROES left zero. Never a lie: a block with the
+                    # ZERO bit reads as zeroes, a block holding data reports neither HOLE nor ZERO.
+                    B = 4096
+                    flags = {}
+                    for (o, l, f) in exts:
+                        if o % B or (o + l) % B:
+                            fail("extent [%d,+%d) flags %d does not fall on 4 KiB blocks" % (o, l, f))
+                        for b in range(o // B, (o + l) // B):
+                            flags[b] = f & 3
+                    per_slab = SLAB // B
+                    for i in range(n):
+                        fs = [flags[b] for b in range(i * per_slab, (i + 1) * per_slab)]
+                        if i in content:
+                            for k, f in enumerate(fs):
+                                blk = content[i][k * B:(k + 1) * B]
+                                if f & ZERO and blk.count(0) != B:
+                                    fail("slab %d block %d reports ZERO but holds data" % (i, k))
+                                if blk.count(0) != B and f != 0:
+                                    fail("slab %d block %d holds data but reports flags %d" % (i, k, f))
+                        if i in (1, 4, 7):
+                            continue
+                        if i in (2, 3):
+                            if any(f not in (0, ZERO, HOLE | ZERO) for f in fs):
+                                fail("slab %d (zeroed whole) reports %r" % (i, sorted(set(fs))))
+                        elif any(f != HOLE | ZERO for f in fs):
+                            fail("never-written slab %d reports %r, expected HOLE|ZERO" % (i, sorted(set(fs))))
+                    if flags[(S(1) + MiB) // B] != HOLE | ZERO or flags[(S(1) + 3 * MiB) // B] != ZERO:
+                        fail("slab 1: a trimmed block must be HOLE|ZERO and a NO_HOLE-zeroed one ZERO, got %d and %d"
+                             % (flags[(S(1) + MiB) // B], flags[(S(1) + 3 * MiB) // B]))
 
-            def one(off, count, want_flags):
-                e = status(off, count, nbd.CMD_FLAG_REQ_ONE)
-                if len(e) != 1 or e[0][1] > count or e[0][2] & 3 != want_flags:
-                    fail("REQ_ONE(%d, %d) gave %r, expected one extent <= count with flags %d"
-                         % (off, count, e, want_flags))
-            one(7, 100, HOLE | ZERO)
-            one(S(1) + 17, 2 * SLAB, 0)
-            one(S(6), SLAB, HOLE | ZERO)
-            one(S(5) + 4096, 3 * SLAB, HOLE | ZERO)
-            e = status(size - 4096, 4096, nbd.CMD_FLAG_REQ_ONE)
-            if len(e) != 1 or e[0][1] != 4096 or e[0][2] & 3 != HOLE | ZERO:
-                fail("REQ_ONE on the last block gave %r" % e)
+                    def one(off, count, want_flags):
+                        e = status(off, count, nbd.CMD_FLAG_REQ_ONE)
+                        if len(e) != 1 or e[0][1] > count or e[0][2] & 3 != want_flags:
+                            fail("REQ_ONE(%d, %d) gave %r, expected one extent <= count with flags %d"
+                                 % (off, count, e, want_flags))
+                    one(7, 100, HOLE | ZERO)
+                    one(S(1) + 17, 2 * SLAB, 0)
+                    one(S(6), SLAB, HOLE | ZERO)
+                    one(S(5) + 4096, 3 * SLAB, HOLE | ZERO)
+                    e = status(size - 4096, 4096, nbd.CMD_FLAG_REQ_ONE)
+                    if len(e) != 1 or e[0][1] != 4096 or e[0][2] & 3 != HOLE | ZERO:
+                        fail("REQ_ONE on the last block gave %r" % e)
 
-            # Writing into the trimmed hole slab 6 makes it data.
-            d6 = os.urandom(MiB)
-            h.pwrite(d6, S(6) + MiB)
-            if h.pread(MiB, S(6) + MiB) != d6:
-                fail("slab 6 rewrite does not read back")
-            e = status(S(6), SLAB)
-            if any(f & 3 for (o, l, f) in e if o < S(7)):
-                fail("slab 6 after a write still reports %r" % e)
-            h.shutdown()
-            print("%s: OK %d slabs, %d extents on slab boundaries, partial/whole/cross-slab trim and zero, fast_zero %s,"
-                  " never-written slabs HOLE|ZERO, REQ_ONE x5" % (NAME, n, len(exts), fast))
-            """;
+                    # Writing into the trimmed hole slab 6 makes it data.
+                    d6 = os.urandom(MiB)
+                    h.pwrite(d6, S(6) + MiB)
+                    if h.pread(MiB, S(6) + MiB) != d6:
+                        fail("slab 6 rewrite does not read back")
+                    e = status(S(6), SLAB)
+                    if any(f & 3 for (o, l, f) in e if o < S(7)):
+                        fail("slab 6 after a write still reports %r" % e)
+                    h.shutdown()
+                    print("%s: OK %d slabs, %d extents on slab boundaries, partial/whole/cross-slab trim and zero, fast_zero %s,"
+                          " never-written slabs HOLE|ZERO, REQ_ONE x5" % (NAME, n, len(exts), fast))
+                    """;
 
     @Test
     @Order(6)

@@ -4,8 +4,7 @@ import java.nio.ByteBuffer;
 
 /** Gathering a buffer's worth of input that may be split anywhere: a header ({@link FixedHeader}), a payload. */
 public final class Gather {
-    private Gather() {
-    }
+    private Gather() {}
 
     /**
      * Moves as much of {@code in} as {@code dst} has room for, advancing both positions; true once {@code dst} is full.

@@ -22,6 +22,5 @@ public interface Duty {
      * Called on the role's thread when an {@link Error} ended it (never on {@link DutyCycle#close}): where the role's
      * absence must be reported (a server's readiness), this is the place. Does nothing by default.
      */
-    default void onStopped(Error error) {
-    }
+    default void onStopped(Error error) {}
 }

@@ -30,8 +30,7 @@ public final class Libc {
     private static final Linked<MethodHandle> STRERROR = Linked.of("strerror",
             () -> downcallWithoutErrno("strerror", FunctionDescriptor.of(ValueLayout.ADDRESS, ValueLayout.JAVA_INT)));
 
-    private Libc() {
-    }
+    private Libc() {}
 
     /**
      * A handle on libc's {@code symbol} that captures errno: its first argument is a segment of {@link #callState},
@@ -46,7 +45,7 @@ public final class Libc {
 
     /** A handle on libc's {@code symbol} without errno: for calls whose failure says all in its result. */
     public static MethodHandle downcallWithoutErrno(String symbol, FunctionDescriptor function,
-                                                    Linker.Option... options) {
+            Linker.Option... options) {
         return LINKER.downcallHandle(find(symbol), function, options);
     }
 

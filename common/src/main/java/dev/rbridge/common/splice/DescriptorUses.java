@@ -9,7 +9,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 final class DescriptorUses {
     /** Whether a {@link #close} must release the descriptors itself. */
-    enum Closing { ALREADY_CLOSED, RELEASE_NOW, RELEASE_AFTER_LAST_USE }
+    enum Closing {
+        ALREADY_CLOSED, RELEASE_NOW, RELEASE_AFTER_LAST_USE
+    }
 
     /** Uses under way times two, plus one once closed. */
     private final AtomicInteger state = new AtomicInteger();

@@ -209,7 +209,7 @@ public final class Pipe implements Closeable {
     }
 
     private record Natives(MethodHandle pipe2, MethodHandle fcntl, MethodHandle splice, MethodHandle write,
-                           MethodHandle close) {
+            MethodHandle close) {
         static Natives load() {
             ValueLayout.OfInt i = ValueLayout.JAVA_INT;
             ValueLayout.OfLong l = ValueLayout.JAVA_LONG;

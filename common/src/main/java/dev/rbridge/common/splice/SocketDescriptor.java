@@ -191,7 +191,7 @@ public final class SocketDescriptor implements Closeable {
     }
 
     private record Natives(MethodHandle getsockname, MethodHandle getpeername, MethodHandle fcntl,
-                           MethodHandle close, MethodHandle shutdown, MethodHandle poll) {
+            MethodHandle close, MethodHandle shutdown, MethodHandle poll) {
         static Natives load() {
             ValueLayout.OfInt i = ValueLayout.JAVA_INT;
             FunctionDescriptor name = FunctionDescriptor.of(i, i, ValueLayout.ADDRESS, ValueLayout.ADDRESS);

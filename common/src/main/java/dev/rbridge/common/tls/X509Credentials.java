@@ -43,8 +43,7 @@ public final class X509Credentials {
     public static final String CLIENT_CERT = "client-cert.pem";
     public static final String CLIENT_KEY = "client-key.pem";
 
-    private X509Credentials() {
-    }
+    private X509Credentials() {}
 
     /**
      * The SSL context for a server (NBD, memserver): its certificate and key, and with {@code verifyPeer} the CA
@@ -70,7 +69,8 @@ public final class X509Credentials {
     public static SSLContext clientContext(Path dir) {
         try {
             KeyManagerFactory kmf = Files.exists(dir.resolve(CLIENT_CERT)) || Files.exists(dir.resolve(CLIENT_KEY))
-                    ? keyManagers(dir, CLIENT_CERT, CLIENT_KEY) : null;
+                    ? keyManagers(dir, CLIENT_CERT, CLIENT_KEY)
+                    : null;
             SSLContext context = SSLContext.getInstance("TLS");
             context.init(kmf == null ? null : kmf.getKeyManagers(), trustManagers(dir).getTrustManagers(), null);
             return context;

@@ -14,7 +14,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class FixedHeaderTest {
     /** Two 12-byte headers (an int and a long each), then 3 bytes of what follows them. */
     private static ByteBuffer twoHeaders(ByteOrder order) {
-        return ByteBuffer.allocate(27).order(order).putInt(1).putLong(2).putInt(3).putLong(4).put(new byte[] {5, 6, 7})
+        return ByteBuffer.allocate(27).order(order).putInt(1).putLong(2).putInt(3).putLong(4).put(new byte[]{5, 6, 7})
                 .flip();
     }
 
@@ -41,7 +41,7 @@ class FixedHeaderTest {
             ByteBuffer in = twoHeaders(ByteOrder.BIG_ENDIAN);
             long[] read = new long[4];
             int headers = 0;
-            for (int limit : new int[] {cut, 24}) {
+            for (int limit : new int[]{cut, 24}) {
                 in.limit(limit);
                 for (ByteBuffer h = header.next(in); h != null; h = header.next(in)) {
                     read[2 * headers] = h.getInt();

@@ -25,7 +25,7 @@ class PipeTest {
         try (ServerSocketChannel server = ServerSocketChannel.open()) {
             server.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
             SocketChannel a = SocketChannel.open(server.getLocalAddress());
-            return new SocketChannel[] {a, server.accept()};
+            return new SocketChannel[]{a, server.accept()};
         }
     }
 
@@ -74,7 +74,7 @@ class PipeTest {
         byte[] data = random(length, 1);
         int head = 1000;
         try (Pipe pipe = Pipe.open(length); SocketDescriptor from = SocketDescriptor.of(in[1]);
-             SocketDescriptor to = SocketDescriptor.of(out[0])) {
+                SocketDescriptor to = SocketDescriptor.of(out[0])) {
             assertTrue(pipe.capacity() >= length);
             ByteBuffer first = ByteBuffer.allocateDirect(head).put(data, 0, head).flip();
             assertEquals(head, pipe.write(first));
@@ -89,7 +89,7 @@ class PipeTest {
                         throw new InterruptedException("interrupted after " + moved + " of " + length + " bytes");
                     }
                     if (sender.isDone()) {
-                        sender.get();   // a sender that failed fails the test here, not as a hang below
+                        sender.get(); // a sender that failed fails the test here, not as a hang below
                     }
                     assertTrue(System.nanoTime() < deadline, "only " + moved + " of " + length + " bytes came in 30 s");
                     Thread.onSpinWait();
@@ -109,7 +109,7 @@ class PipeTest {
             // get() rethrows the receiver's failure (ExecutionException) and the check runs in the test's thread.
             assertArrayEquals(data, receiver.get(30, TimeUnit.SECONDS));
         } finally {
-            for (SocketChannel c : new SocketChannel[] {in[0], in[1], out[0], out[1]}) {
+            for (SocketChannel c : new SocketChannel[]{in[0], in[1], out[0], out[1]}) {
                 c.close();
             }
         }

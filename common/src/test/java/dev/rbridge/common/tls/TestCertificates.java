@@ -80,7 +80,7 @@ public final class TestCertificates {
     }
 
     private X509CertificateHolder issue(String subject, KeyPair key, Instant notAfter, KeyPurposeId purpose,
-                                        boolean hostNames) {
+            boolean hostNames) {
         JcaX509v3CertificateBuilder b = new JcaX509v3CertificateBuilder(ca.getSubject(), serial(),
                 from(Instant.now().minus(Duration.ofDays(2))), from(notAfter), new X500Name(subject),
                 key.getPublic());
@@ -88,7 +88,7 @@ public final class TestCertificates {
     }
 
     private static X509CertificateHolder sign(JcaX509v3CertificateBuilder b, boolean isCa, KeyPurposeId purpose,
-                                              KeyPair signer, boolean hostNames) {
+            KeyPair signer, boolean hostNames) {
         try {
             b.addExtension(Extension.basicConstraints, true, new BasicConstraints(isCa));
             b.addExtension(Extension.keyUsage, true, new KeyUsage(isCa ? KeyUsage.keyCertSign | KeyUsage.cRLSign

@@ -40,9 +40,11 @@ class NetlinkAttributesFuzzTest {
         for (NetlinkAttributes.Attribute a : attrs) {
             int start = at;
             int len = Short.toUnsignedInt(b.getShort(at));
-            check(len >= 4 && at + len <= b.limit(), () -> "an attribute of " + len + " bytes at " + start + " was returned");
+            check(len >= 4 && at + len <= b.limit(),
+                    () -> "an attribute of " + len + " bytes at " + start + " was returned");
             check(a.type() == (Short.toUnsignedInt(b.getShort(at + 2)) & 0x3fff), "attribute type differs");
-            check(a.payload().remaining() == len - 4, () -> "payload of " + a.payload().remaining() + " for length " + len);
+            check(a.payload().remaining() == len - 4,
+                    () -> "payload of " + a.payload().remaining() + " for length " + len);
             byte[] payload = new byte[len - 4];
             a.payload().duplicate().get(payload);
             check(Arrays.equals(payload, 0, payload.length, all, at + 4, at + len),
@@ -79,7 +81,8 @@ class NetlinkAttributesFuzzTest {
     }
 
     /** Whether {@code pos} is the high byte of an attribute's type (the flag bits) or padding after a payload. */
-    private static boolean isFlagOrPadding(ByteBuffer b, int from, int end, int pos, List<NetlinkAttributes.Attribute> attrs) {
+    private static boolean isFlagOrPadding(ByteBuffer b, int from, int end, int pos,
+            List<NetlinkAttributes.Attribute> attrs) {
         int at = from;
         for (int i = 0; i < attrs.size() && at < end; i++) {
             int len = Short.toUnsignedInt(b.getShort(at));

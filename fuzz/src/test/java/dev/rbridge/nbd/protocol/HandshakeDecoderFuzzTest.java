@@ -77,10 +77,11 @@ class HandshakeDecoderFuzzTest {
     }
 
     private static void checkEncoding(HandshakeMessage m, byte[] stream, int start, int end, int serverFlags,
-                                      int maxOptionData) {
+            int maxOptionData) {
         ByteBuffer sent = ByteBuffer.wrap(stream, start, end - start).slice();
         if (m instanceof ClientFlags f) {
-            int offered = Nbd.FLAG_C_FIXED_NEWSTYLE | ((serverFlags & Nbd.FLAG_NO_ZEROES) != 0 ? Nbd.FLAG_C_NO_ZEROES : 0);
+            int offered =
+                    Nbd.FLAG_C_FIXED_NEWSTYLE | ((serverFlags & Nbd.FLAG_NO_ZEROES) != 0 ? Nbd.FLAG_C_NO_ZEROES : 0);
             check(end - start == 4 && sent.getInt(0) == f.flags(), () -> m + " is not the 4 bytes it came from");
             check((f.flags() & ~offered) == 0, () -> m + " has flags the server did not offer");
             return;
@@ -89,7 +90,8 @@ class HandshakeDecoderFuzzTest {
         check(end - start >= 16 && sent.getLong(0) == Nbd.OPTS_MAGIC && sent.getInt(8) == o.option(),
                 () -> m + " is not the option header it came from");
         long dataLength = Integer.toUnsignedLong(sent.getInt(12));
-        check(end - start == 16 + dataLength, () -> m + " took " + (end - start) + " bytes for " + dataLength + " of data");
+        check(end - start == 16 + dataLength,
+                () -> m + " took " + (end - start) + " bytes for " + dataLength + " of data");
         byte[] optionData = Arrays.copyOfRange(stream, start + 16, end);
         switch (o) {
             case OptionRequest.TooBig t -> check(t.length() == dataLength && dataLength > maxOptionData,

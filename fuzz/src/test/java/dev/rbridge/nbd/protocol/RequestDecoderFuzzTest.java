@@ -72,7 +72,8 @@ class RequestDecoderFuzzTest {
                 } catch (NbdProtocolException e) {
                     check(e.getMessage() != null && !e.getMessage().isEmpty(), "a protocol error without a message");
                     int took = in.position() - messageStart;
-                    check(took == Nbd.REQUEST_HEADER_LENGTH, () -> "a bad magic after " + took + " bytes of the header");
+                    check(took == Nbd.REQUEST_HEADER_LENGTH,
+                            () -> "a bad magic after " + took + " bytes of the header");
                     return new Outcome(out, e.getMessage());
                 }
                 if (r == null) {
@@ -114,11 +115,13 @@ class RequestDecoderFuzzTest {
         if (!write) {
             check(r.payload() == null && !r.payloadDiscarded(), () -> r + " carries a payload");
         } else if (r.length() > maxPayload) {
-            check(r.payloadDiscarded() && r.payload() == null, () -> r + " above the limit " + maxPayload + " was kept");
+            check(r.payloadDiscarded() && r.payload() == null,
+                    () -> r + " above the limit " + maxPayload + " was kept");
         } else {
             check(!r.payloadDiscarded() && r.payload() != null, () -> r + " within the limit lost its payload");
             ByteBuffer p = r.payload();
-            check(p.position() == 0 && p.remaining() == r.length(), () -> r + " payload has " + p.remaining() + " bytes");
+            check(p.position() == 0 && p.remaining() == r.length(),
+                    () -> r + " payload has " + p.remaining() + " bytes");
             payload = new byte[p.remaining()];
             p.get(0, payload);
             int at = start + Nbd.REQUEST_HEADER_LENGTH;

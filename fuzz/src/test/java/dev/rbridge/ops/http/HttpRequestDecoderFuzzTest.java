@@ -87,7 +87,8 @@ class HttpRequestDecoderFuzzTest {
     }
 
     private static void checkRequest(HttpRequest r, int took, RequestLimits limits) {
-        check(r.headers().size() <= limits.headers() && r.body().length <= limits.body(), () -> r + " exceeds the limits");
+        check(r.headers().size() <= limits.headers() && r.body().length <= limits.body(),
+                () -> r + " exceeds the limits");
         check(took <= limits.requestLine() + limits.headerBytes() + r.body().length,
                 () -> "a request of " + took + " bytes within limits " + limits);
         check(r.target().startsWith("/") && (r.version().equals("HTTP/1.1") || r.version().equals("HTTP/1.0")),
@@ -106,7 +107,8 @@ class HttpRequestDecoderFuzzTest {
         r.query();
         // Re-encoded canonically, it reads back the same (with limits that hold it whole).
         ByteArrayOutputStream enc = new ByteArrayOutputStream();
-        enc.writeBytes((r.method() + " " + r.target() + " " + r.version() + "\r\n").getBytes(StandardCharsets.US_ASCII));
+        enc.writeBytes(
+                (r.method() + " " + r.target() + " " + r.version() + "\r\n").getBytes(StandardCharsets.US_ASCII));
         for (HttpRequest.Header h : r.headers()) {
             enc.writeBytes((h.name() + ": " + h.value() + "\r\n").getBytes(StandardCharsets.ISO_8859_1));
         }

@@ -31,7 +31,8 @@ class JsonFuzzTest {
         check(depth(value) <= Json.NESTING_LIMIT, () -> "a value nested " + depth(value) + " deep was accepted");
         String written = Json.write(value);
         Object again = Json.parse(written);
-        check(equal(value, again), () -> text + " read as " + value + ", written as " + written + ", read back as " + again);
+        check(equal(value, again),
+                () -> text + " read as " + value + ", written as " + written + ", read back as " + again);
     }
 
     private static int depth(Object v) {

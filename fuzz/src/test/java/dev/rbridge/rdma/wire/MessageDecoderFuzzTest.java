@@ -80,7 +80,8 @@ class MessageDecoderFuzzTest {
                     break;
                 }
                 long end = start + Protocol.HEADER + decoder.length();
-                check(decoder.length() >= 0 && decoder.length() <= Protocol.MAX_BODY, () -> "body length " + decoder.length());
+                check(decoder.length() >= 0 && decoder.length() <= Protocol.MAX_BODY,
+                        () -> "body length " + decoder.length());
                 check(end <= Integer.MAX_VALUE && header(stream, (int) start).getInt() == Protocol.MAGIC,
                         () -> m + " does not start at a header");
                 int data = decoder.payloadRemaining();
@@ -93,7 +94,8 @@ class MessageDecoderFuzzTest {
                 helloSeen |= m instanceof Message.Hello || m instanceof Message.AuthProof;
                 if (data > 0) {
                     check(m instanceof Message.Write w && w.length() == data
-                            || m instanceof Message.ReadReply r && r.length() == data, () -> m + " left " + data + " bytes");
+                            || m instanceof Message.ReadReply r && r.length() == data,
+                            () -> m + " left " + data + " bytes");
                     check(data <= Protocol.MAX_DATA, () -> m + " has " + data + " bytes of data");
                     int n = skipData ? 0 : Math.min(data, in.remaining());
                     in.position(in.position() + n);
@@ -124,7 +126,8 @@ class MessageDecoderFuzzTest {
             return;
         }
         // A greeting of another version, HELLO or AUTH, is one message, OtherVersion, answered as HELLO's.
-        boolean otherVersion = m instanceof Message.OtherVersion && (code == Opcode.HELLO.code() || code == Opcode.AUTH.code());
+        boolean otherVersion =
+                m instanceof Message.OtherVersion && (code == Opcode.HELLO.code() || code == Opcode.AUTH.code());
         check(m.code() == code || m instanceof Message.Error e && e.code() == code || otherVersion,
                 () -> m + " is not opcode " + code);
         ByteBuffer enc = MessageEncoder.encode(m);
@@ -136,10 +139,10 @@ class MessageDecoderFuzzTest {
         // none: a memserver ignores the field).
         boolean versioned = atMemserver || m instanceof Message.HelloReply || m instanceof Message.OtherVersion;
         check(Arrays.equals(enc.array(), 0, 4, stream, start, start + 4)
-                        && (!versioned || Arrays.equals(enc.array(), 4, 6, stream, start + 4, start + 6))
-                        && (otherVersion || Arrays.equals(enc.array(), 6, 8, stream, start + 6, start + 8))
-                        && Arrays.equals(enc.array(), 8, 16, stream, start + 8, start + 16)
-                        && (atMemserver || Arrays.equals(enc.array(), 16, 20, stream, start + 16, start + 20)),
+                && (!versioned || Arrays.equals(enc.array(), 4, 6, stream, start + 4, start + 6))
+                && (otherVersion || Arrays.equals(enc.array(), 6, 8, stream, start + 6, start + 8))
+                && Arrays.equals(enc.array(), 8, 16, stream, start + 8, start + 16)
+                && (atMemserver || Arrays.equals(enc.array(), 16, 20, stream, start + 16, start + 20)),
                 () -> m + " re-encodes to another header");
         if (m instanceof Message.Error && length < 2) {
             check(encLength == 2, () -> m + " re-encodes to a body of " + encLength); // no room for a message: empty
@@ -147,7 +150,8 @@ class MessageDecoderFuzzTest {
             // Invalid UTF-8 in a string reads as U+FFFD, whose encoding may be longer than the bytes it replaced.
             // toString withholds a HELLO's token, which may hold replaced bytes too.
             boolean replaced = m.toString().indexOf('\uFFFD') >= 0
-                    || m instanceof Message.Hello hello && hello.token() != null && hello.token().indexOf('\uFFFD') >= 0;
+                    || m instanceof Message.Hello hello && hello.token() != null
+                            && hello.token().indexOf('\uFFFD') >= 0;
             if (!replaced) {
                 int at = start + Protocol.HEADER;
                 if (m instanceof Message.LeaseReply l) {
@@ -204,7 +208,8 @@ class MessageDecoderFuzzTest {
             int code = Short.toUnsignedInt(enc.getShort(6));
             if (atMemserver && code != Opcode.HELLO.code() && code != Opcode.AUTH.code()) {
                 Message greeting = code == Opcode.AUTH_PROOF.code()
-                        ? new Message.AuthStart(0, "", WireBytes.EMPTY) : new Message.Hello(0, "", "");
+                        ? new Message.AuthStart(0, "", WireBytes.EMPTY)
+                        : new Message.Hello(0, "", "");
                 check(d.next(MessageEncoder.encode(greeting)) != null, "the greeting did not decode");
             }
             Message again = d.next(enc.duplicate().order(ByteOrder.LITTLE_ENDIAN));

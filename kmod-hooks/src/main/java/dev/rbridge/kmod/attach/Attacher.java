@@ -58,7 +58,8 @@ public final class Attacher {
                 throw new IllegalArgumentException("no socket= in " + uri);
             }
             if (u.getScheme() != null && u.getScheme().startsWith("nbds")) {
-                throw new IllegalArgumentException("rbridge attach cannot use TLS (" + uri + "): the kernel speaks plain"
+                throw new IllegalArgumentException("rbridge attach cannot use TLS (" + uri
+                        + "): the kernel speaks plain"
                         + " NBD on the socket it is given. On the bridge's host, serve --unix PATH and attach"
                         + " nbd+unix:///EXPORT?socket=PATH (no network at all); across hosts, nbd-client built with"
                         + " GnuTLS relays TLS in user space (-certfile, -keyfile, -cacertfile)");
@@ -87,7 +88,7 @@ public final class Attacher {
      * @param disconnectOnExit   the device goes away when this process ends
      */
     public record Options(int index, int connections, int blockSize, long timeoutSeconds, long deadConnSeconds,
-                          boolean disconnectOnExit) {
+            boolean disconnectOnExit) {
         public Options {
             if (connections < 1 || connections > 64) {
                 throw new IllegalArgumentException("--connections must be 1 to 64");
@@ -108,8 +109,7 @@ public final class Attacher {
         }
     }
 
-    private Attacher() {
-    }
+    private Attacher() {}
 
     /**
      * Connects, hands the sockets over, and returns the device. A device given with {@code --device} that is already
@@ -284,7 +284,7 @@ public final class Attacher {
     }
 
     private static boolean reconnect(Target target, Options o, Attached device, NbdNetlink control,
-                                     BooleanSupplier running, Growth growth) throws IOException {
+            BooleanSupplier running, Growth growth) throws IOException {
         long backoff = 250;
         String lastError = null;
         int attempt = 0;
@@ -375,7 +375,7 @@ public final class Attacher {
     }
 
     private static NbdClientHandshake.ExportInfo handshake(Target target, int n, List<NativeSocket> sockets,
-                                                           long expectedSize) throws IOException {
+            long expectedSize) throws IOException {
         NbdClientHandshake.ExportInfo first = null;
         for (int i = 0; i < n; i++) {
             NativeSocket s = target.open();

@@ -59,7 +59,8 @@ final class GenericNetlink implements AutoCloseable {
 
     /** @param receiveTimeoutMillis how long a receive may block (0: forever) */
     static GenericNetlink open(long receiveTimeoutMillis) throws IOException {
-        int fd = SocketCalls.socket(SocketCalls.AF_NETLINK, SocketCalls.SOCK_RAW | SocketCalls.SOCK_CLOEXEC, SocketCalls.NETLINK_GENERIC);
+        int fd = SocketCalls.socket(SocketCalls.AF_NETLINK, SocketCalls.SOCK_RAW | SocketCalls.SOCK_CLOEXEC,
+                SocketCalls.NETLINK_GENERIC);
         if (fd < 0) {
             throw new IOException("cannot open a generic netlink socket: " + SocketCalls.strerror(-fd));
         }

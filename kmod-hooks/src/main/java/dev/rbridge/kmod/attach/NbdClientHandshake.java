@@ -23,8 +23,7 @@ final class NbdClientHandshake {
         }
     }
 
-    private NbdClientHandshake() {
-    }
+    private NbdClientHandshake() {}
 
     static ExportInfo go(NativeSocket s, String export) throws IOException {
         return negotiate(s, export, Nbd.OPT_GO);

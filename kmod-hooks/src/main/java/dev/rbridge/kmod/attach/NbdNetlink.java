@@ -42,7 +42,7 @@ final class NbdNetlink implements AutoCloseable {
 
     /** What to configure a device with. Timeouts in seconds; 0 leaves the kernel's default. */
     record Settings(long sizeBytes, long blockSize, long serverFlags, long timeoutSeconds, long deadConnTimeoutSeconds,
-                    long clientFlags, String backend) {
+            long clientFlags, String backend) {
     }
 
     record Device(int index, boolean connected) {

@@ -42,8 +42,7 @@ final class SocketCalls {
     private static final MethodHandle RECV = Libc.downcall("recv", FunctionDescriptor.of(LONG, INT, PTR, LONG, INT));
     private static final MethodHandle CLOSE = Libc.downcall("close", FunctionDescriptor.of(INT, INT));
 
-    private SocketCalls() {
-    }
+    private SocketCalls() {}
 
     static int socket(int domain, int type, int protocol) {
         return (int) Libc.invoke(st -> (int) SOCKET.invokeExact(st, domain, type, protocol));

@@ -117,7 +117,8 @@ class AttachPartsTest {
                         .nested(1, new NetlinkAttributes().u32(1, 43)))
                 .bytes();
         assertEquals(0, bytes.length % 4, "attributes are padded to 4 bytes");
-        List<NetlinkAttributes.Attribute> a = NetlinkAttributes.parse(ByteBuffer.wrap(bytes).order(ByteOrder.nativeOrder()));
+        List<NetlinkAttributes.Attribute> a =
+                NetlinkAttributes.parse(ByteBuffer.wrap(bytes).order(ByteOrder.nativeOrder()));
         assertEquals(4, a.size());
         assertEquals(7, NetlinkAttributes.find(a, 1).u32());
         assertEquals(1L << 40, NetlinkAttributes.find(a, 2).u64());

@@ -132,7 +132,7 @@ public final class SparseMemoryDevice implements BlockDevice {
 
     /** Zeroes [from, to), which holds no whole block, one block at a time: a hole already reads as zeroes. */
     private void zeroPartial(long from, long to) {
-        for (long pos = from; pos < to; ) {
+        for (long pos = from; pos < to;) {
             long blockEnd = Math.min(to, ((pos >>> BLOCK_SHIFT) + 1) << BLOCK_SHIFT);
             if (isSet(allocated, pos >>> BLOCK_SHIFT)) {
                 // A data block with a zeroed part is still data; only whole blocks become known-zero.
@@ -191,7 +191,7 @@ public final class SparseMemoryDevice implements BlockDevice {
     }
 
     private static void setRange(long[] bits, long from, long to) {
-        for (long b = from; b < to; ) {
+        for (long b = from; b < to;) {
             int word = (int) (b >>> 6);
             long wordEnd = Math.min(to, ((long) word + 1) << 6);
             long mask = mask(b, wordEnd);
@@ -201,7 +201,7 @@ public final class SparseMemoryDevice implements BlockDevice {
     }
 
     private static void clearRange(long[] bits, long from, long to) {
-        for (long b = from; b < to; ) {
+        for (long b = from; b < to;) {
             int word = (int) (b >>> 6);
             long wordEnd = Math.min(to, ((long) word + 1) << 6);
             long mask = mask(b, wordEnd);

@@ -16,7 +16,9 @@ public final class HandshakeDecoder {
     /** Option data above this is skipped and answered with NBD_REP_ERR_TOO_BIG rather than buffered. */
     public static final int DEFAULT_MAX_OPTION_DATA = 64 * 1024;
 
-    private enum State { CLIENT_FLAGS, OPTION_HEADER, OPTION_DATA, SKIP_DATA }
+    private enum State {
+        CLIENT_FLAGS, OPTION_HEADER, OPTION_DATA, SKIP_DATA
+    }
 
     private final int serverHandshakeFlags;
     private final int maxOptionData;
@@ -54,7 +56,8 @@ public final class HandshakeDecoder {
                                 | ((serverHandshakeFlags & Nbd.FLAG_NO_ZEROES) != 0 ? Nbd.FLAG_C_NO_ZEROES : 0);
                         if ((flags & ~known) != 0) {
                             throw new NbdProtocolException(
-                                    "client flags 0x" + Integer.toHexString(flags) + " include bits this server did not offer");
+                                    "client flags 0x" + Integer.toHexString(flags)
+                                            + " include bits this server did not offer");
                         }
                         expectHeader();
                         return new ClientFlags(flags);
@@ -212,7 +215,8 @@ public final class HandshakeDecoder {
 
     private static String string(ByteBuffer d, int length, String what) throws MalformedOptionException {
         if (length > Nbd.MAX_STRING_LENGTH) {
-            throw new MalformedOptionException(what + " is " + length + " bytes, the limit is " + Nbd.MAX_STRING_LENGTH);
+            throw new MalformedOptionException(
+                    what + " is " + length + " bytes, the limit is " + Nbd.MAX_STRING_LENGTH);
         }
         ByteBuffer slice = d.slice(d.position(), length);
         d.position(d.position() + length);

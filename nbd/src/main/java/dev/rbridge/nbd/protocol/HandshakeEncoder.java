@@ -5,8 +5,7 @@ import java.nio.charset.StandardCharsets;
 
 /** Encodes what the server sends during the handshake. Each method returns a flipped buffer ready to write. */
 public final class HandshakeEncoder {
-    private HandshakeEncoder() {
-    }
+    private HandshakeEncoder() {}
 
     public static ByteBuffer greeting(int handshakeFlags) {
         return ByteBuffer.allocate(18).putLong(Nbd.INIT_MAGIC).putLong(Nbd.OPTS_MAGIC).putShort((short) handshakeFlags)

@@ -5,8 +5,7 @@ package dev.rbridge.nbd.protocol;
  * Grouped by the phase and field they belong to; names follow the spec without the {@code NBD_} prefix.
  */
 public final class Nbd {
-    private Nbd() {
-    }
+    private Nbd() {}
 
     // --- handshake: magics and flags
     public static final long INIT_MAGIC = 0x4e42444d41474943L; // "NBDMAGIC"

@@ -7,8 +7,7 @@ import java.nio.ByteBuffer;
  * copied here: the caller writes the header and then the data buffer with one gathering write.
  */
 public final class ReplyEncoder {
-    private ReplyEncoder() {
-    }
+    private ReplyEncoder() {}
 
     public static void simpleReply(ByteBuffer dst, long handle, int error) {
         dst.putInt(Nbd.SIMPLE_REPLY_MAGIC).putInt(error).putLong(handle);
@@ -54,7 +53,7 @@ public final class ReplyEncoder {
 
     /** A BLOCK_STATUS chunk: {@code lengths[i]}/{@code states[i]} for i below {@code count}. */
     public static void blockStatus(ByteBuffer dst, int flags, long handle, int contextId, int[] lengths, int[] states,
-                                   int count) {
+            int count) {
         chunkHeader(dst, flags, Nbd.REPLY_TYPE_BLOCK_STATUS, handle, 4 + 8 * count);
         dst.putInt(contextId);
         for (int i = 0; i < count; i++) {

@@ -9,7 +9,7 @@ import java.nio.ByteBuffer;
  * {@code payload} is null and {@code payloadDiscarded} is true so the server can answer with an error and go on.
  */
 public record Request(int flags, int type, long handle, long offset, long length, ByteBuffer payload,
-                      boolean payloadDiscarded) {
+        boolean payloadDiscarded) {
 
     public boolean hasFlag(int flag) {
         return (flags & flag) != 0;
@@ -17,8 +17,10 @@ public record Request(int flags, int type, long handle, long offset, long length
 
     @Override
     public String toString() {
-        return Nbd.commandName(type) + "(handle=0x" + Long.toHexString(handle) + ", offset=" + Long.toUnsignedString(offset)
-                + ", length=" + length + ", flags=0x" + Integer.toHexString(flags) + (payloadDiscarded ? ", payload discarded" : "")
+        return Nbd.commandName(type) + "(handle=0x" + Long.toHexString(handle) + ", offset="
+                + Long.toUnsignedString(offset)
+                + ", length=" + length + ", flags=0x" + Integer.toHexString(flags)
+                + (payloadDiscarded ? ", payload discarded" : "")
                 + ")";
     }
 }

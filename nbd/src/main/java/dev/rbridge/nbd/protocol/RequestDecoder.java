@@ -18,7 +18,9 @@ import java.nio.ByteOrder;
  * and each later {@link #next} asks again.
  */
 public final class RequestDecoder {
-    private enum State { HEADER, AWAIT_BUFFER, PAYLOAD, DISCARD }
+    private enum State {
+        HEADER, AWAIT_BUFFER, PAYLOAD, DISCARD
+    }
 
     private final PayloadAllocator allocator;
     private final int maxPayload;
@@ -118,7 +120,8 @@ public final class RequestDecoder {
                     + Integer.toHexString(Nbd.REQUEST_MAGIC));
         }
         if (type != Nbd.CMD_WRITE || length == 0) {
-            return new Request(flags, type, handle, offset, length, type == Nbd.CMD_WRITE ? ByteBuffer.allocate(0) : null,
+            return new Request(flags, type, handle, offset, length,
+                    type == Nbd.CMD_WRITE ? ByteBuffer.allocate(0) : null,
                     false);
         }
         if (length > maxPayload) {

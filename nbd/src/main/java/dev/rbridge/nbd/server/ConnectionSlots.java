@@ -82,9 +82,11 @@ final class ConnectionSlots {
                 if (longestIdle(idleFrom, null) == null) {
                     config.metrics().connectionRefused(reason);
                     limitedLog.warn(reason, "refusing connection from {}: {} (none is in its handshake, none of {}"
-                            + " is idle)", c.peer(), reason.equals("peer_limit") ? "its address already has " + mine
-                                    + " connections, the limit" : "all " + connections.size()
-                                    + " connection slots are busy",
+                            + " is idle)", c.peer(),
+                            reason.equals("peer_limit") ? "its address already has " + mine
+                                    + " connections, the limit"
+                                    : "all " + connections.size()
+                                            + " connection slots are busy",
                             reason.equals("peer_limit") ? "them" : "the connections of " + idleFrom);
                     return false;
                 }

@@ -9,7 +9,7 @@ import java.util.Objects;
  * to {@code minimumBlockSize}; READ and WRITE may carry at most {@code maximumPayload} bytes.
  */
 public record Export(String name, String description, BlockDevice device, boolean readOnly, int minimumBlockSize,
-                     int preferredBlockSize, int maximumPayload) {
+        int preferredBlockSize, int maximumPayload) {
     public static final int DEFAULT_PREFERRED_BLOCK_SIZE = 4096;
     public static final int DEFAULT_MAXIMUM_PAYLOAD = 32 * 1024 * 1024;
 
@@ -17,7 +17,8 @@ public record Export(String name, String description, BlockDevice device, boolea
         Objects.requireNonNull(name, "name");
         Objects.requireNonNull(device, "device");
         description = description == null ? "" : description;
-        if (name.getBytes(java.nio.charset.StandardCharsets.UTF_8).length > dev.rbridge.nbd.protocol.Nbd.MAX_STRING_LENGTH
+        if (name.getBytes(java.nio.charset.StandardCharsets.UTF_8).length
+                > dev.rbridge.nbd.protocol.Nbd.MAX_STRING_LENGTH
                 || name.indexOf('\0') >= 0) {
             throw new IllegalArgumentException("export name must be at most 4096 bytes of UTF-8 without NUL");
         }
@@ -44,7 +45,8 @@ public record Export(String name, String description, BlockDevice device, boolea
 
     private static void requirePowerOfTwo(String what, int value, int min, int max) {
         if (Integer.bitCount(value) != 1 || value < min || value > max) {
-            throw new IllegalArgumentException(what + " must be a power of two from " + min + " to " + max + ": " + value);
+            throw new IllegalArgumentException(
+                    what + " must be a power of two from " + min + " to " + max + ": " + value);
         }
     }
 }

@@ -65,7 +65,7 @@ final class Handshake {
      * @param noSlot marks the connection as closing for want of a slot, and gives what ends it
      */
     Handshake(NbdServer server, SocketChannel channel, long id, String peer, Predicate<Session> enter,
-              Supplier<ClosedChannelException> noSlot) {
+            Supplier<ClosedChannelException> noSlot) {
         this.server = server;
         this.channel = channel;
         this.wire = Wire.of(channel);
@@ -205,7 +205,7 @@ final class Handshake {
             tls = settings.usesPsk() ? PskTlsWire.handshake(channel, settings.newPskServer())
                     : TlsWire.handshake(channel, settings.newEngine());
         } catch (javax.net.ssl.SSLException | org.bouncycastle.tls.TlsFatalAlert
-                 | org.bouncycastle.tls.TlsFatalAlertReceived e) {
+                | org.bouncycastle.tls.TlsFatalAlertReceived e) {
             metrics.tlsRefused("handshake_failed");
             throw new NbdProtocolException("TLS handshake failed: " + e.getMessage());
         }

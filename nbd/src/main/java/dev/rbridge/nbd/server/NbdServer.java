@@ -115,7 +115,9 @@ public final class NbdServer implements AutoCloseable {
             ch.close();
             throw new IOException("cannot listen on " + address + ": " + e.getMessage()
                     + (e instanceof java.net.BindException && String.valueOf(e.getMessage()).contains("in use")
-                    ? " (another process has the port: stop it, or give --listen another)" : ""), e);
+                            ? " (another process has the port: stop it, or give --listen another)"
+                            : ""),
+                    e);
         }
         listeners.add(ch);
         if (address instanceof ListenAddress.Tcp tcp) {
@@ -138,9 +140,12 @@ public final class NbdServer implements AutoCloseable {
         int mode = (Integer) Files.getAttribute(path, "unix:mode", LinkOption.NOFOLLOW_LINKS);
         if ((mode & S_IFMT) != S_IFSOCK) {
             throw new IOException("cannot listen on unix:" + path + ": it exists and is not a socket (a "
-                    + (Files.isSymbolicLink(path) ? "symbolic link" : Files.isDirectory(path, LinkOption.NOFOLLOW_LINKS)
-                    ? "directory" : Files.isRegularFile(path, LinkOption.NOFOLLOW_LINKS) ? "regular file"
-                    : "special file") + "), so it is left alone: give --unix another path, or remove it");
+                    + (Files.isSymbolicLink(path) ? "symbolic link"
+                            : Files.isDirectory(path, LinkOption.NOFOLLOW_LINKS)
+                                    ? "directory"
+                                    : Files.isRegularFile(path, LinkOption.NOFOLLOW_LINKS) ? "regular file"
+                                            : "special file")
+                    + "), so it is left alone: give --unix another path, or remove it");
         }
         try (SocketChannel probe = SocketChannel.open(StandardProtocolFamily.UNIX)) {
             probe.connect(java.net.UnixDomainSocketAddress.of(path));

@@ -95,7 +95,8 @@ public final class NbdServerConfig {
         this.exports = Map.copyOf(b.exports);
         this.defaultExport = b.defaultExport != null ? b.defaultExport : b.exports.keySet().iterator().next();
         if (!exports.containsKey(defaultExport)) {
-            throw new IllegalArgumentException("default export '" + defaultExport + "' is not one of " + b.exports.keySet());
+            throw new IllegalArgumentException(
+                    "default export '" + defaultExport + "' is not one of " + b.exports.keySet());
         }
         this.handshakeTimeout = Checks.positive("handshake timeout", b.handshakeTimeout);
         this.drainTimeout = Checks.positive("drain timeout", b.drainTimeout);
@@ -117,7 +118,8 @@ public final class NbdServerConfig {
         this.payloadBudgetPerPeer = b.payloadBudgetPerPeer > 0 ? Math.min(b.payloadBudgetPerPeer, b.payloadBudget)
                 : b.payloadBudget / 2;
         this.payloadBudgetPerConnection = b.payloadBudgetPerConnection > 0
-                ? Math.min(b.payloadBudgetPerConnection, payloadBudgetPerPeer) : payloadBudgetPerPeer / 2;
+                ? Math.min(b.payloadBudgetPerConnection, payloadBudgetPerPeer)
+                : payloadBudgetPerPeer / 2;
         this.bufferPoolRetainBytes = b.bufferPoolRetainBytes >= 0 ? b.bufferPoolRetainBytes : b.payloadBudget / 4;
         this.metrics = Objects.requireNonNull(b.metrics, "metrics");
         this.tcpSocketSetup = Objects.requireNonNull(b.tcpSocketSetup, "tcpSocketSetup");

@@ -68,7 +68,7 @@ final class Outbox {
      * @param onBlocked tells the connection's thread that the socket is full and it must wait to write
      */
     Outbox(Wire channel, Supplier<SocketDescriptor> descriptor, Consumer<Reply> done, Runnable onBroken,
-           Runnable onBlocked) {
+            Runnable onBlocked) {
         this.channel = channel;
         this.descriptor = descriptor;
         this.done = done;

@@ -25,7 +25,6 @@ public interface PayloadMemory {
         }
 
         @Override
-        public void free(ByteBuffer block) {
-        }
+        public void free(ByteBuffer block) {}
     };
 }

@@ -160,7 +160,7 @@ final class ReadPipes {
     /** The connection is finished: closes the idle pipes, and the ones still in use as they come back. */
     void close() {
         closed = true;
-        for (Pipe p; (p = idle.poll()) != null; ) {
+        for (Pipe p; (p = idle.poll()) != null;) {
             close(p);
         }
         closeDescriptor();

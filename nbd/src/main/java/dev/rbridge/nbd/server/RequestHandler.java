@@ -46,7 +46,7 @@ final class RequestHandler {
 
     /** @param releasePayload gives a payload buffer back to the pool and its bytes back to the budget */
     RequestHandler(long id, NbdServer server, Session session, ReadPipes readPipes,
-                   Consumer<ByteBuffer> releasePayload, Replies replies) {
+            Consumer<ByteBuffer> releasePayload, Replies replies) {
         this.id = id;
         this.server = server;
         this.session = session;
@@ -145,7 +145,7 @@ final class RequestHandler {
 
     /** A spliced READ came back from the device with {@code piped} bytes in the pipe, or failed. */
     private void splicedReadDone(Request r, long start, ByteBuffer buffer, Pipe pipe, Integer piped,
-                                 Throwable failure) {
+            Throwable failure) {
         int length = (int) r.length();
         Throwable t = failure;
         if (t == null && (piped == null || piped < 0 || piped > length || (piped > 0 && piped != pipe.held()))) {

@@ -42,7 +42,8 @@ final class RequestValidator {
         }
         if (type == Nbd.CMD_FLUSH) {
             return r.offset() != 0 || r.length() != 0
-                    ? new Rejection(Errno.EINVAL, "FLUSH must have offset and length zero") : null;
+                    ? new Rejection(Errno.EINVAL, "FLUSH must have offset and length zero")
+                    : null;
         }
         if ((type == Nbd.CMD_READ || type == Nbd.CMD_WRITE)
                 && (r.payloadDiscarded() || r.length() > session.maximumPayload())) {

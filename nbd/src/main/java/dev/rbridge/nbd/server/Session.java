@@ -12,14 +12,14 @@ import dev.rbridge.nbd.protocol.ClientFlags;
  * <p>The export's size is not part of it: a volume grows while served, and requests are checked against its size now.
  */
 record Session(Export export, int transmissionFlags, boolean structuredReplies, boolean baseAllocation,
-               int minimumBlockSize, int preferredBlockSize, int maximumPayload, ClientFlags clientFlags,
-               SecureWire tls) {
+        int minimumBlockSize, int preferredBlockSize, int maximumPayload, ClientFlags clientFlags,
+        SecureWire tls) {
     /** The id the handshake gives the {@code base:allocation} context, and BLOCK_STATUS replies carry. */
     static final int BASE_ALLOCATION_ID = 1;
 
     /** A session on {@code export}, with the block sizes it announces. */
     static Session of(Export export, int transmissionFlags, boolean structuredReplies, boolean baseAllocation,
-                      ClientFlags clientFlags, SecureWire tls) {
+            ClientFlags clientFlags, SecureWire tls) {
         return new Session(export, transmissionFlags, structuredReplies, baseAllocation, export.minimumBlockSize(),
                 export.preferredBlockSize(), export.maximumPayload(), clientFlags, tls);
     }

@@ -86,7 +86,7 @@ final class Transmission {
     private volatile long lastReadNanos;
 
     Transmission(Connection connection, NbdServer server, SocketChannel channel, Session session,
-                 NbdServerMetrics.ExportMetrics exportMetrics) {
+            NbdServerMetrics.ExportMetrics exportMetrics) {
         this.connection = connection;
         this.server = server;
         this.channel = channel;
@@ -186,7 +186,8 @@ final class Transmission {
         Thread self = Thread.currentThread();
         budget = server.payloadBudget().open(connection.peerAddress(), selector::wakeup);
         readPipes = session.tls() == null && device.splicesReads() && Pipe.unavailable() == null
-                ? new ReadPipes(id, channel, device, budget) : null;
+                ? new ReadPipes(id, channel, device, budget)
+                : null;
         ReadPipes pipes = readPipes;
         outbox = new Outbox(wire, pipes == null ? () -> null : pipes::descriptor, this::replied,
                 connection::closeChannel, () -> {

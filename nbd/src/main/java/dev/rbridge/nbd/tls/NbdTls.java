@@ -99,7 +99,8 @@ public final class NbdTls {
     /** For logs: the mode and where the credentials came from. */
     @Override
     public String toString() {
-        return mode == TlsMode.OFF ? "off" : mode + " (" + description + (verifyPeer ? ", client certificates "
-                + "verified" : "") + ")";
+        return mode == TlsMode.OFF ? "off"
+                : mode + " (" + description + (verifyPeer ? ", client certificates "
+                        + "verified" : "") + ")";
     }
 }

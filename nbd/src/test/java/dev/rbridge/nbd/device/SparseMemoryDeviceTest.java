@@ -96,7 +96,8 @@ class SparseMemoryDeviceTest {
             for (int i = 0; i < 200; i++) {
                 int off = r.nextInt(size);
                 int len = 1 + r.nextInt(Math.min(size - off, 10_000));
-                assertArrayEquals(Arrays.copyOfRange(model, off, off + len), read(d, off, len), "read " + off + "+" + len);
+                assertArrayEquals(Arrays.copyOfRange(model, off, off + len), read(d, off, len),
+                        "read " + off + "+" + len);
             }
         }
     }
@@ -105,21 +106,22 @@ class SparseMemoryDeviceTest {
     void readAndWriteUseOnlyPositionToLimit() {
         try (SparseMemoryDevice d = new SparseMemoryDevice(3 * B)) {
             ByteBuffer src = ByteBuffer.allocateDirect(8);
-            src.put(new byte[] {1, 2, 3, 4, 5, 6, 7, 8}).position(2).limit(6);
+            src.put(new byte[]{1, 2, 3, 4, 5, 6, 7, 8}).position(2).limit(6);
             d.write(B - 2, src, true).join();
-            assertArrayEquals(new byte[] {0, 3, 4, 5, 6, 0}, read(d, B - 3, 6));
+            assertArrayEquals(new byte[]{0, 3, 4, 5, 6, 0}, read(d, B - 3, 6));
 
             byte[] backing = new byte[16];
             Arrays.fill(backing, (byte) 0x77);
             ByteBuffer dst = ByteBuffer.wrap(backing, 3, 7); // position 3, limit 10
             d.read(B - 3, dst).join();
-            assertArrayEquals(new byte[] {0x77, 0x77, 0x77, 0, 3, 4, 5, 6, 0, 0, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77}, backing);
+            assertArrayEquals(new byte[]{0x77, 0x77, 0x77, 0, 3, 4, 5, 6, 0, 0, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77},
+                    backing);
 
             ByteBuffer direct = ByteBuffer.allocateDirect(6).position(1).limit(5);
             d.read(B - 2, direct).join();
             byte[] got = new byte[4];
             direct.get(1, got);
-            assertArrayEquals(new byte[] {3, 4, 5, 6}, got);
+            assertArrayEquals(new byte[]{3, 4, 5, 6}, got);
         }
     }
 
@@ -129,8 +131,8 @@ class SparseMemoryDeviceTest {
         int size = 10_000;
         try (SparseMemoryDevice d = new SparseMemoryDevice(size)) {
             assertEquals(extents(size, HOLE), status(d, 0, size, 10));
-            write(d, size - 1, new byte[] {42});
-            assertArrayEquals(new byte[] {42}, read(d, size - 1, 1));
+            write(d, size - 1, new byte[]{42});
+            assertArrayEquals(new byte[]{42}, read(d, size - 1, 1));
             byte[] tail = random(r, size - 8190);
             write(d, 8190, tail);
             assertArrayEquals(tail, read(d, 8190, tail.length));
@@ -146,8 +148,8 @@ class SparseMemoryDeviceTest {
             assertEquals((long) B, d.allocatedBytes());
 
             // a write that ends on the last byte after the trim
-            write(d, size - 3, new byte[] {7, 8, 9});
-            assertArrayEquals(new byte[] {0, 7, 8, 9}, read(d, size - 4, 4));
+            write(d, size - 3, new byte[]{7, 8, 9});
+            assertArrayEquals(new byte[]{0, 7, 8, 9}, read(d, size - 4, 4));
             assertEquals(extents(1808, DATA), status(d, 8192, size - 8192, 10));
 
             d.writeZeroes(0, size, false, false).join();
@@ -262,9 +264,9 @@ class SparseMemoryDeviceTest {
             assertEquals(8L * B, d.allocatedBytes(), "NO_HOLE: nothing is released");
 
             // a write into a zero block makes it data again, its neighbour stays zero
-            write(d, B + 5, new byte[] {1});
+            write(d, B + 5, new byte[]{1});
             assertEquals(extents(2 * B, DATA, B, ZERO, 5 * B, DATA), status(d, 0, 8 * B, 10));
-            assertArrayEquals(new byte[] {0, 1, 0}, read(d, B + 4, 3));
+            assertArrayEquals(new byte[]{0, 1, 0}, read(d, B + 4, 3));
         }
         try (SparseMemoryDevice d = new SparseMemoryDevice(8 * B)) {
             d.writeZeroes(0, 2 * B, false, false).join(); // on never-written space
@@ -291,7 +293,7 @@ class SparseMemoryDeviceTest {
         try (SparseMemoryDevice d = new SparseMemoryDevice(16 * B)) {
             write(d, 0, new byte[2 * B]); // data, even though the bytes are zero
             d.writeZeroes(5 * B, 2 * B, false, false).join();
-            write(d, 7 * B + 100, new byte[] {1});
+            write(d, 7 * B + 100, new byte[]{1});
             // blocks: 0-1 data, 2-4 hole, 5-6 zero, 7 data, 8-15 hole
             List<Extent> all = extents(2 * B, DATA, 3 * B, HOLE, 2 * B, ZERO, B, DATA, 8 * B, HOLE);
             assertEquals(all, status(d, 0, 16 * B, 100));
@@ -320,7 +322,7 @@ class SparseMemoryDeviceTest {
             int b = 0;
             while (b < blocks) {
                 int run = 1 + (r.nextInt(4) == 0 ? r.nextInt(150) : r.nextInt(5));
-                int state = new int[] {DATA, ZERO, HOLE}[r.nextInt(3)];
+                int state = new int[]{DATA, ZERO, HOLE}[r.nextInt(3)];
                 int end = Math.min(blocks, b + run);
                 if (b < 192) {
                     end = Math.min(end, 192);
@@ -350,10 +352,12 @@ class SparseMemoryDeviceTest {
             assertEquals(model(states, size, 0, size, Integer.MAX_VALUE), status(d, 0, size, Integer.MAX_VALUE));
             for (int i = 0; i < 2000; i++) {
                 long off = r.nextInt((int) size);
-                long len = 1 + (r.nextBoolean() ? r.nextInt((int) (size - off)) : r.nextInt((int) Math.min(3 * B, size - off)));
+                long len = 1 + (r.nextBoolean() ? r.nextInt((int) (size - off))
+                        : r.nextInt((int) Math.min(3 * B, size - off)));
                 int max = r.nextBoolean() ? 1 + r.nextInt(4) : 1000;
                 List<Extent> got = status(d, off, len, max);
-                assertEquals(model(states, size, off, len, max), got, "blockStatus(" + off + ", " + len + ", " + max + ")");
+                assertEquals(model(states, size, off, len, max), got,
+                        "blockStatus(" + off + ", " + len + ", " + max + ")");
                 long sum = got.stream().mapToLong(Extent::length).sum();
                 assertTrue(sum >= 1 && sum <= len, "extents cover " + sum + " of " + len);
                 assertTrue(got.size() <= max);
@@ -368,18 +372,18 @@ class SparseMemoryDeviceTest {
         try (SparseMemoryDevice d = new SparseMemoryDevice(size)) {
             assertEquals(size, d.size());
             assertEquals(0, d.allocatedBytes());
-            write(d, 0, new byte[] {1});
+            write(d, 0, new byte[]{1});
             assertEquals(B, d.allocatedBytes());
-            write(d, size - 1, new byte[] {2});
+            write(d, size - 1, new byte[]{2});
             assertEquals(2L * B, d.allocatedBytes());
-            write(d, half - 5, new byte[] {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}); // crosses a block boundary
+            write(d, half - 5, new byte[]{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}); // crosses a block boundary
             assertEquals(4L * B, d.allocatedBytes());
-            write(d, half - 5, new byte[] {9}); // same block again: no growth
+            write(d, half - 5, new byte[]{9}); // same block again: no growth
             assertEquals(4L * B, d.allocatedBytes());
 
-            assertArrayEquals(new byte[] {9, 2, 3, 4, 5, 6, 7, 8, 9, 10}, read(d, half - 5, 10));
-            assertArrayEquals(new byte[] {2}, read(d, size - 1, 1));
-            assertArrayEquals(new byte[] {0, 0}, read(d, size - 3, 2));
+            assertArrayEquals(new byte[]{9, 2, 3, 4, 5, 6, 7, 8, 9, 10}, read(d, half - 5, 10));
+            assertArrayEquals(new byte[]{2}, read(d, size - 1, 1));
+            assertArrayEquals(new byte[]{0, 0}, read(d, size - 3, 2));
             assertEquals(extents(B, DATA, half - 2L * B, HOLE, 2 * B, DATA, half - 2L * B, HOLE, B, DATA),
                     status(d, 0, size, 100));
 
@@ -428,7 +432,8 @@ class SparseMemoryDeviceTest {
                             byte[] data = random(r, len);
                             write(d, base + off, data);
                             System.arraycopy(data, 0, models[id], off, len);
-                            Arrays.fill(allocated[id], (int) ((base + off) / B), (int) ((base + off + len - 1) / B) + 1, true);
+                            Arrays.fill(allocated[id], (int) ((base + off) / B), (int) ((base + off + len - 1) / B) + 1,
+                                    true);
                         }
                     }
                     return null;
@@ -485,7 +490,7 @@ class SparseMemoryDeviceTest {
     @Test
     void closeTwiceIsSafe() {
         SparseMemoryDevice d = new SparseMemoryDevice(B);
-        write(d, 0, new byte[] {1});
+        write(d, 0, new byte[]{1});
         d.close();
         d.close();
         AnonymousMemory m = AnonymousMemory.map(10);

@@ -15,8 +15,7 @@ import static org.junit.jupiter.api.Assertions.fail;
  * time limit. A missing tool fails the test with the package to install: the interop tests never skip silently.
  */
 public final class PeerTool {
-    private PeerTool() {
-    }
+    private PeerTool() {}
 
     private static final String SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
 

@@ -149,7 +149,7 @@ class TlsInteropTest {
     @Test
     void fioVerifiesOverAnNbdsUri() {
         PeerTool.check(300, "fio", "--name=tls", "--ioengine=nbd", "--uri=nbds://127.0.0.1:" + required.port()
-                        + "/disk?tls-verify-peer=false",
+                + "/disk?tls-verify-peer=false",
                 "--rw=randwrite", "--bs=4k", "--size=16M", "--iodepth=16", "--verify=crc32c", "--do_verify=1",
                 "--verify_fatal=1", "--verify_state_save=0");
     }

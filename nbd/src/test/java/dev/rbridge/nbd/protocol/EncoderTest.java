@@ -34,7 +34,7 @@ class EncoderTest {
     /** Runs a ReplyEncoder method on a buffer that already holds 3 bytes; returns what it appended. */
     private static String appended(int expectedLength, Consumer<ByteBuffer> encode) {
         ByteBuffer dst = ByteBuffer.allocate(3 + expectedLength + 16);
-        dst.put(new byte[] {(byte) 0xEE, (byte) 0xEE, (byte) 0xEE});
+        dst.put(new byte[]{(byte) 0xEE, (byte) 0xEE, (byte) 0xEE});
         encode.accept(dst);
         assertEquals(3 + expectedLength, dst.position(), "bytes written");
         assertEquals("eeeeee", HEX.formatHex(dst.array(), 0, 3), "bytes before the position untouched");
@@ -59,7 +59,8 @@ class EncoderTest {
     @Test
     void exportNameReplyWithAndWithoutZeroes() {
         String head = "0102030405060708" + "8123";
-        assertEquals(head + "00".repeat(124), hex(HandshakeEncoder.exportNameReply(0x0102030405060708L, 0x8123, false)));
+        assertEquals(head + "00".repeat(124),
+                hex(HandshakeEncoder.exportNameReply(0x0102030405060708L, 0x8123, false)));
         assertEquals(head, hex(HandshakeEncoder.exportNameReply(0x0102030405060708L, 0x8123, true)));
         assertEquals(134, HandshakeEncoder.exportNameReply(1, 1, false).remaining());
         assertEquals(10, HandshakeEncoder.exportNameReply(1, 1, true).remaining());
@@ -68,9 +69,12 @@ class EncoderTest {
     @Test
     void optionReplies() {
         assertEquals(OPTION_REPLY_MAGIC + "00000007" + "00000003" + "00000002" + "aabb",
-                hex(HandshakeEncoder.reply(Nbd.OPT_GO, Nbd.REP_INFO, ByteBuffer.wrap(new byte[] {(byte) 0xAA, (byte) 0xBB}))));
-        assertEquals(OPTION_REPLY_MAGIC + "00000001" + "00000001" + "00000000", hex(HandshakeEncoder.ack(Nbd.OPT_EXPORT_NAME)));
-        assertEquals(OPTION_REPLY_MAGIC + "0000000a" + "00000001" + "00000000", hex(HandshakeEncoder.ack(Nbd.OPT_SET_META_CONTEXT)));
+                hex(HandshakeEncoder.reply(Nbd.OPT_GO, Nbd.REP_INFO,
+                        ByteBuffer.wrap(new byte[]{(byte) 0xAA, (byte) 0xBB}))));
+        assertEquals(OPTION_REPLY_MAGIC + "00000001" + "00000001" + "00000000",
+                hex(HandshakeEncoder.ack(Nbd.OPT_EXPORT_NAME)));
+        assertEquals(OPTION_REPLY_MAGIC + "0000000a" + "00000001" + "00000000",
+                hex(HandshakeEncoder.ack(Nbd.OPT_SET_META_CONTEXT)));
         // an option number the server does not know is echoed as sent, all 32 bits
         assertEquals(OPTION_REPLY_MAGIC + "fffffffe" + "80000001" + "00000000",
                 hex(HandshakeEncoder.error(0xFFFFFFFE, Nbd.REP_ERR_UNSUP, "")));
@@ -82,7 +86,7 @@ class EncoderTest {
 
     @Test
     void replyDataIsConsumedFromItsPosition() {
-        ByteBuffer data = ByteBuffer.wrap(new byte[] {1, 2, 3, 4}).position(1);
+        ByteBuffer data = ByteBuffer.wrap(new byte[]{1, 2, 3, 4}).position(1);
         assertEquals(OPTION_REPLY_MAGIC + "00000006" + "00000003" + "00000003" + "020304",
                 hex(HandshakeEncoder.reply(Nbd.OPT_INFO, Nbd.REP_INFO, data)));
     }
@@ -144,7 +148,8 @@ class EncoderTest {
     void simpleReply() {
         assertEquals("67446698" + "00000016" + "8000000000000001",
                 appended(16, b -> ReplyEncoder.simpleReply(b, 0x8000000000000001L, Errno.EINVAL.code())));
-        assertEquals("67446698" + "00000000" + "ffffffffffffffff", appended(16, b -> ReplyEncoder.simpleReply(b, -1L, 0)));
+        assertEquals("67446698" + "00000000" + "ffffffffffffffff",
+                appended(16, b -> ReplyEncoder.simpleReply(b, -1L, 0)));
     }
 
     @Test
@@ -166,7 +171,8 @@ class EncoderTest {
 
     @Test
     void none() {
-        assertEquals(CHUNK_MAGIC + "0001" + "0000" + "0000000000000007" + "00000000", appended(20, b -> ReplyEncoder.none(b, 7)));
+        assertEquals(CHUNK_MAGIC + "0001" + "0000" + "0000000000000007" + "00000000",
+                appended(20, b -> ReplyEncoder.none(b, 7)));
     }
 
     @Test
@@ -192,19 +198,21 @@ class EncoderTest {
         int[] lengths = {4096, 8192, 77};
         int[] states = {0, Nbd.STATE_HOLE | Nbd.STATE_ZERO, Nbd.STATE_ZERO};
         assertEquals(CHUNK_MAGIC + "0001" + "0005" + "0000000000000009" + "00000014" + "00000001"
-                        + "00001000" + "00000000" + "00002000" + "00000003",
+                + "00001000" + "00000000" + "00002000" + "00000003",
                 appended(40, b -> ReplyEncoder.blockStatus(b, Nbd.REPLY_FLAG_DONE, 9, 1, lengths, states, 2)));
         assertEquals(CHUNK_MAGIC + "0000" + "0005" + "000000000000000a" + "0000001c" + "00000002"
-                        + "00001000" + "00000000" + "00002000" + "00000003" + "0000004d" + "00000002",
+                + "00001000" + "00000000" + "00002000" + "00000003" + "0000004d" + "00000002",
                 appended(48, b -> ReplyEncoder.blockStatus(b, 0, 10, 2, lengths, states, 3)));
-        assertEquals(CHUNK_MAGIC + "0000" + "0005" + "000000000000000b" + "0000000c" + "00000001" + "fffff000" + "00000003",
-                appended(32, b -> ReplyEncoder.blockStatus(b, 0, 11, 1, new int[] {0xFFFFF000}, new int[] {3}, 1)));
+        assertEquals(
+                CHUNK_MAGIC + "0000" + "0005" + "000000000000000b" + "0000000c" + "00000001" + "fffff000" + "00000003",
+                appended(32, b -> ReplyEncoder.blockStatus(b, 0, 11, 1, new int[]{0xFFFFF000}, new int[]{3}, 1)));
     }
 
     @Test
     void chunkHeader() {
         assertEquals(CHUNK_MAGIC + "0001" + "8002" + "0102030405060708" + "00000100",
-                appended(20, b -> ReplyEncoder.chunkHeader(b, 1, Nbd.REPLY_TYPE_ERROR_OFFSET, 0x0102030405060708L, 256)));
+                appended(20,
+                        b -> ReplyEncoder.chunkHeader(b, 1, Nbd.REPLY_TYPE_ERROR_OFFSET, 0x0102030405060708L, 256)));
     }
 
     /** The numbers every layout above depends on, against the spec. */
@@ -216,25 +224,28 @@ class EncoderTest {
         assertEquals(0x3e889045565a9L, Nbd.OPTION_REPLY_MAGIC);
         int[] commands = {Nbd.CMD_READ, Nbd.CMD_WRITE, Nbd.CMD_DISC, Nbd.CMD_FLUSH, Nbd.CMD_TRIM, Nbd.CMD_CACHE,
                 Nbd.CMD_WRITE_ZEROES, Nbd.CMD_BLOCK_STATUS};
-        assertArrayEquals(new int[] {0, 1, 2, 3, 4, 5, 6, 7}, commands);
-        assertArrayEquals(new int[] {1, 2, 4, 8, 16}, new int[] {Nbd.CMD_FLAG_FUA, Nbd.CMD_FLAG_NO_HOLE,
+        assertArrayEquals(new int[]{0, 1, 2, 3, 4, 5, 6, 7}, commands);
+        assertArrayEquals(new int[]{1, 2, 4, 8, 16}, new int[]{Nbd.CMD_FLAG_FUA, Nbd.CMD_FLAG_NO_HOLE,
                 Nbd.CMD_FLAG_DF, Nbd.CMD_FLAG_REQ_ONE, Nbd.CMD_FLAG_FAST_ZERO});
-        assertArrayEquals(new int[] {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}, new int[] {Nbd.FLAG_HAS_FLAGS,
+        assertArrayEquals(new int[]{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}, new int[]{Nbd.FLAG_HAS_FLAGS,
                 Nbd.FLAG_READ_ONLY, Nbd.FLAG_SEND_FLUSH, Nbd.FLAG_SEND_FUA, Nbd.FLAG_ROTATIONAL, Nbd.FLAG_SEND_TRIM,
                 Nbd.FLAG_SEND_WRITE_ZEROES, Nbd.FLAG_SEND_DF, Nbd.FLAG_CAN_MULTI_CONN, Nbd.FLAG_SEND_RESIZE,
                 Nbd.FLAG_SEND_CACHE, Nbd.FLAG_SEND_FAST_ZERO});
-        assertArrayEquals(new int[] {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, new int[] {Nbd.OPT_EXPORT_NAME, Nbd.OPT_ABORT,
+        assertArrayEquals(new int[]{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, new int[]{Nbd.OPT_EXPORT_NAME, Nbd.OPT_ABORT,
                 Nbd.OPT_LIST, Nbd.OPT_PEEK_EXPORT, Nbd.OPT_STARTTLS, Nbd.OPT_INFO, Nbd.OPT_GO, Nbd.OPT_STRUCTURED_REPLY,
                 Nbd.OPT_LIST_META_CONTEXT, Nbd.OPT_SET_META_CONTEXT, Nbd.OPT_EXTENDED_HEADERS});
-        assertArrayEquals(new int[] {0x80000001, 0x80000002, 0x80000003, 0x80000004, 0x80000005, 0x80000006,
-                        0x80000007, 0x80000008, 0x80000009, 0x8000000a},
-                new int[] {Nbd.REP_ERR_UNSUP, Nbd.REP_ERR_POLICY, Nbd.REP_ERR_INVALID, Nbd.REP_ERR_PLATFORM,
+        assertArrayEquals(new int[]{0x80000001, 0x80000002, 0x80000003, 0x80000004, 0x80000005, 0x80000006,
+                0x80000007, 0x80000008, 0x80000009, 0x8000000a},
+                new int[]{Nbd.REP_ERR_UNSUP, Nbd.REP_ERR_POLICY, Nbd.REP_ERR_INVALID, Nbd.REP_ERR_PLATFORM,
                         Nbd.REP_ERR_TLS_REQD, Nbd.REP_ERR_UNKNOWN, Nbd.REP_ERR_SHUTDOWN, Nbd.REP_ERR_BLOCK_SIZE_REQD,
                         Nbd.REP_ERR_TOO_BIG, Nbd.REP_ERR_EXT_HEADER_REQD});
-        assertArrayEquals(new int[] {1, 2, 3, 4}, new int[] {Nbd.REP_ACK, Nbd.REP_SERVER, Nbd.REP_INFO, Nbd.REP_META_CONTEXT});
-        assertArrayEquals(new int[] {0, 1, 2, 5, 32769, 32770}, new int[] {Nbd.REPLY_TYPE_NONE, Nbd.REPLY_TYPE_OFFSET_DATA,
-                Nbd.REPLY_TYPE_OFFSET_HOLE, Nbd.REPLY_TYPE_BLOCK_STATUS, Nbd.REPLY_TYPE_ERROR, Nbd.REPLY_TYPE_ERROR_OFFSET});
-        assertArrayEquals(new int[] {1, 5, 12, 22, 28, 75, 95, 108}, new int[] {Errno.EPERM.code(), Errno.EIO.code(),
+        assertArrayEquals(new int[]{1, 2, 3, 4},
+                new int[]{Nbd.REP_ACK, Nbd.REP_SERVER, Nbd.REP_INFO, Nbd.REP_META_CONTEXT});
+        assertArrayEquals(new int[]{0, 1, 2, 5, 32769, 32770},
+                new int[]{Nbd.REPLY_TYPE_NONE, Nbd.REPLY_TYPE_OFFSET_DATA,
+                        Nbd.REPLY_TYPE_OFFSET_HOLE, Nbd.REPLY_TYPE_BLOCK_STATUS, Nbd.REPLY_TYPE_ERROR,
+                        Nbd.REPLY_TYPE_ERROR_OFFSET});
+        assertArrayEquals(new int[]{1, 5, 12, 22, 28, 75, 95, 108}, new int[]{Errno.EPERM.code(), Errno.EIO.code(),
                 Errno.ENOMEM.code(), Errno.EINVAL.code(), Errno.ENOSPC.code(), Errno.EOVERFLOW.code(),
                 Errno.ENOTSUP.code(), Errno.ESHUTDOWN.code()});
     }

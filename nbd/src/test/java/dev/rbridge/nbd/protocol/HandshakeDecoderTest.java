@@ -102,7 +102,7 @@ class HandshakeDecoderTest {
                 .option(0, new byte[0], new Unknown(0))
                 .option(0xFFFFFFFF, new byte[3], new Unknown(-1))
                 // malformed: data where none belongs
-                .option(Nbd.OPT_LIST, new byte[] {1, 2, 3}, new Malformed(Nbd.OPT_LIST, "3 bytes"))
+                .option(Nbd.OPT_LIST, new byte[]{1, 2, 3}, new Malformed(Nbd.OPT_LIST, "3 bytes"))
                 .option(Nbd.OPT_ABORT, new byte[1], new Malformed(Nbd.OPT_ABORT, "no data"))
                 .option(Nbd.OPT_STRUCTURED_REPLY, new byte[4], new Malformed(Nbd.OPT_STRUCTURED_REPLY, "no data"))
                 // malformed INFO/GO
@@ -110,12 +110,12 @@ class HandshakeDecoderTest {
                         new Malformed(Nbd.OPT_INFO, "overruns"))
                 .option(Nbd.OPT_INFO, new WireBytes().u32(5).bytes(disk).toByteArray(), // no room for the count
                         new Malformed(Nbd.OPT_INFO, "overruns"))
-                .option(Nbd.OPT_GO, new byte[] {0, 0}, new Malformed(Nbd.OPT_GO, "ends before"))
+                .option(Nbd.OPT_GO, new byte[]{0, 0}, new Malformed(Nbd.OPT_GO, "ends before"))
                 .option(Nbd.OPT_GO, new WireBytes().u32(5).bytes(disk).u16(3).u16(1).u16(2).toByteArray(),
                         new Malformed(Nbd.OPT_GO, "information requests"))
                 .option(Nbd.OPT_INFO, new WireBytes().u32(5).bytes(disk).u16(1).u16(1).u16(2).toByteArray(),
                         new Malformed(Nbd.OPT_INFO, "information requests"))
-                .option(Nbd.OPT_INFO, infoData(new byte[] {'a', (byte) 0xFF}, 1), new Malformed(Nbd.OPT_INFO, "UTF-8"))
+                .option(Nbd.OPT_INFO, infoData(new byte[]{'a', (byte) 0xFF}, 1), new Malformed(Nbd.OPT_INFO, "UTF-8"))
                 .option(Nbd.OPT_GO, infoData(nameOf4097, 1), new Malformed(Nbd.OPT_GO, "4096"))
                 // malformed META_CONTEXT
                 .option(Nbd.OPT_SET_META_CONTEXT,
@@ -125,25 +125,27 @@ class HandshakeDecoderTest {
                         new Malformed(Nbd.OPT_LIST_META_CONTEXT, "follow the last query"))
                 .option(Nbd.OPT_LIST_META_CONTEXT, new WireBytes().u32(5).bytes(disk).u32(3).u32(0).toByteArray(),
                         new Malformed(Nbd.OPT_LIST_META_CONTEXT, "cannot fit"))
-                .option(Nbd.OPT_SET_META_CONTEXT, new WireBytes().u32(5).bytes(disk).u32(1).u32(50).bytes(disk).toByteArray(),
+                .option(Nbd.OPT_SET_META_CONTEXT,
+                        new WireBytes().u32(5).bytes(disk).u32(1).u32(50).bytes(disk).toByteArray(),
                         new Malformed(Nbd.OPT_SET_META_CONTEXT, "overruns"))
                 .option(Nbd.OPT_SET_META_CONTEXT, new WireBytes().u32(9).bytes(disk).u32(0).toByteArray(),
                         new Malformed(Nbd.OPT_SET_META_CONTEXT, "overruns"))
                 .option(Nbd.OPT_LIST_META_CONTEXT, metaData(disk, repeat('q', 4097)),
                         new Malformed(Nbd.OPT_LIST_META_CONTEXT, "4096"))
-                .option(Nbd.OPT_LIST_META_CONTEXT, metaData(disk, new byte[] {'b', 0, 'c'}),
+                .option(Nbd.OPT_LIST_META_CONTEXT, metaData(disk, new byte[]{'b', 0, 'c'}),
                         new Malformed(Nbd.OPT_LIST_META_CONTEXT, "NUL"))
                 // malformed names
-                .option(Nbd.OPT_EXPORT_NAME, new byte[] {'x', (byte) 0xC3, 0x28}, new Malformed(Nbd.OPT_EXPORT_NAME, "UTF-8"))
-                .option(Nbd.OPT_EXPORT_NAME, new byte[] {(byte) 0xC0, (byte) 0x80}, // overlong NUL ("modified UTF-8")
+                .option(Nbd.OPT_EXPORT_NAME, new byte[]{'x', (byte) 0xC3, 0x28},
                         new Malformed(Nbd.OPT_EXPORT_NAME, "UTF-8"))
-                .option(Nbd.OPT_EXPORT_NAME, new byte[] {(byte) 0xED, (byte) 0xA0, (byte) 0x80}, // a lone surrogate
+                .option(Nbd.OPT_EXPORT_NAME, new byte[]{(byte) 0xC0, (byte) 0x80}, // overlong NUL ("modified UTF-8")
                         new Malformed(Nbd.OPT_EXPORT_NAME, "UTF-8"))
-                .option(Nbd.OPT_EXPORT_NAME, new byte[] {'a', (byte) 0xE2, (byte) 0x82}, // truncated sequence
+                .option(Nbd.OPT_EXPORT_NAME, new byte[]{(byte) 0xED, (byte) 0xA0, (byte) 0x80}, // a lone surrogate
                         new Malformed(Nbd.OPT_EXPORT_NAME, "UTF-8"))
-                .option(Nbd.OPT_EXPORT_NAME, new byte[] {'a', 0, 'b'}, new Malformed(Nbd.OPT_EXPORT_NAME, "NUL"))
+                .option(Nbd.OPT_EXPORT_NAME, new byte[]{'a', (byte) 0xE2, (byte) 0x82}, // truncated sequence
+                        new Malformed(Nbd.OPT_EXPORT_NAME, "UTF-8"))
+                .option(Nbd.OPT_EXPORT_NAME, new byte[]{'a', 0, 'b'}, new Malformed(Nbd.OPT_EXPORT_NAME, "NUL"))
                 .option(Nbd.OPT_EXPORT_NAME, nameOf4097, new Malformed(Nbd.OPT_EXPORT_NAME, "4096"))
-                .option(Nbd.OPT_INFO, infoData(new byte[] {0}), new Malformed(Nbd.OPT_INFO, "NUL"))
+                .option(Nbd.OPT_INFO, infoData(new byte[]{0}), new Malformed(Nbd.OPT_INFO, "NUL"))
                 // size limit: exactly the maximum is buffered and parsed, one more is skipped
                 .option(123, new byte[HandshakeDecoder.DEFAULT_MAX_OPTION_DATA], new Unknown(123))
                 .option(Nbd.OPT_EXPORT_NAME, new byte[HandshakeDecoder.DEFAULT_MAX_OPTION_DATA + 1],
@@ -165,7 +167,7 @@ class HandshakeDecoderTest {
                 .option(Nbd.OPT_SET_META_CONTEXT, metaData(utf8("d"), utf8("base:allocation")),
                         new MetaContext(true, "d", List.of("base:allocation")))
                 .option(Nbd.OPT_LIST, new byte[0], new ListExports())
-                .option(Nbd.OPT_INFO, new byte[] {0, 0, 0, 9, 'x', 0, 0}, new Malformed(Nbd.OPT_INFO, "overruns"))
+                .option(Nbd.OPT_INFO, new byte[]{0, 0, 0, 9, 'x', 0, 0}, new Malformed(Nbd.OPT_INFO, "overruns"))
                 .option(Nbd.OPT_GO, infoData(new byte[0]), new Info(true, "", List.of()))
                 .option(Nbd.OPT_EXPORT_NAME, utf8("€"), new ExportName("€"))
                 .build();
@@ -349,14 +351,15 @@ class HandshakeDecoderTest {
 
         // the magic of a different phase (the server's NBDMAGIC) is no option either
         HandshakeDecoder d3 = new HandshakeDecoder(SERVER_FLAGS);
-        ByteBuffer in3 = ByteBuffer.wrap(new WireBytes().clientFlags(1).u64(Nbd.INIT_MAGIC).u32(1).u32(0).toByteArray());
+        ByteBuffer in3 =
+                ByteBuffer.wrap(new WireBytes().clientFlags(1).u64(Nbd.INIT_MAGIC).u32(1).u32(0).toByteArray());
         d3.next(in3);
         assertThrows(NbdProtocolException.class, () -> d3.next(in3));
     }
 
     @Test
     void unknownClientFlagBitsAreAProtocolError() {
-        for (int flags : new int[] {1 << 2, 1 << 31, Nbd.FLAG_C_FIXED_NEWSTYLE | 1 << 5, 0xFFFFFFFF}) {
+        for (int flags : new int[]{1 << 2, 1 << 31, Nbd.FLAG_C_FIXED_NEWSTYLE | 1 << 5, 0xFFFFFFFF}) {
             HandshakeDecoder d = new HandshakeDecoder(SERVER_FLAGS);
             ByteBuffer in = ByteBuffer.wrap(new WireBytes().clientFlags(flags).toByteArray());
             assertThrows(NbdProtocolException.class, () -> d.next(in), "client flags 0x" + Integer.toHexString(flags));
@@ -386,7 +389,8 @@ class HandshakeDecoderTest {
     void clientFlagsAreReadOnlyOnce() throws Exception {
         // a second u32 that looks like client flags is the start of an option header, not flags again
         HandshakeDecoder d = new HandshakeDecoder(SERVER_FLAGS);
-        ByteBuffer in = ByteBuffer.wrap(new WireBytes().clientFlags(1).clientFlags(1).u32(0).u32(0).u32(0).toByteArray());
+        ByteBuffer in =
+                ByteBuffer.wrap(new WireBytes().clientFlags(1).clientFlags(1).u32(0).u32(0).u32(0).toByteArray());
         assertEquals(new ClientFlags(1), d.next(in));
         assertThrows(NbdProtocolException.class, () -> d.next(in));
     }

@@ -193,7 +193,8 @@ class RequestDecoderTest {
             }
         }
         for (long seed = 1; seed <= 8; seed++) {
-            decodeAndCheck(s, MAX_PAYLOAD, WireBytes.randomChunks(n, seed), seed % 2 == 0, "random chunks, seed " + seed);
+            decodeAndCheck(s, MAX_PAYLOAD, WireBytes.randomChunks(n, seed), seed % 2 == 0,
+                    "random chunks, seed " + seed);
         }
     }
 
@@ -240,7 +241,8 @@ class RequestDecoderTest {
     void maximumLengthWriteIsDiscardedWithoutOverflow() throws Exception {
         CountingAllocator allocator = new CountingAllocator(false);
         RequestDecoder d = new RequestDecoder(allocator, 1 << 20);
-        ByteBuffer head = ByteBuffer.wrap(new WireBytes().request(0, Nbd.CMD_WRITE, 5, 0, 0xFFFFFFFFL, null).toByteArray());
+        ByteBuffer head =
+                ByteBuffer.wrap(new WireBytes().request(0, Nbd.CMD_WRITE, 5, 0, 0xFFFFFFFFL, null).toByteArray());
         assertNull(d.next(head));
         assertFalse(head.hasRemaining());
         assertFalse(d.atBoundary());
@@ -358,7 +360,8 @@ class RequestDecoderTest {
         RequestDecoder d = new RequestDecoder(new CountingAllocator(false), 1 << 20);
         assertNull(d.next(ByteBuffer.wrap(new WireBytes().request(0, Nbd.CMD_WRITE, 1, 0, 6, null).toByteArray())));
         d.payloadSink().put(payload, 0, 2);
-        WireBytes rest = new WireBytes().bytes(Arrays.copyOfRange(payload, 2, 6)).request(0, Nbd.CMD_READ, 2, 0, 1, null);
+        WireBytes rest =
+                new WireBytes().bytes(Arrays.copyOfRange(payload, 2, 6)).request(0, Nbd.CMD_READ, 2, 0, 1, null);
         ByteBuffer in = ByteBuffer.wrap(rest.toByteArray());
         Request write = d.next(in);
         assertEquals(ByteBuffer.wrap(payload), write.payload());
@@ -373,7 +376,7 @@ class RequestDecoderTest {
     void atBoundaryOnlyBetweenRequests() throws Exception {
         byte[] stream = new WireBytes()
                 .request(0, Nbd.CMD_READ, 1, 0, 512, null)
-                .request(0, Nbd.CMD_WRITE, 2, 0, 5, new byte[] {1, 2, 3, 4, 5})
+                .request(0, Nbd.CMD_WRITE, 2, 0, 5, new byte[]{1, 2, 3, 4, 5})
                 .request(0, Nbd.CMD_WRITE, 3, 0, 50, new byte[50]) // discarded with maxPayload 8
                 .toByteArray();
         RequestDecoder d = new RequestDecoder(new CountingAllocator(false), 8);

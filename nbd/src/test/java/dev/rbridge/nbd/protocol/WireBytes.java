@@ -119,7 +119,7 @@ final class WireBytes {
 
     /** How the stream is cut: the end offset of every chunk, ascending, the last one the stream length. */
     static int[] whole(int length) {
-        return new int[] {length};
+        return new int[]{length};
     }
 
     static int[] byteByByte(int length) {
@@ -127,7 +127,7 @@ final class WireBytes {
     }
 
     static int[] splitAt(int position, int length) {
-        return position == 0 || position == length ? whole(length) : new int[] {position, length};
+        return position == 0 || position == length ? whole(length) : new int[]{position, length};
     }
 
     /** Chunks of random sizes, mostly small, sometimes large. */
@@ -137,7 +137,8 @@ final class WireBytes {
         int pos = 0;
         while (pos < length) {
             int pick = random.nextInt(10);
-            int size = pick < 5 ? 1 + random.nextInt(16) : pick < 8 ? 1 + random.nextInt(600) : 1 + random.nextInt(80_000);
+            int size =
+                    pick < 5 ? 1 + random.nextInt(16) : pick < 8 ? 1 + random.nextInt(600) : 1 + random.nextInt(80_000);
             pos = Math.min(length, pos + size);
             cuts.add(pos);
         }
@@ -159,7 +160,8 @@ final class WireBytes {
         for (int to : cuts) {
             int length = to - from;
             int pad = 7;
-            ByteBuffer raw = direct ? ByteBuffer.allocateDirect(length + 2 * pad) : ByteBuffer.allocate(length + 2 * pad);
+            ByteBuffer raw =
+                    direct ? ByteBuffer.allocateDirect(length + 2 * pad) : ByteBuffer.allocate(length + 2 * pad);
             byte[] garbage = new byte[pad];
             Arrays.fill(garbage, (byte) 0xA5);
             raw.put(garbage).put(stream, from, length).put(garbage);
@@ -168,8 +170,9 @@ final class WireBytes {
                 T m = decoder.next(in);
                 assertEquals(pad + length, in.limit(), "the decoder must not move the input limit");
                 if (m == null) {
-                    assertFalse(in.hasRemaining(), "null returned with " + in.remaining() + " bytes of input left (chunk "
-                            + from + ".." + to + ")");
+                    assertFalse(in.hasRemaining(),
+                            "null returned with " + in.remaining() + " bytes of input left (chunk "
+                                    + from + ".." + to + ")");
                     break;
                 }
                 int at = from + in.position() - pad;

@@ -28,7 +28,7 @@ class BufferPoolTest {
     @Test
     void acquireReturnsADirectBufferOfTheRequestedLength() {
         BufferPool pool = new BufferPool(MAX, 64L << 20);
-        for (int length : new int[] {0, 1, 100, 4095, 4096, 4097, 65536, 65537, MAX - 1, MAX}) {
+        for (int length : new int[]{0, 1, 100, 4095, 4096, 4097, 65536, 65537, MAX - 1, MAX}) {
             ByteBuffer b = pool.acquire(length);
             assertTrue(b.isDirect(), "direct for " + length);
             assertEquals(0, b.position(), "position for " + length);

@@ -65,7 +65,7 @@ class ServerLimitsTest {
     }
 
     private static TestServer server(Recorder metrics, DelayedCompletionDevice slow,
-                                     Consumer<NbdServerConfig.Builder> more) throws IOException {
+            Consumer<NbdServerConfig.Builder> more) throws IOException {
         return TestServer.start(b -> {
             b.metrics(metrics);
             b.export(Export.of("slow", slow));
@@ -103,9 +103,10 @@ class ServerLimitsTest {
     void aClientThatReadsNoRepliesNeverHoldsUpTheThreadsThatCompleteRequests() throws Exception {
         // The device completes every request on its own two threads, as the memserver links do.
         DelayedCompletionDevice slow = slowDevice();
-        try (TestServer ts = server(new Recorder(), slow, b -> { });
-             RawClient stuck = RawClient.connect(ts.server);
-             RawClient other = RawClient.connect(ts.server)) {
+        try (TestServer ts = server(new Recorder(), slow, b -> {
+        });
+                RawClient stuck = RawClient.connect(ts.server);
+                RawClient other = RawClient.connect(ts.server)) {
             stuck.go("slow", false, false);
             for (int i = 0; i < 64; i++) {
                 stuck.request(0, Nbd.CMD_READ, i, (long) (i % 32) * MiB, MiB, null);
@@ -125,7 +126,7 @@ class ServerLimitsTest {
     void repliesTheClientDoesNotReadHoldTheirSlotsSoTheyCannotPileUp() throws Exception {
         int requests = 1_000_000; // 28 MB of FLUSH requests: far more than socket buffers hold
         try (TestServer ts = server(new Recorder(), b -> b.maxInFlightPerConnection(8));
-             RawClient c = RawClient.connect(ts.server)) {
+                RawClient c = RawClient.connect(ts.server)) {
             c.go("disk", false, false); // completes at once, so only the slots can stop the server reading
             Thread writer = Thread.ofPlatform().daemon().start(() -> {
                 try {
@@ -151,7 +152,7 @@ class ServerLimitsTest {
     void payloadMemoryIsBoundedAndRequestsBeyondItWaitInsteadOfFailing() throws Exception {
         AtomicLong most = new AtomicLong();
         try (TestServer ts = server(new Recorder(), b -> b.payloadBudget(32 * MiB).payloadBudgetPerConnection(4 * MiB));
-             RawClient c = RawClient.connect(ts.server)) {
+                RawClient c = RawClient.connect(ts.server)) {
             Thread sampler = Thread.ofPlatform().daemon().start(() -> {
                 while (!Thread.currentThread().isInterrupted()) {
                     most.accumulateAndGet(ts.server.state().payloadUsedBytes(), Math::max);
@@ -196,13 +197,13 @@ class ServerLimitsTest {
     void aNewConnectionTakesTheSlotOfTheLongestIdleOneOfItsAddress() throws Exception {
         Recorder m = new Recorder();
         try (TestServer ts = server(m, b -> b.maxConnectionsPerPeer(2));
-             RawClient a1 = RawClient.connectFrom(ts.server, "127.0.0.2");
-             RawClient a2 = RawClient.connectFrom(ts.server, "127.0.0.2")) {
+                RawClient a1 = RawClient.connectFrom(ts.server, "127.0.0.2");
+                RawClient a2 = RawClient.connectFrom(ts.server, "127.0.0.2")) {
             a1.go("disk", false, false);
             a2.go("disk", false, false);
             assertReads(a2, 1); // a1 is now the longest idle
             try (RawClient a3 = RawClient.connectFrom(ts.server, "127.0.0.2");
-                 RawClient b1 = RawClient.connectFrom(ts.server, "127.0.0.3")) {
+                    RawClient b1 = RawClient.connectFrom(ts.server, "127.0.0.3")) {
                 a3.go("disk", false, false);
                 b1.go("disk", false, false);
                 assertTrue(a1.closedByServer());
@@ -217,8 +218,8 @@ class ServerLimitsTest {
     @Test
     void connectionsStillInTheirHandshakeGiveUpTheirSlotsFirst() throws Exception {
         try (TestServer ts = server(new Recorder(), b -> b.maxConnectionsPerPeer(2));
-             RawClient serving = RawClient.connectFrom(ts.server, "127.0.0.2");
-             RawClient silent = RawClient.connectFrom(ts.server, "127.0.0.2")) {
+                RawClient serving = RawClient.connectFrom(ts.server, "127.0.0.2");
+                RawClient silent = RawClient.connectFrom(ts.server, "127.0.0.2")) {
             serving.go("disk", false, false);
             try (RawClient fresh = RawClient.connectFrom(ts.server, "127.0.0.2")) {
                 fresh.go("disk", false, false);
@@ -233,8 +234,8 @@ class ServerLimitsTest {
     void connectionsWaitingForMemoryTheyDoNotHoldCannotKeepTheirSlots() throws Exception {
         try (TestServer ts = server(new Recorder(), b -> b.maxConnectionsPerPeer(2).payloadBudget(64 * MiB)
                 .payloadBudgetPerPeer(32 * MiB).stalledGrace(Duration.ofSeconds(30)));
-             RawClient holder = RawClient.connectFrom(ts.server, "127.0.0.2");
-             RawClient waiter = RawClient.connectFrom(ts.server, "127.0.0.2")) {
+                RawClient holder = RawClient.connectFrom(ts.server, "127.0.0.2");
+                RawClient waiter = RawClient.connectFrom(ts.server, "127.0.0.2")) {
             holder.go("disk", false, false);
             waiter.go("disk", false, false);
             holder.request(0, Nbd.CMD_WRITE, 1, 0, 32 * MiB, new byte[4096]); // holds its address's share
@@ -255,7 +256,7 @@ class ServerLimitsTest {
     void whenNoConnectionOfTheAddressIsIdleTheNewOneIsRefused() throws Exception {
         Recorder m = new Recorder();
         try (TestServer ts = server(m, b -> b.maxConnectionsPerPeer(1));
-             RawClient busy = RawClient.connectFrom(ts.server, "127.0.0.2")) {
+                RawClient busy = RawClient.connectFrom(ts.server, "127.0.0.2")) {
             busy.go("slow", false, false);
             busy.request(0, Nbd.CMD_READ, 7, 63L * MiB, 4096, null); // completes after 3 s
             busy.flush();
@@ -271,10 +272,10 @@ class ServerLimitsTest {
     @Test
     void theGlobalLimitTakesASlotFromTheAddressHoldingTheMost() throws Exception {
         try (TestServer ts = server(new Recorder(), b -> b.maxConnections(3));
-             RawClient a1 = RawClient.connectFrom(ts.server, "127.0.0.2");
-             RawClient a2 = RawClient.connectFrom(ts.server, "127.0.0.2");
-             RawClient b1 = RawClient.connectFrom(ts.server, "127.0.0.3")) {
-            for (RawClient c : new RawClient[] {a1, a2, b1}) {
+                RawClient a1 = RawClient.connectFrom(ts.server, "127.0.0.2");
+                RawClient a2 = RawClient.connectFrom(ts.server, "127.0.0.2");
+                RawClient b1 = RawClient.connectFrom(ts.server, "127.0.0.3")) {
+            for (RawClient c : new RawClient[]{a1, a2, b1}) {
                 c.go("disk", false, false);
             }
             assertReads(b1, 1);
@@ -355,9 +356,9 @@ class ServerLimitsTest {
     void aRequestThatDoesNotArriveWholeIsTimedOut() throws Exception {
         Recorder m = new Recorder();
         try (TestServer ts = server(m, b -> b.requestTimeout(Duration.ofMillis(300)));
-             RawClient header = RawClient.connect(ts.server);
-             RawClient payload = RawClient.connect(ts.server);
-             RawClient idle = RawClient.connect(ts.server)) {
+                RawClient header = RawClient.connect(ts.server);
+                RawClient payload = RawClient.connect(ts.server);
+                RawClient idle = RawClient.connect(ts.server)) {
             header.go("disk", false, false);
             payload.go("disk", false, false);
             idle.go("disk", false, false);
@@ -379,8 +380,8 @@ class ServerLimitsTest {
         try (TestServer ts = server(m, b -> b.payloadBudget(32 * MiB).payloadBudgetPerPeer(32 * MiB)
                 .payloadBudgetPerConnection(32 * MiB).requestTimeout(Duration.ofSeconds(2))
                 .stalledGrace(Duration.ofSeconds(30)));
-             RawClient hog = RawClient.connectFrom(ts.server, "127.0.0.3");
-             RawClient c = RawClient.connectFrom(ts.server, "127.0.0.2")) {
+                RawClient hog = RawClient.connectFrom(ts.server, "127.0.0.3");
+                RawClient c = RawClient.connectFrom(ts.server, "127.0.0.2")) {
             hog.go("disk", false, false);
             c.go("disk", false, false);
             for (int i = 0; i < 4; i++) { // the hog takes every byte and reads no reply
@@ -417,7 +418,7 @@ class ServerLimitsTest {
     void repliesLeftUnreadAreTimedOut() throws Exception {
         Recorder m = new Recorder();
         try (TestServer ts = server(m, b -> b.replyTimeout(Duration.ofMillis(500)));
-             RawClient stuck = RawClient.connect(ts.server)) {
+                RawClient stuck = RawClient.connect(ts.server)) {
             stuck.go("slow", false, false);
             for (int i = 0; i < 64; i++) {
                 stuck.request(0, Nbd.CMD_READ, i, (long) (i % 32) * MiB, MiB, null);
@@ -432,8 +433,8 @@ class ServerLimitsTest {
     void aStalledConnectionGivesUpItsMemoryWhenOthersWaitForIt() throws Exception {
         Recorder m = new Recorder();
         try (TestServer ts = server(m, b -> b.payloadBudget(32 * MiB).stalledGrace(Duration.ofMillis(200)));
-             RawClient hog = RawClient.connect(ts.server);
-             RawClient other = RawClient.connect(ts.server)) {
+                RawClient hog = RawClient.connect(ts.server);
+                RawClient other = RawClient.connect(ts.server)) {
             hog.go("disk", false, false);
             other.go("disk", false, false);
             hog.request(0, Nbd.CMD_WRITE, 1, 0, 32 * MiB, new byte[4096]); // declares it all, sends 4 KiB
@@ -449,7 +450,7 @@ class ServerLimitsTest {
     void aStalledConnectionKeepsItsMemoryWhileNobodyWaits() throws Exception {
         Recorder m = new Recorder();
         try (TestServer ts = server(m, b -> b.payloadBudget(64 * MiB).stalledGrace(Duration.ofMillis(100)));
-             RawClient slowSender = RawClient.connect(ts.server)) {
+                RawClient slowSender = RawClient.connect(ts.server)) {
             slowSender.go("disk", false, false);
             slowSender.request(0, Nbd.CMD_WRITE, 1, 0, 8 * MiB, new byte[4096]);
             slowSender.flush();

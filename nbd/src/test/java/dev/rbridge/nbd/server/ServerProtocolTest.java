@@ -354,7 +354,7 @@ class ServerProtocolTest {
         // Later offsets complete sooner, so replies come back in the reverse of request order.
         try (TestServer slow = TestServer.start(b -> b.export(Export.of("slow",
                 new DelayedCompletionDevice(64 << 20, off -> 200 - (off >> 20) * 5))));
-             RawClient c = RawClient.connect(slow.server)) {
+                RawClient c = RawClient.connect(slow.server)) {
             c.go("slow", false, false);
             int n = 32;
             for (int i = 0; i < n; i++) {
@@ -413,7 +413,7 @@ class ServerProtocolTest {
     void discAnswersEverythingInFlightFirst() throws Exception {
         try (TestServer slow = TestServer.start(b -> b.export(Export.of("slow",
                 new DelayedCompletionDevice(16 << 20, off -> 100))));
-             RawClient c = RawClient.connect(slow.server)) {
+                RawClient c = RawClient.connect(slow.server)) {
             c.go("slow", false, false);
             for (int i = 0; i < 8; i++) {
                 c.request(0, Nbd.CMD_READ, i, 0, 4096, null);
@@ -525,7 +525,7 @@ class ServerProtocolTest {
     @Test
     void aClientThatNeverFinishesItsHandshakeIsDisconnected() throws Exception {
         try (TestServer quick = TestServer.start(b -> b.handshakeTimeout(java.time.Duration.ofMillis(300)));
-             RawClient c = RawClient.connect(quick.server)) {
+                RawClient c = RawClient.connect(quick.server)) {
             c.in.readFully(new byte[18]);
             long start = System.nanoTime();
             assertTrue(c.closedByServer());

@@ -28,8 +28,9 @@ class SplicedReadTest {
     private static final int MiB = 1 << 20;
 
     private static TestServer server(SplicingMemoryDevice device, ServerLimitsTest.Recorder metrics,
-                                     Duration replyTimeout) throws IOException {
-        return TestServer.start(b -> b.export(Export.of("spliced", device)).metrics(metrics).replyTimeout(replyTimeout));
+            Duration replyTimeout) throws IOException {
+        return TestServer
+                .start(b -> b.export(Export.of("spliced", device)).metrics(metrics).replyTimeout(replyTimeout));
     }
 
     /** Pipes this process holds open (each is two descriptors). */
@@ -52,7 +53,7 @@ class SplicedReadTest {
         byte[] data = new byte[8 * MiB];
         new Random(11).nextBytes(data);
         try (TestServer ts = server(device, new ServerLimitsTest.Recorder(), Duration.ofSeconds(30));
-             RawClient c = RawClient.connect(ts.server)) {
+                RawClient c = RawClient.connect(ts.server)) {
             c.go("spliced", structured, false);
             c.request(0, Nbd.CMD_WRITE, 1, 0, data.length, data);
             c.flush();

@@ -27,7 +27,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class UnixSocketPathTest {
     private static NbdServer start(Path socket) throws IOException {
         return NbdServer.start(NbdServerConfig.builder().listen(new ListenAddress.Unix(socket))
-                .drainTimeout(Duration.ofSeconds(1)).export(Export.of("disk", new SparseMemoryDevice(1 << 20))).build());
+                .drainTimeout(Duration.ofSeconds(1)).export(Export.of("disk", new SparseMemoryDevice(1 << 20)))
+                .build());
     }
 
     private static void assertRefusedInOneLine(Path path, String... words) {

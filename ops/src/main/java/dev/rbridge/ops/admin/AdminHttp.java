@@ -11,8 +11,7 @@ import java.net.InetSocketAddress;
 
 /** The ops HTTP server an admin interface (the bridge's, a memserver's) runs on: named admin, JSON error pages. */
 final class AdminHttp {
-    private AdminHttp() {
-    }
+    private AdminHttp() {}
 
     /**
      * Serves {@code routes} on {@code address} until the server is closed.

@@ -40,20 +40,20 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(BridgeAdminHttpServer.class);
 
     record VolumeJson(String name, long size, long slabSize, int replicas, String state, int slabs, int allocated,
-                      int healthy, int degraded, int rebuilding, int lost) {
+            int healthy, int degraded, int rebuilding, int lost) {
     }
 
     record SlabJson(int slab, long start, String state, long generation, String replicas, String building,
-                    long copied, long length) {
+            long copied, long length) {
     }
 
     record MemserverJson(String memserver, String state, String instance, long capacity, long free, long inFlight,
-                         long downForMs, String lastError, boolean draining) {
+            long downForMs, String lastError, boolean draining) {
     }
 
     /** The slab fields are absent (null) while nothing is being rebuilt. */
     record RebuildJson(int queued, String volume, Integer slab, String target, Long copied, Long length,
-                       int degradedSlabs, String waiting, long copiedTotal) {
+            int degradedSlabs, String waiting, long copiedTotal) {
     }
 
     private final OpsHttpServer http;
@@ -163,7 +163,8 @@ public final class BridgeAdminHttpServer implements AutoCloseable {
         for (int i = 0; i < v.slabCount(); i++) {
             Volume.SlabStatus s = v.slabStatus(i);
             if (all || s.state() != SlabState.UNALLOCATED) {
-                out.add(new SlabJson(s.index(), s.start(), s.state().label(), s.generation(), String.join(" ", s.replicas()),
+                out.add(new SlabJson(s.index(), s.start(), s.state().label(), s.generation(),
+                        String.join(" ", s.replicas()),
                         s.building() == null ? "" : s.building(), s.rebuildCopiedBytes(), s.length()));
             }
         }

@@ -43,7 +43,7 @@ public final class MemserverAdminHttpServer implements AutoCloseable {
 
     /** Transport counters, per client and summed over the connected ones. */
     record Transport(long sendMessages, long sendBytes, long recvMessages, long recvBytes, long readOps,
-                     long readBytes, long writeOps, long writeBytes) {
+            long readBytes, long writeOps, long writeBytes) {
         static Transport of(ConnectionStats.Snapshot s) {
             return new Transport(s.sendMessages(), s.sendBytes(), s.recvMessages(), s.recvBytes(), s.readOps(),
                     s.readBytes(), s.writeOps(), s.writeBytes());
@@ -63,11 +63,11 @@ public final class MemserverAdminHttpServer implements AutoCloseable {
     }
 
     record Lease(String volume, String owner, long clientId, String clientName, String address, String state,
-                 long ttlMs, long remainingMs) {
+            long ttlMs, long remainingMs) {
     }
 
     record Stats(long capacityBytes, long grantedBytes, long regions, int clients, long refusedConnections,
-                 boolean draining, Transport connectedClientsTransport) {
+            boolean draining, Transport connectedClientsTransport) {
     }
 
     private final OpsHttpServer http;
@@ -87,7 +87,7 @@ public final class MemserverAdminHttpServer implements AutoCloseable {
      * @param metrics where the server's refusals are counted
      */
     public MemserverAdminHttpServer(InetSocketAddress address, Memserver memserver, String token, Runnable exit,
-                           OpsHttpMetrics metrics) throws IOException {
+            OpsHttpMetrics metrics) throws IOException {
         this.memserver = memserver;
         this.exit = exit;
         Routes routes = Routes.builder(new AdminRules(token, "memserver", "--token-file"))
@@ -139,8 +139,8 @@ public final class MemserverAdminHttpServer implements AutoCloseable {
         var drained = memserver.drain();
         log.info("admin: drain requested by an operator from {}", r.peer());
         // exit once drained, but not before the answer is out (exiting stops this server)
-        return HttpResponse.json(202, new Draining(true, memserver.clients().size())).afterSent(() ->
-                drained.thenRunAsync(() -> {
+        return HttpResponse.json(202, new Draining(true, memserver.clients().size()))
+                .afterSent(() -> drained.thenRunAsync(() -> {
                     log.info("drained: no clients left; exiting");
                     exit.run();
                 }, t -> Thread.ofPlatform().start(t)));

@@ -57,7 +57,7 @@ final class HttpConnection {
     private boolean closed;
 
     HttpConnection(SocketChannel ch, InetSocketAddress peer, InetSocketAddress local, OpsHttpConfig config,
-                   RefusalLog refusals, WorkerPool workers, HttpConnectionSlots slots) {
+            RefusalLog refusals, WorkerPool workers, HttpConnectionSlots slots) {
         this.ch = ch;
         this.peer = peer;
         this.peerGroup = PeerGroup.of(peer.getAddress());

@@ -22,7 +22,7 @@ import java.util.Map;
  * @param params  path segments a route captured by name ({@code /clients/{id}/disconnect}: {@code id})
  */
 public record HttpRequest(String method, String target, String version, List<Header> headers, byte[] body,
-                          InetSocketAddress peer, InetSocketAddress local, Map<String, String> params) {
+        InetSocketAddress peer, InetSocketAddress local, Map<String, String> params) {
     public record Header(String name, String value) {
     }
 

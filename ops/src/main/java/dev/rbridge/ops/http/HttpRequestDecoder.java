@@ -17,7 +17,9 @@ import java.util.Map;
  * cannot be trusted to be framed.
  */
 public final class HttpRequestDecoder {
-    private enum State { REQUEST_LINE, HEADER_LINE, BODY }
+    private enum State {
+        REQUEST_LINE, HEADER_LINE, BODY
+    }
 
     private static final int MAX_METHOD = 32;
     private static final int MAX_CONTENT_LENGTH_DIGITS = 18;

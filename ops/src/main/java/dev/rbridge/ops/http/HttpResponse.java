@@ -73,7 +73,8 @@ public record HttpResponse(int status, String contentType, byte[] body, List<Hea
      */
     public ByteBuffer encode(boolean head, boolean close) {
         StringBuilder b = new StringBuilder(160).append("HTTP/1.1 ").append(status).append(' ').append(reason(status))
-                .append("\r\nDate: ").append(DateTimeFormatter.RFC_1123_DATE_TIME.format(ZonedDateTime.now(ZoneOffset.UTC)))
+                .append("\r\nDate: ")
+                .append(DateTimeFormatter.RFC_1123_DATE_TIME.format(ZonedDateTime.now(ZoneOffset.UTC)))
                 .append("\r\nContent-Type: ").append(contentType)
                 .append("\r\nContent-Length: ").append(body.length)
                 .append("\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: ")

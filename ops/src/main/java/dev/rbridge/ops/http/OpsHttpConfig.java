@@ -233,7 +233,7 @@ public final class OpsHttpConfig {
                         + l.requestLine() + ", headers " + l.headerBytes() + " bytes / " + l.headers() + ", body "
                         + l.body());
             }
-            for (Duration d : new Duration[] {requestTimeout, idleTimeout, writeTimeout, writeStall, linger,
+            for (Duration d : new Duration[]{requestTimeout, idleTimeout, writeTimeout, writeStall, linger,
                     handlerTimeout}) {
                 if (d == null || d.isNegative() || d.isZero()) {
                     throw new IllegalArgumentException("timeouts must be positive: request " + requestTimeout

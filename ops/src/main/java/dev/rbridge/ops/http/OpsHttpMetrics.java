@@ -8,8 +8,7 @@ package dev.rbridge.ops.http;
 public interface OpsHttpMetrics {
     OpsHttpMetrics NONE = new OpsHttpMetrics() {
         @Override
-        public void refused(Refusal reason) {
-        }
+        public void refused(Refusal reason) {}
     };
 
     /** A peer was refused, cut off or evicted. */

@@ -31,7 +31,7 @@ final class SelectorLoop {
     private volatile boolean running = true;
 
     SelectorLoop(String name, RefusalLog refusals, Selector selector, SelectionKey acceptKey, HttpConnectionSlots slots,
-                 SelectorHandOff handOff) {
+            SelectorHandOff handOff) {
         this.name = name;
         this.refusals = refusals;
         this.selector = selector;
@@ -90,7 +90,7 @@ final class SelectorLoop {
         if (!running) {
             return false;
         }
-        for (Runnable r; (r = handOff.poll()) != null; ) {
+        for (Runnable r; (r = handOff.poll()) != null;) {
             try {
                 r.run();
             } catch (RuntimeException e) { // one connection's trouble; the other answers still go out

@@ -30,8 +30,7 @@ public final class Json {
             .setStrictness(Strictness.STRICT)
             .create();
 
-    private Json() {
-    }
+    private Json() {}
 
     /** {@code value} as compact JSON; records and maps keep their order. */
     public static String write(Object value) {

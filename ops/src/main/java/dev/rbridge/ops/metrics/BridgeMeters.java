@@ -100,18 +100,21 @@ public final class BridgeMeters implements BridgeMetrics {
                     .description("Configured replicas per slab").strongReference(true).register(registry);
             Gauge.builder("rbridge.volume.fenced", v, x -> x.fenced() != null ? 1 : 0).tag("export", name)
                     .description("1 when this bridge lost the volume's lease to another client and fails every "
-                            + "request on it with EIO").strongReference(true).register(registry);
+                            + "request on it with EIO")
+                    .strongReference(true).register(registry);
             FunctionCounter.builder("rbridge.volume.enospc", v, Volume::outOfSpaceFailures).tag("export", name)
                     .description("Requests failed with ENOSPC because no memserver had room for a slab they needed")
                     .register(registry);
             FunctionCounter.builder("rbridge.volume.read.hedges", v, Volume::readHedges).tag("export", name)
                     .description("Reads sent to a second replica because the first had not answered within the hedge"
-                            + " delay").register(registry);
+                            + " delay")
+                    .register(registry);
             FunctionCounter.builder("rbridge.volume.read.hedges.won", v, Volume::readHedgesWon).tag("export", name)
                     .description("Hedged reads the second replica answered first").register(registry);
             Gauge.builder("rbridge.volume.read.hedge.delay", v, x -> x.hedgeDelayNanos() / 1e9).baseUnit("seconds")
                     .tag("export", name).description("How long a small read may take before it is hedged: the 95th "
-                            + "percentile of recent reads").strongReference(true).register(registry);
+                            + "percentile of recent reads")
+                    .strongReference(true).register(registry);
             CachedStatus status = new CachedStatus(v);
             for (SlabState state : SlabState.values()) {
                 Gauge.builder("rbridge.volume.slabs", status, s -> s.count(state)).tag("export", name)

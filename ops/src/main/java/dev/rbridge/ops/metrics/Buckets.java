@@ -9,8 +9,7 @@ import java.time.Duration;
  * series count per timer small and equal across processes, so bridge and memserver histograms aggregate.
  */
 final class Buckets {
-    private Buckets() {
-    }
+    private Buckets() {}
 
     static final Duration[] LATENCY = latency();
 

@@ -37,13 +37,14 @@ import java.util.function.ToDoubleFunction;
 public final class MemserverMeters {
     /** Refusal reasons registered up front, so their series exist at zero. */
     static final List<String> REFUSAL_REASONS = List.of("token", "draining", "version", "malformed", "hello_timeout",
-            "tls_required", "tls_handshake", "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT, ConnectionGate.PEER_LIMIT,
+            "tls_required", "tls_handshake", "no_memory", "accept_failed", ConnectionGate.CONNECTION_LIMIT,
+            ConnectionGate.PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_LIMIT, ConnectionGate.UNAUTHENTICATED_PEER_LIMIT,
             ConnectionGate.UNAUTHENTICATED_EVICTED);
 
     /** Each kind of transport traffic, counted twice: operations (or messages), and their bytes. */
     private record TransportTraffic(String countName, ToDoubleFunction<Snapshot> count, String countDescription,
-                                    String bytesName, ToDoubleFunction<Snapshot> bytes, String bytesDescription) {
+            String bytesName, ToDoubleFunction<Snapshot> bytes, String bytesDescription) {
     }
 
     private static final List<TransportTraffic> TRANSPORT_TRAFFIC = List.of(
@@ -56,8 +57,7 @@ public final class MemserverMeters {
             new TransportTraffic("write.ops", Snapshot::writeOps, "One-sided writes served",
                     "write", Snapshot::writeBytes, "Bytes of one-sided writes served"));
 
-    private MemserverMeters() {
-    }
+    private MemserverMeters() {}
 
     /** Binds the one memserver of a memserver process. */
     public static void bind(MeterRegistry registry, Memserver server) {
@@ -94,12 +94,12 @@ public final class MemserverMeters {
                 "1 while the memserver drains (refuses new grants and clients)");
         for (String reason : REFUSAL_REASONS) {
             FunctionCounter.builder("rbridge.memserver.refused.connections", c,
-                            s -> s.stats().refused().getOrDefault(reason, 0L))
+                    s -> s.stats().refused().getOrDefault(reason, 0L))
                     .tags(tags).tag("reason", reason).description("Connections refused, by reason").register(registry);
         }
         // A reason a transport adds later is counted, under "other", rather than lost.
         FunctionCounter.builder("rbridge.memserver.refused.connections", c, s -> s.stats().refused().entrySet()
-                        .stream().filter(e -> !REFUSAL_REASONS.contains(e.getKey())).mapToLong(Map.Entry::getValue).sum())
+                .stream().filter(e -> !REFUSAL_REASONS.contains(e.getKey())).mapToLong(Map.Entry::getValue).sum())
                 .tags(tags).tag("reason", "other").description("Connections refused, by reason").register(registry);
         String transport = server.stats().transport();
         for (TransportTraffic t : TRANSPORT_TRAFFIC) {
@@ -109,13 +109,13 @@ public final class MemserverMeters {
     }
 
     private static void gauge(MeterRegistry registry, String name, Cached c, ToDoubleFunction<Cached> f, String unit,
-                              String description) {
+            String description) {
         Gauge.builder(name, c, f).baseUnit(unit).description(description).tags(c.tags).strongReference(true)
                 .register(registry);
     }
 
     private static void transport(MeterRegistry registry, String transport, Cached c, String what,
-                                  ToDoubleFunction<Snapshot> f, String unit, String description) {
+            ToDoubleFunction<Snapshot> f, String unit, String description) {
         FunctionCounter.builder("rbridge.transport." + what, c, s -> f.applyAsDouble(s.stats().transportTotals()))
                 .baseUnit(unit).tags(c.tags).tag("transport", transport).description(description).register(registry);
     }

@@ -107,13 +107,15 @@ public final class NbdMeters implements NbdServerMetrics {
                 .description("Payload memory the NBD server may use at once").strongReference(true).register(registry);
         Gauge.builder("rbridge.nbd.payload.used", state, NbdServerState::payloadUsedBytes).baseUnit("bytes")
                 .description("Payload memory in use now: WRITE data received or being stored, READ data fetched or"
-                        + " waiting to be sent").strongReference(true).register(registry);
+                        + " waiting to be sent")
+                .strongReference(true).register(registry);
         Gauge.builder("rbridge.nbd.payload.waiting", state, NbdServerState::payloadWaiting).baseUnit("connections")
                 .description("NBD connections waiting for payload memory now").strongReference(true)
                 .register(registry);
         Gauge.builder("rbridge.nbd.payload.pooled", state, NbdServerState::payloadPooledBytes).baseUnit("bytes")
                 .description("Direct memory of released payload buffers kept for reuse (at most a quarter of the"
-                        + " budget)").strongReference(true).register(registry);
+                        + " budget)")
+                .strongReference(true).register(registry);
     }
 
     /** Makes an export's meters now, so its series exist (at zero) before the first client connects. */

@@ -20,8 +20,7 @@ public final class Readiness {
     /** How long an ENOSPC stays listed among the warnings. */
     private static final long OUT_OF_SPACE_SHOWN_NANOS = java.util.concurrent.TimeUnit.MINUTES.toNanos(5);
 
-    private Readiness() {
-    }
+    private Readiness() {}
 
     /** The bridge is ready when it has memservers to talk to and every volume can serve all of its bytes. */
     public static List<Problem> bridge(Bridge bridge) {

@@ -57,8 +57,8 @@ class BridgeAdminGrowTest {
 
     private HttpResponse<String> grow(String bytes) throws Exception {
         return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + admin.address().getPort()
-                        + "/volumes/disk/grow/" + bytes)).header("Authorization", "Bearer " + TOKEN)
-                        .POST(HttpRequest.BodyPublishers.noBody()).timeout(Duration.ofSeconds(20)).build(),
+                + "/volumes/disk/grow/" + bytes)).header("Authorization", "Bearer " + TOKEN)
+                .POST(HttpRequest.BodyPublishers.noBody()).timeout(Duration.ofSeconds(20)).build(),
                 HttpResponse.BodyHandlers.ofString());
     }
 

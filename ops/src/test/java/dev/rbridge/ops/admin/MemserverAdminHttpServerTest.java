@@ -29,7 +29,7 @@ class MemserverAdminHttpServerTest {
 
     private static String get(HttpClient http, MemserverAdminHttpServer admin, String path) throws Exception {
         HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
-                        + admin.address().getPort() + "/" + path)).header("Authorization", "Bearer " + TOKEN).build(),
+                + admin.address().getPort() + "/" + path)).header("Authorization", "Bearer " + TOKEN).build(),
                 HttpResponse.BodyHandlers.ofString());
         assertEquals(200, r.statusCode(), r.body());
         return r.body().trim();
@@ -38,7 +38,7 @@ class MemserverAdminHttpServerTest {
     private static HttpResponse<String> post(HttpClient http, MemserverAdminHttpServer admin, String path)
             throws Exception {
         return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + admin.address().getPort() + "/"
-                        + path)).header("Authorization", "Bearer " + TOKEN).POST(HttpRequest.BodyPublishers.noBody())
+                + path)).header("Authorization", "Bearer " + TOKEN).POST(HttpRequest.BodyPublishers.noBody())
                 .build(), HttpResponse.BodyHandlers.ofString());
     }
 
@@ -46,12 +46,12 @@ class MemserverAdminHttpServerTest {
     void aRegionIsRevokedAndAClientDisconnectedByIdAndAnUnknownIdIsA404() throws Exception {
         try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20, TOKEN,
                 "local"));
-             MemserverAdminHttpServer admin = new MemserverAdminHttpServer(new InetSocketAddress("127.0.0.1", 0), m,
-                     TOKEN, () -> {
-                     });
-             HttpClient http = HttpClient.newHttpClient();
-             RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).token(TOKEN)
-                     .clientName("admin-test"))) {
+                MemserverAdminHttpServer admin = new MemserverAdminHttpServer(new InetSocketAddress("127.0.0.1", 0), m,
+                        TOKEN, () -> {
+                        });
+                HttpClient http = HttpClient.newHttpClient();
+                RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).token(TOKEN)
+                        .clientName("admin-test"))) {
             RegionDescriptor r = c.allocate(new RegionTag("vol", 0, 0, 1), 4096).get();
             long clientId = m.clients().getFirst().id();
 
@@ -76,9 +76,10 @@ class MemserverAdminHttpServerTest {
     void regionsShowTheirGenerationAndLeasesTheirHolderAndTimeLeft() throws Exception {
         try (Memserver m = Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), 64L << 20, TOKEN,
                 "local"));
-             MemserverAdminHttpServer admin = new MemserverAdminHttpServer(new InetSocketAddress("127.0.0.1", 0), m, TOKEN, () -> {
-             });
-             HttpClient http = HttpClient.newHttpClient()) {
+                MemserverAdminHttpServer admin =
+                        new MemserverAdminHttpServer(new InetSocketAddress("127.0.0.1", 0), m, TOKEN, () -> {
+                        });
+                HttpClient http = HttpClient.newHttpClient()) {
             assertEquals("[]", get(http, admin, "leases"));
             long clientId;
             try (RemoteConnection c = new LocalProvider().connect(new ConnectParams().address(m.address()).token(TOKEN)

@@ -69,7 +69,7 @@ class HttpRequestDecoderTest {
         HttpRequestDecoder d = decoder();
         List<HttpRequest> got = new ArrayList<>();
         for (byte b : all) {
-            got.addAll(feed(d, new byte[] {b}));
+            got.addAll(feed(d, new byte[]{b}));
         }
         assertEquals(1, got.size());
         assertGet(got.getFirst());
@@ -111,7 +111,7 @@ class HttpRequestDecoderTest {
         HttpRequestDecoder d = decoder();
         return assertThrows(HttpError.class, () -> {
             for (byte b : bytes(request)) { // a byte at a time: limits hold however the bytes arrive
-                d.next(ByteBuffer.wrap(new byte[] {b}));
+                d.next(ByteBuffer.wrap(new byte[]{b}));
             }
         }, request);
     }
@@ -185,7 +185,7 @@ class HttpRequestDecoderTest {
     void pathSegmentsArePercentDecodedStrictly() {
         HttpRequest r = feed(decoder(), bytes("GET //a%2Fb/%C3%A9// HTTP/1.0\r\n\r\n")).getFirst();
         assertEquals(List.of("a/b", "\u00e9"), r.segments());
-        for (String bad : new String[] {"/%", "/%4", "/%zz", "/%C3"}) {
+        for (String bad : new String[]{"/%", "/%4", "/%zz", "/%C3"}) {
             HttpRequest b = feed(decoder(), bytes("GET " + bad + " HTTP/1.0\r\n\r\n")).getFirst();
             assertEquals(400, assertThrows(HttpError.class, b::segments).status(), bad);
         }

@@ -305,7 +305,7 @@ class OpsHttpServerTest {
             return HttpResponse.text(200, "done\n");
         });
         try (RawHttp a = new RawHttp(s.address()); RawHttp b = new RawHttp(s.address());
-             RawHttp c = new RawHttp(s.address())) {
+                RawHttp c = new RawHttp(s.address())) {
             a.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(started.await(10, TimeUnit.SECONDS), "the one worker is busy");
             // one of these takes the one place in the queue, the other is refused: which, is the server's timing
@@ -353,7 +353,8 @@ class OpsHttpServerTest {
         byte[] big = new byte[32 << 20];
         Arrays.fill(big, (byte) 'a');
         OpsHttpServer s = start(shortTimeouts(config()), r -> r.path().equals("/big")
-                ? new HttpResponse(200, HttpResponse.TEXT, big, List.of()) : HELLO.handle(r));
+                ? new HttpResponse(200, HttpResponse.TEXT, big, List.of())
+                : HELLO.handle(r));
         try (RawHttp c = new RawHttp(s.address())) {
             c.socket.setReceiveBufferSize(4096);
             c.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -375,8 +376,10 @@ class OpsHttpServerTest {
         // reader may be held up for most of the stall time by a loaded machine and still count as reading
         OpsHttpServer s = start(config().maxConnections(8, 2).writeStall(Duration.ofSeconds(2))
                 .timeouts(OpsHttpConfig.REQUEST_TIMEOUT, OpsHttpConfig.IDLE_TIMEOUT, Duration.ofSeconds(60),
-                        OpsHttpConfig.LINGER), r -> r.path().equals("/metrics")
-                ? new HttpResponse(200, HttpResponse.TEXT, big, List.of()) : HELLO.handle(r));
+                        OpsHttpConfig.LINGER),
+                r -> r.path().equals("/metrics")
+                        ? new HttpResponse(200, HttpResponse.TEXT, big, List.of())
+                        : HELLO.handle(r));
         AtomicBoolean hurry = new AtomicBoolean();
         AtomicLong slowGot = new AtomicLong();
         try (RawHttp slow = new RawHttp(s.address()); RawHttp stalled = new RawHttp(s.address())) {
@@ -386,7 +389,7 @@ class OpsHttpServerTest {
             CompletableFuture<Void> slowDone = CompletableFuture.runAsync(() -> {
                 byte[] b = new byte[8 << 10];
                 try {
-                    for (int n; slowGot.get() < big.length && (n = slow.readSome(b)) >= 0; ) {
+                    for (int n; slowGot.get() < big.length && (n = slow.readSome(b)) >= 0;) {
                         slowGot.addAndGet(n);
                         if (!hurry.get()) {
                             Thread.sleep(50);

@@ -86,7 +86,7 @@ final class RawHttp implements AutoCloseable {
         byte[] b = new byte[64 << 10];
         long total = 0;
         try {
-            for (int n; (n = in.read(b)) >= 0; ) {
+            for (int n; (n = in.read(b)) >= 0;) {
                 total += n;
             }
         } catch (IOException e) {

@@ -127,7 +127,7 @@ class RoutesTest {
     @Test
     void browsersAreRefusedWhateverTheyCarry() {
         Routes guarded = routes("s3cret");
-        for (String[] h : new String[][] {{"Origin", "http://evil.example"}, {"Origin", "null"},
+        for (String[] h : new String[][]{{"Origin", "http://evil.example"}, {"Origin", "null"},
                 {"Sec-Fetch-Site", "cross-site"}, {"Sec-Fetch-Site", "same-origin"}}) {
             HttpError e = refused(guarded, request("POST", "/drain", LOOPBACK, "Authorization", "Bearer s3cret",
                     h[0], h[1]));
@@ -143,14 +143,14 @@ class RoutesTest {
     @Test
     void onLoopbackTheHostMustBeALoopbackName() throws Exception {
         Routes open = routes(null);
-        for (String host : new String[] {"evil.example", "evil.example:7472", "127.0.0.1.evil.example",
+        for (String host : new String[]{"evil.example", "evil.example:7472", "127.0.0.1.evil.example",
                 "localhost.evil.example", "10.0.0.5:7472", "0.0.0.0:7472", "[::ffff:10.0.0.1]:1", "local host",
                 "localhost:x", "[::1"}) {
             HttpError e = refused(open, withHost("GET", "/clients", host));
             assertEquals(403, e.status(), host);
             assertEquals(Refusal.HOST, e.refusal());
         }
-        for (String host : new String[] {"127.0.0.1:7472", "127.0.0.1", "localhost", "LOCALHOST:7472", "localhost.",
+        for (String host : new String[]{"127.0.0.1:7472", "127.0.0.1", "localhost", "LOCALHOST:7472", "localhost.",
                 "rbridge.localhost:7472", "[::1]:7472", "[::1]", "127.9.9.9:1"}) {
             assertEquals("clients", answer(open, withHost("GET", "/clients", host)), host);
         }

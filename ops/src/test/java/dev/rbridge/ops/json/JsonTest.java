@@ -17,7 +17,8 @@ class JsonTest {
     @Test
     void recordsAreWrittenWithSnakeCaseKeysInComponentOrder() {
         String text = Json.write(List.of(new Link("a:1", 3, 0, "say \"hi\"\n<b>", null)));
-        assertEquals("[{\"memserver\":\"a:1\",\"in_flight\":3,\"down_for_ms\":0,\"last_error\":\"say \\\"hi\\\"\\n<b>\"}]",
+        assertEquals(
+                "[{\"memserver\":\"a:1\",\"in_flight\":3,\"down_for_ms\":0,\"last_error\":\"say \\\"hi\\\"\\n<b>\"}]",
                 text, "escaped as JSON needs, no HTML escaping, nulls left out");
         Link back = Json.read(text.substring(1, text.length() - 1), Link.class);
         assertEquals(3, back.inFlight());
@@ -39,7 +40,7 @@ class JsonTest {
 
     @Test
     void anythingButOneStrictJsonValueIsRefused() {
-        for (String bad : new String[] {"", "  ", "{", "{\"a\":1} x", "{a:1}", "['a']", "[1,]", "NaN", "{\"a\":01}",
+        for (String bad : new String[]{"", "  ", "{", "{\"a\":1} x", "{a:1}", "['a']", "[1,]", "NaN", "{\"a\":01}",
                 "[".repeat(Json.NESTING_LIMIT + 1) + "]".repeat(Json.NESTING_LIMIT + 1)}) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Json.parse(bad), bad);
             assertTrue(e.getMessage().startsWith("not JSON"), e.getMessage());

@@ -4,8 +4,7 @@ import javax.net.ssl.SSLException;
 
 /** What a failed TLS handshake means, in the words an operator acts on; JSSE's own message follows in brackets. */
 public final class TlsFailures {
-    private TlsFailures() {
-    }
+    private TlsFailures() {}
 
     /** {@code e} explained from the side that saw it; {@code host}: the name or address the client asked for. */
     public static String explain(SSLException e, String host) {

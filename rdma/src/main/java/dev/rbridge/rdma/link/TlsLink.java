@@ -65,7 +65,8 @@ public final class TlsLink implements Link {
     /** Application data has come: from here on a TLS failure is the stream's, not the handshake's. Reader's. */
     private boolean dataSeen;
     /** A handshake answer (a key update's) is queued for a thread that may block sending it. */
-    private final java.util.concurrent.atomic.AtomicBoolean answerQueued = new java.util.concurrent.atomic.AtomicBoolean();
+    private final java.util.concurrent.atomic.AtomicBoolean answerQueued =
+            new java.util.concurrent.atomic.AtomicBoolean();
 
     private TlsLink(SocketChannel channel, SSLEngine engine, String peerHost) {
         this.channel = channel;

@@ -69,7 +69,7 @@ final class CallerDrivenReading {
     private int idleWakes;
 
     CallerDrivenReading(ReplyReader reader, ControlClient control, long timeoutNanos, BooleanSupplier open,
-                        Consumer<Exception> failed, Supplier<Thread> readerThread) {
+            Consumer<Exception> failed, Supplier<Thread> readerThread) {
         this.reader = reader;
         this.control = control;
         this.timeoutNanos = timeoutNanos;

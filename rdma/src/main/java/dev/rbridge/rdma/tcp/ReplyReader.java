@@ -60,7 +60,7 @@ final class ReplyReader {
     private volatile TcpCall current;
 
     ReplyReader(Link channel, SocketDescriptor descriptor, String peer, ControlClient control, RequestWriter writer,
-                ConnectionStats stats, AtomicLong busyBytes) throws IOException {
+            ConnectionStats stats, AtomicLong busyBytes) throws IOException {
         this.channel = channel;
         this.descriptor = descriptor;
         this.peer = peer;

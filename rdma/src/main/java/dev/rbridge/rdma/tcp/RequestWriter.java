@@ -71,7 +71,7 @@ final class RequestWriter {
     private final Thread flusher;
 
     RequestWriter(Link channel, String peer, BooleanSupplier open, Consumer<IOException> lost,
-                  Consumer<TcpCall> unsendable) throws IOException {
+            Consumer<TcpCall> unsendable) throws IOException {
         this.channel = channel;
         this.open = open;
         this.lost = lost;

@@ -37,8 +37,7 @@ public final class TcpCongestion {
     /** The libc calls, or why they cannot be linked. */
     private static final Libc.Linked<Natives> NATIVES = Libc.Linked.of("socket functions", Natives::load);
 
-    private TcpCongestion() {
-    }
+    private TcpCongestion() {}
 
     /**
      * Sets {@code algorithm} on {@code channel} (connected) unless it is {@link ConnectParams#TCP_CONGESTION_SYSTEM}.
@@ -53,7 +52,8 @@ public final class TcpCongestion {
             set(channel, algorithm);
         } catch (IOException | RuntimeException e) {
             if (REFUSED.add(algorithm)) {
-                log.warn("cannot use TCP congestion control {} ({}); tcp connections keep the host's default", algorithm,
+                log.warn("cannot use TCP congestion control {} ({}); tcp connections keep the host's default",
+                        algorithm,
                         e.getMessage());
             } else {
                 log.debug("cannot use TCP congestion control {}: {}", algorithm, e.getMessage());

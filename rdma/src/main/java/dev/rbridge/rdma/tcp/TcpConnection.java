@@ -66,7 +66,7 @@ final class TcpConnection extends ControlPlaneConnection {
     private final Thread readerThread;
 
     private TcpConnection(Link channel, String peer, long timeoutNanos, ServerInfo server,
-                          ConnectionStats stats, boolean callerDriven) throws IOException {
+            ConnectionStats stats, boolean callerDriven) throws IOException {
         super(server, "memserver " + peer);
         this.channel = channel;
         this.peer = peer;
@@ -176,7 +176,7 @@ final class TcpConnection extends ControlPlaneConnection {
      */
     @Override
     public CompletableFuture<Integer> readSpliced(RegionDescriptor region, long offset, MemorySegment dst,
-                                                  Pipe pipe) {
+            Pipe pipe) {
         if (descriptor == null || dst.byteSize() > Protocol.MAX_DATA || dst.byteSize() == 0) {
             return read(region, offset, dst).thenApply(v -> 0);
         }
@@ -271,7 +271,7 @@ final class TcpConnection extends ControlPlaneConnection {
      */
     @SuppressWarnings("unchecked")
     private <T> CompletableFuture<T> send(Message request, MemorySegment data, MemorySegment dst, Pipe pipe,
-                                          ControlClient.Result result) {
+            ControlClient.Result result) {
         CompletableFuture<T> dead = failedIfClosed();
         if (dead != null) {
             return dead;
@@ -280,7 +280,7 @@ final class TcpConnection extends ControlPlaneConnection {
         if (data == null && bodyLength > Protocol.MAX_CONTROL_BODY) {
             return CompletableFuture.failedFuture(new RemoteMemoryException(Status.BAD_REQUEST,
                     Opcode.name(request.code()) + " of " + bodyLength + " bytes is more than a memserver takes ("
-                    + Protocol.MAX_CONTROL_BODY + ")"));
+                            + Protocol.MAX_CONTROL_BODY + ")"));
         }
         TcpCall p = new TcpCall(request, bodyLength, System.nanoTime() + timeoutNanos, data, dst, pipe, result,
                 role != null ? role.future() : new CompletableFuture<>());

@@ -161,7 +161,7 @@ final class TcpLanes implements RemoteConnection {
 
     @Override
     public CompletableFuture<Integer> readSpliced(RegionDescriptor region, long offset, MemorySegment dst,
-                                                  Pipe pipe) {
+            Pipe pipe) {
         return dataLane().readSpliced(region, offset, dst, pipe);
     }
 

@@ -89,7 +89,7 @@ final class TcpServerConnection implements GatedListener.Connection {
     private volatile long socketReads;
 
     TcpServerConnection(SocketChannel channel, Admission admission, DirectBufferPool buffers, String congestion,
-                        long helloTimeoutMillis, Consumer<TcpServerConnection> onEnd) {
+            long helloTimeoutMillis, Consumer<TcpServerConnection> onEnd) {
         this.channel = channel;
         this.admission = admission;
         this.buffers = buffers;
@@ -218,7 +218,7 @@ final class TcpServerConnection implements GatedListener.Connection {
 
     /** The range {@code request} names, pinned; or null, its refusal queued as the answer. */
     private RegionService.Pin pinOrRefuse(RegionService.Session s, Message request, long regionId, long key,
-                                          long offset, int length) throws IOException {
+            long offset, int length) throws IOException {
         try {
             return s.pin(regionId, key, offset, length);
         } catch (RemoteMemoryException e) {
@@ -271,7 +271,7 @@ final class TcpServerConnection implements GatedListener.Connection {
             if (written) {
                 replies.add(pin.memory().asSlice(at, n).asByteBuffer());
             } else { // never written: zeroes from a shared buffer, so that no page of the region gets backed
-                for (long done = 0; done < n; ) {
+                for (long done = 0; done < n;) {
                     int chunk = (int) Math.min(n - done, ZEROES.capacity());
                     replies.add(ZEROES.duplicate().limit(chunk));
                     done += chunk;

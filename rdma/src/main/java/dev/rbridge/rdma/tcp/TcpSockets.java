@@ -8,8 +8,7 @@ import java.nio.channels.SocketChannel;
 
 /** The tcp provider's socket settings and the reads and writes both its ends share. */
 final class TcpSockets {
-    private TcpSockets() {
-    }
+    private TcpSockets() {}
 
     /** Data at least this large is a large transfer: the read after it fetches only the next header. */
     static final int LARGE = 64 << 10;

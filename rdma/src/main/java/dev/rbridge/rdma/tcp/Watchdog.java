@@ -25,7 +25,7 @@ final class Watchdog {
     private final ScheduledFuture<?> task;
 
     Watchdog(ControlClient control, ReplyReader reader, long timeoutNanos, String peer, BooleanSupplier open,
-             Consumer<RemoteMemoryException> declareDead) {
+            Consumer<RemoteMemoryException> declareDead) {
         this.control = control;
         this.reader = reader;
         this.timeoutNanos = timeoutNanos;

@@ -76,8 +76,7 @@ final class Ucx {
     /** Where the clients' GETs and PUTs go zero-copy on an RDMA NIC (UCX_ZCOPY_THRESH overrides it). */
     static final String CLIENT_ZCOPY_THRESH = "4096";
 
-    private Ucx() {
-    }
+    private Ucx() {}
 
     /** The context clients make workers from, created on first use; fails with CONNECT_FAILED and what to do. */
     static synchronized UcpContext context() throws RemoteMemoryException {

@@ -115,7 +115,8 @@ final class UcxConnection extends ControlPlaneConnection {
             endpoint = loop.call(() -> loop.worker.newEndpoint(new UcpEndpointParams().setUcpAddress(serverAddress)
                     .setPeerErrorHandlingMode().setName("rbridge-" + peer)
                     .setErrorHandler((ep, status, message) -> closeWith(Ucx.failure("the UCX endpoint", peer,
-                            status, message)))), timeoutMillis);
+                            status, message)))),
+                    timeoutMillis);
         } catch (Exception e) {
             close();
             throw new RemoteMemoryException(Status.CONNECT_FAILED, "UCX could not connect to memserver " + peer
@@ -219,8 +220,10 @@ final class UcxConnection extends ControlPlaneConnection {
                 // still waiting, so the close fails it (a data operation once UCX has let go of its buffer).
                 ControlClient.Call c = control.waiting(m.id());
                 if (c == null || c instanceof UcxDataOp) {
-                    throw new MalformedMessageException((c == null ? "reply to unknown request " : "a "
-                            + Opcode.name(m.code()) + " reply to data operation ") + m.id());
+                    throw new MalformedMessageException((c == null ? "reply to unknown request "
+                            : "a "
+                                    + Opcode.name(m.code()) + " reply to data operation ")
+                            + m.id());
                 }
                 if (decoder.payloadRemaining() > 0) {
                     throw new MalformedMessageException("READ data in reply to " + c.what());
@@ -301,7 +304,7 @@ final class UcxConnection extends ControlPlaneConnection {
     }
 
     private CompletableFuture<Void> data(Kind kind, RegionDescriptor region, long offset, MemorySegment buffer,
-                                         Runnable after) {
+            Runnable after) {
         CompletableFuture<Void> dead = failedIfClosed();
         if (dead != null) {
             return dead;
@@ -332,7 +335,7 @@ final class UcxConnection extends ControlPlaneConnection {
 
     /** Queues the operation with {@code m}'s key, or null when the key was withdrawn meanwhile. */
     private CompletableFuture<Void> queue(Kind kind, UcxMapping m, RegionDescriptor region, long offset,
-                                          MemorySegment buffer, Runnable after) {
+            MemorySegment buffer, Runnable after) {
         synchronized (m) {
             if (!m.valid) {
                 return null;

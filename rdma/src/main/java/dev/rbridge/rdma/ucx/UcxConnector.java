@@ -121,7 +121,7 @@ final class UcxConnector {
             case Message.UcxConnectReply r -> UcxRemoteKeys.direct(r.workerAddress().buffer());
             case Message.Error e when e.message().contains("unexpected OP_") -> throw new RemoteMemoryException(
                     Status.CONNECT_FAILED, "memserver " + peer + " does not serve the ucx transport (it runs another "
-                    + "one, tcp by default); start it with --transport ucx or connect with its transport");
+                            + "one, tcp by default); start it with --transport ucx or connect with its transport");
             case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
                     + " refused the connection: " + e.message());
             case Message other -> throw new IOException(peer + " sent a malformed UCX_CONNECT reply ("

@@ -13,7 +13,9 @@ import java.util.concurrent.CompletableFuture;
  */
 final class UcxDataOp extends ControlClient.Call {
     /** What UCX does for the operation. */
-    enum Kind { GET, PUT, FLUSH }
+    enum Kind {
+        GET, PUT, FLUSH
+    }
 
     final Kind kind;
     final long remote;
@@ -32,7 +34,7 @@ final class UcxDataOp extends ControlClient.Call {
     volatile boolean posted;
 
     UcxDataOp(long id, Kind kind, long deadline, long remote, UcpRemoteKey rkey, MemorySegment buffer,
-              Runnable after) {
+            Runnable after) {
         super(id, (kind == Kind.GET ? Opcode.READ : kind == Kind.PUT ? Opcode.WRITE : Opcode.FLUSH).code(),
                 deadline, new CompletableFuture<>(), ControlClient.NOTHING);
         this.kind = kind;

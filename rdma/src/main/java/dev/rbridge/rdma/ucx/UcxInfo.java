@@ -24,8 +24,7 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
  * and ucx.conf ({@code uct_md_config_read}, {@code uct_config_get}). Only once UCX is loaded ({@link Ucx}).
  */
 final class UcxInfo {
-    private UcxInfo() {
-    }
+    private UcxInfo() {}
 
     /** The native functions, bound on first use (UCX must not load before a ucx transport is used). */
     private static final class Native {

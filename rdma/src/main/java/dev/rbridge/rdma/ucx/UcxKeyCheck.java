@@ -22,8 +22,7 @@ import java.util.regex.Pattern;
  * mapped for a grace period costs time, dropping it under a client that can still write costs data.
  */
 final class UcxKeyCheck {
-    private UcxKeyCheck() {
-    }
+    private UcxKeyCheck() {}
 
     /** UCX transports that do one-sided RDMA READ/WRITE on the NIC, checking the rkey. */
     private static final Set<String> RDMA_RMA_TLS = Set.of("rc_verbs", "rc_mlx5", "dc_mlx5", "rc", "rc_x", "dc",
@@ -64,7 +63,7 @@ final class UcxKeyCheck {
                 mdComponent.put(Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2)));
                 mdName.put(Integer.parseInt(m.group(1)), m.group(3));
             } else if ((m = RESOURCE.matcher(line)).find()) {
-                resources.add(new String[] {m.group(1), m.group(2), m.group(3)});
+                resources.add(new String[]{m.group(1), m.group(2), m.group(3)});
                 transports.add(m.group(2) + "/" + m.group(3));
             }
         }
@@ -82,9 +81,13 @@ final class UcxKeyCheck {
         String method = regMethod(regMethods);
         if (!"direct".equals(method)) {
             return new KeyEnforcement(false, "UCX_IB_REG_METHODS=" + String.join(",", regMethods == null ? List.of()
-                    : regMethods) + " makes UCX register with " + (method == null ? "no method it knows"
-                    : method.equals("rcache") ? "a registration cache, which keeps a deregistered region and its "
-                    + "remote key alive" : "one on-demand-paging key for all memory") + " (devices "
+                    : regMethods) + " makes UCX register with "
+                    + (method == null ? "no method it knows"
+                            : method.equals("rcache")
+                                    ? "a registration cache, which keeps a deregistered region and its "
+                                            + "remote key alive"
+                                    : "one on-demand-paging key for all memory")
+                    + " (devices "
                     + String.join(", ", rdmaDevices) + "); only 'direct' gives each registration its own key");
         }
         return new KeyEnforcement(true, "regions are registered with " + String.join(", ", rdmaDevices)
@@ -124,7 +127,7 @@ final class UcxKeyCheck {
         for (String line : endpointInfo.split("\n")) {
             Matcher m;
             if ((m = LANE.matcher(line)).find()) {
-                lanes.put(Integer.parseInt(m.group(1)), new String[] {m.group(2), m.group(3), m.group(4),
+                lanes.put(Integer.parseInt(m.group(1)), new String[]{m.group(2), m.group(3), m.group(4),
                         m.group(5)});
                 if (m.group(5).contains(" rma_bw#")) {
                     rma.add(Integer.parseInt(m.group(1)));

@@ -268,7 +268,8 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
     private Registered register(RegionService.Pin check, long region, long length) throws RemoteMemoryException {
         CompletableFuture<Registered> registering = CompletableFuture.supplyAsync(() -> Registered.of(
                 context.memoryMap(new UcpMemMapParams().setAddress(check.memory().address()).setLength(length)
-                        .nonBlocking())), registrar);
+                        .nonBlocking())),
+                registrar);
         try {
             return registering.get(REGISTER_TIMEOUT_MILLIS, TimeUnit.MILLISECONDS);
         } catch (java.util.concurrent.TimeoutException e) {
@@ -338,7 +339,7 @@ final class UcxListener extends GatedListener<UcxServerConnection> {
     }
 
     private CompletableFuture<Void> invalidate(Collection<Long> regions, boolean fence, boolean cutHolders,
-                                               UcxServerConnection spared) {
+            UcxServerConnection spared) {
         Map<UcxServerConnection, List<Long>> perClient = new HashMap<>();
         List<Registration> victims = new ArrayList<>();
         synchronized (registrations) {

@@ -43,8 +43,8 @@ final class UcxOperationQueue {
     private final AtomicBoolean drainScheduled = new AtomicBoolean();
 
     UcxOperationQueue(String peer, ControlClient control, UcxLoop loop, UcxCompletions completions,
-                      Supplier<UcpEndpoint> endpoint, Supplier<RemoteMemoryException> closed,
-                      UnaryOperator<RemoteMemoryException> closeWith) {
+            Supplier<UcpEndpoint> endpoint, Supplier<RemoteMemoryException> closed,
+            UnaryOperator<RemoteMemoryException> closeWith) {
         this.peer = peer;
         this.control = control;
         this.loop = loop;

@@ -57,7 +57,7 @@ final class UcxRemoteKeys {
     }
 
     UcxRemoteKeys(UcxLoop loop, UcxCompletions completions, Supplier<UcpEndpoint> endpoint,
-                  Function<RegionDescriptor, CompletableFuture<Message.MapReply>> map) {
+            Function<RegionDescriptor, CompletableFuture<Message.MapReply>> map) {
         this.loop = loop;
         this.completions = completions;
         this.endpoint = endpoint;
@@ -105,7 +105,7 @@ final class UcxRemoteKeys {
             mappings.remove(k, mine);
             completions.execute(() -> mine.mapping.completeExceptionally(new RemoteMemoryException(
                     Status.INTERNAL, "UCX could not unpack the remote key of region " + d.id() + ": "
-                    + x.getMessage())));
+                            + x.getMessage())));
         }
     }
 

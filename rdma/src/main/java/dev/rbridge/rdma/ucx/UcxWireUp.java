@@ -50,7 +50,7 @@ final class UcxWireUp {
     private final CompletableFuture<Void> wiredUp = new CompletableFuture<>();
 
     UcxWireUp(String peer, long timeoutNanos, ControlClient control, UcxLoop loop, UcxOperationQueue ops,
-              Supplier<UcpEndpoint> endpoint) {
+            Supplier<UcpEndpoint> endpoint) {
         this.peer = peer;
         this.timeoutNanos = timeoutNanos;
         this.control = control;
@@ -95,7 +95,7 @@ final class UcxWireUp {
 
     /** On the progress thread: posts the probe's GET (when there is a probe) and the wire-up flush. */
     private void start(Message.UcxProbeReply probe, long deadline, CompletableFuture<Void> read,
-                       CompletableFuture<Void> flushed) {
+            CompletableFuture<Void> flushed) {
         try {
             if (probe == null) {
                 read.complete(null);

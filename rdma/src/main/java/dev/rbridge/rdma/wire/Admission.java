@@ -68,7 +68,7 @@ public final class Admission {
      * present a certificate from its CA.
      */
     public Admission(RegionService service, InetSocketAddress remote, ConnectionGate.Slot slot, SSLContext tls,
-                     boolean tlsVerifyPeer) {
+            boolean tlsVerifyPeer) {
         this.service = service;
         this.tls = tls;
         this.tlsVerifyPeer = tlsVerifyPeer;
@@ -121,8 +121,7 @@ public final class Admission {
     }
 
     /** What a message of a connection's greeting decided. */
-    public sealed interface Greeting permits Admitted, Refused, Challenge {
-    }
+    public sealed interface Greeting permits Admitted, Refused, Challenge {}
 
     /**
      * Admitted: answer with {@link #welcome} once the transport is ready to serve. {@code serverProof} is the
@@ -195,7 +194,7 @@ public final class Admission {
     }
 
     private Greeting admit(Message request, RegionService.Credential credential, String clientName,
-                           byte[] transcript) {
+            byte[] transcript) {
         RegionService.Session s;
         try {
             s = service.open(credential, clientName, remote);
@@ -252,8 +251,9 @@ public final class Admission {
                 limited.warn("tls_handshake", "client {}: TLS handshake failed ({}); refused", peer, x.getMessage());
                 turnAway("tls_handshake");
             }
-            case SSLException x -> limited.warn("tls_failed", "client {}: TLS failed mid-connection ({}): data altered on"
-                    + " the way, or the client failed; disconnected", peer, x.getMessage());
+            case SSLException x ->
+                    limited.warn("tls_failed", "client {}: TLS failed mid-connection ({}): data altered on"
+                            + " the way, or the client failed; disconnected", peer, x.getMessage());
             case EOFException x -> log.debug("client {} disconnected", peer);
             case ClosedChannelException x -> log.debug("client {} disconnected", peer);
             case MalformedMessageException m -> {

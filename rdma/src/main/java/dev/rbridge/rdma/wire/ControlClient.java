@@ -324,7 +324,8 @@ public final class ControlClient {
     public static CompletableFuture<ServerState> predatesAsServing(CompletableFuture<ServerState> asked) {
         return asked.exceptionallyCompose(e -> {
             Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null
-                    ? e.getCause() : e;
+                    ? e.getCause()
+                    : e;
             if (c instanceof RemoteMemoryException r && r.status() == Status.BAD_REQUEST
                     && r.getMessage().contains("unexpected OP_" + Opcode.STATE.code())) {
                 return CompletableFuture.completedFuture(ServerState.SERVING);
@@ -389,7 +390,7 @@ public final class ControlClient {
                     + peer + " speaks protocol v" + v.version() + ", this client v" + Protocol.VERSION);
             case Message.Error e when Status.of(e.status()) == Status.AUTH_FAILED -> throw new RemoteMemoryException(
                     Status.AUTH_FAILED, "memserver " + peer + " needs a token and none was given: add --token-file"
-                    + " FILE (or set RBRIDGE_TOKEN) with the memserver's token");
+                            + " FILE (or set RBRIDGE_TOKEN) with the memserver's token");
             case Message.Error e -> throw new RemoteMemoryException(Status.of(e.status()), "memserver " + peer
                     + " refused the connection: " + e.message());
             case Message other -> throw new IOException(peer + " sent a malformed hello reply (" + describe(other)

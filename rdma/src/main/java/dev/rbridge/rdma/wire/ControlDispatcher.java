@@ -14,8 +14,7 @@ public final class ControlDispatcher {
     /** Error messages are cut to this: they quote names and numbers, never anything long. */
     public static final int MAX_ERROR_CHARS = 1000;
 
-    private ControlDispatcher() {
-    }
+    private ControlDispatcher() {}
 
     /**
      * The reply to a request that needs nothing of the transport: the region and lease operations, INFO, STATE, ZERO,

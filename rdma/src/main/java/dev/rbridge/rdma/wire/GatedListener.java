@@ -43,7 +43,7 @@ public abstract class GatedListener<C extends GatedListener.Connection> implemen
      * @param timer     runs the hello guards
      */
     protected GatedListener(String transport, ListenParams params, RegionService service,
-                            ScheduledExecutorService timer) {
+            ScheduledExecutorService timer) {
         this.transport = transport;
         this.params = params;
         this.service = service;

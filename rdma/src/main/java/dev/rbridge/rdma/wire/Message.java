@@ -25,26 +25,26 @@ public sealed interface Message {
      */
     default int code() {
         return switch (this) {
-            case Read _, ReadReply _ -> Opcode.READ.code();
-            case Write _, WriteReply _ -> Opcode.WRITE.code();
-            case Zero _, ZeroReply _ -> Opcode.ZERO.code();
-            case Flush _, FlushReply _ -> Opcode.FLUSH.code();
-            case Hello _, OtherVersion _, HelloReply _ -> Opcode.HELLO.code();
-            case Allocate _, AllocateReply _ -> Opcode.ALLOCATE.code();
-            case Open _, OpenReply _ -> Opcode.OPEN.code();
-            case ListRegions _, ListReply _ -> Opcode.LIST.code();
-            case Release _, ReleaseReply _ -> Opcode.RELEASE.code();
-            case Retag _, RetagReply _ -> Opcode.RETAG.code();
-            case Lease _, LeaseReply _ -> Opcode.LEASE.code();
-            case Unlease _, UnleaseReply _ -> Opcode.UNLEASE.code();
-            case Info _, InfoReply _ -> Opcode.INFO.code();
-            case State _, StateReply _ -> Opcode.STATE.code();
-            case UcxConnect _, UcxConnectReply _ -> Opcode.UCX_CONNECT.code();
-            case MapRegion _, MapReply _ -> Opcode.MAP.code();
-            case Invalidate _, InvalidateDone _ -> Opcode.INVALIDATE.code();
-            case UcxProbe _, UcxProbeReply _ -> Opcode.UCX_PROBE.code();
-            case AuthStart _, AuthChallenge _ -> Opcode.AUTH.code();
-            case AuthProof _, AuthWelcome _ -> Opcode.AUTH_PROOF.code();
+            case Read _,ReadReply _ -> Opcode.READ.code();
+            case Write _,WriteReply _ -> Opcode.WRITE.code();
+            case Zero _,ZeroReply _ -> Opcode.ZERO.code();
+            case Flush _,FlushReply _ -> Opcode.FLUSH.code();
+            case Hello _,OtherVersion _,HelloReply _ -> Opcode.HELLO.code();
+            case Allocate _,AllocateReply _ -> Opcode.ALLOCATE.code();
+            case Open _,OpenReply _ -> Opcode.OPEN.code();
+            case ListRegions _,ListReply _ -> Opcode.LIST.code();
+            case Release _,ReleaseReply _ -> Opcode.RELEASE.code();
+            case Retag _,RetagReply _ -> Opcode.RETAG.code();
+            case Lease _,LeaseReply _ -> Opcode.LEASE.code();
+            case Unlease _,UnleaseReply _ -> Opcode.UNLEASE.code();
+            case Info _,InfoReply _ -> Opcode.INFO.code();
+            case State _,StateReply _ -> Opcode.STATE.code();
+            case UcxConnect _,UcxConnectReply _ -> Opcode.UCX_CONNECT.code();
+            case MapRegion _,MapReply _ -> Opcode.MAP.code();
+            case Invalidate _,InvalidateDone _ -> Opcode.INVALIDATE.code();
+            case UcxProbe _,UcxProbeReply _ -> Opcode.UCX_PROBE.code();
+            case AuthStart _,AuthChallenge _ -> Opcode.AUTH.code();
+            case AuthProof _,AuthWelcome _ -> Opcode.AUTH_PROOF.code();
             case Error e -> e.code(); // its component's accessor, which overrides this
             case Unreadable u -> u.code();
         };
@@ -239,7 +239,7 @@ public sealed interface Message {
      * dev.rbridge.rdma.Lease#NO_ID} and null), and clients that predate it ignore it.
      */
     record LeaseReply(long id, long ttlMillis, boolean tookOver, long ownerChanges, long epoch, long leaseId,
-                      Boolean continued) implements Message {
+            Boolean continued) implements Message {
         public LeaseReply(long id, long ttlMillis, boolean tookOver) {
             this(id, ttlMillis, tookOver, dev.rbridge.rdma.Lease.UNKNOWN_OWNER_CHANGES);
         }

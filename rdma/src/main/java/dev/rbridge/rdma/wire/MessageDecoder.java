@@ -34,7 +34,9 @@ import java.util.List;
  * connection goes on.
  */
 public final class MessageDecoder {
-    private enum State { HEADER, BODY, PAYLOAD, SKIP }
+    private enum State {
+        HEADER, BODY, PAYLOAD, SKIP
+    }
 
     /** The smallest region entry of a LIST reply: a descriptor with an empty volume name, an empty owner. */
     private static final int MIN_LIST_ENTRY = 24 + 2 + 20 + 2;
@@ -516,7 +518,8 @@ public final class MessageDecoder {
     private static WireBytes getBytes(ByteBuffer src) {
         int n = src.getInt();
         if (n < 0 || n > src.remaining()) {
-            throw new IllegalArgumentException("a byte string of " + Integer.toUnsignedString(n) + " bytes overruns it");
+            throw new IllegalArgumentException(
+                    "a byte string of " + Integer.toUnsignedString(n) + " bytes overruns it");
         }
         WireBytes b = WireBytes.copyOf(src.slice(src.position(), n));
         src.position(src.position() + n);

@@ -17,8 +17,7 @@ import java.util.List;
  * many regions it lists, it goes out through a buffer of fixed size.
  */
 public final class MessageEncoder {
-    private MessageEncoder() {
-    }
+    private MessageEncoder() {}
 
     /**
      * Whether a LEASE reply carries its epoch, lease id and continued flag (a memserver that predates them sends 17
@@ -113,18 +112,15 @@ public final class MessageEncoder {
             case Message.Read r -> dst.putLong(r.regionId()).putLong(r.key()).putLong(r.offset()).putInt(r.length());
             case Message.Write w -> dst.putLong(w.regionId()).putLong(w.key()).putLong(w.offset()); // the data follows
             case Message.Zero z -> dst.putLong(z.regionId()).putLong(z.key()).putLong(z.offset()).putLong(z.length());
-            case Message.Flush _, Message.ReadReply _, Message.WriteReply _, Message.ZeroReply _,
-                 Message.FlushReply _ -> { // a READ reply's data follows
+            case Message.Flush _,Message.ReadReply _,Message.WriteReply _,Message.ZeroReply _,Message.FlushReply _ -> { // a READ reply's data follows
             }
-            case Message.Hello _, Message.OtherVersion _, Message.HelloReply _, Message.AuthStart _,
-                 Message.AuthChallenge _, Message.AuthProof _, Message.AuthWelcome _ -> putGreeting(dst, m);
-            case Message.Allocate _, Message.Open _, Message.ListRegions _, Message.Release _, Message.Retag _,
-                 Message.AllocateReply _, Message.OpenReply _, Message.ListReply _, Message.ReleaseReply _,
-                 Message.RetagReply _ -> putRegions(dst, m);
-            case Message.Lease _, Message.Unlease _, Message.LeaseReply _, Message.UnleaseReply _ -> putLeases(dst, m);
-            case Message.Info _, Message.State _, Message.InfoReply _, Message.StateReply _ -> putServer(dst, m);
-            case Message.UcxConnect _, Message.MapRegion _, Message.UcxProbe _, Message.InvalidateDone _,
-                 Message.UcxConnectReply _, Message.MapReply _, Message.UcxProbeReply _, Message.Invalidate _ ->
+            case Message.Hello _,Message.OtherVersion _,Message.HelloReply _,Message.AuthStart _,Message.AuthChallenge _,Message.AuthProof _,Message.AuthWelcome _ ->
+                    putGreeting(dst, m);
+            case Message.Allocate _,Message.Open _,Message.ListRegions _,Message.Release _,Message.Retag _,Message.AllocateReply _,Message.OpenReply _,Message.ListReply _,Message.ReleaseReply _,Message.RetagReply _ ->
+                    putRegions(dst, m);
+            case Message.Lease _,Message.Unlease _,Message.LeaseReply _,Message.UnleaseReply _ -> putLeases(dst, m);
+            case Message.Info _,Message.State _,Message.InfoReply _,Message.StateReply _ -> putServer(dst, m);
+            case Message.UcxConnect _,Message.MapRegion _,Message.UcxProbe _,Message.InvalidateDone _,Message.UcxConnectReply _,Message.MapReply _,Message.UcxProbeReply _,Message.Invalidate _ ->
                     putUcx(dst, m);
             case Message.Error e -> putString(dst, e.message());
             case Message.Unreadable _ -> throw new IllegalArgumentException("an unreadable message is not sent");
@@ -184,7 +180,7 @@ public final class MessageEncoder {
                 }
             }
             case Message.RetagReply r -> putDescriptor(dst, r.region());
-            case Message.ListRegions _, Message.ReleaseReply _ -> {
+            case Message.ListRegions _,Message.ReleaseReply _ -> {
             }
             default -> throw notOf("the region table", m);
         }
@@ -224,7 +220,7 @@ public final class MessageEncoder {
                 dst.putLong(i.capacityBytes()).putLong(i.freeBytes());
             }
             case Message.StateReply st -> dst.putInt(st.flags());
-            case Message.Info _, Message.State _ -> {
+            case Message.Info _,Message.State _ -> {
             }
             default -> throw notOf("the server's own", m);
         }
@@ -254,7 +250,7 @@ public final class MessageEncoder {
                     dst.putLong(region);
                 }
             }
-            case Message.UcxProbe _, Message.InvalidateDone _ -> {
+            case Message.UcxProbe _,Message.InvalidateDone _ -> {
             }
             default -> throw notOf("UCX", m);
         }

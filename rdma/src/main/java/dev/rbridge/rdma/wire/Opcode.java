@@ -13,8 +13,7 @@ public enum Opcode {
      * Client to memserver: what the memserver is doing ({@link Protocol#STATE_DRAINING}). Came after 1-9: a memserver
      * that predates it answers "unexpected OP_10", which a client reads as "nothing to report".
      */
-    STATE(10),
-    READ(16), WRITE(17), ZERO(18), FLUSH(19),
+    STATE(10), READ(16), WRITE(17), ZERO(18), FLUSH(19),
     /** Client to memserver, after HELLO: the memserver worker's UCX address. */
     UCX_CONNECT(32),
     /** Client to memserver: a region's remote address and packed UCX remote key (key and range checked). */

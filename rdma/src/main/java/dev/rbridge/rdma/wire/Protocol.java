@@ -11,8 +11,7 @@ package dev.rbridge.rdma.wire;
  * existing message's layout or meaning does.
  */
 public final class Protocol {
-    private Protocol() {
-    }
+    private Protocol() {}
 
     /** The bytes "RBRM" on the wire, read little-endian. */
     public static final int MAGIC = 0x4D524252;

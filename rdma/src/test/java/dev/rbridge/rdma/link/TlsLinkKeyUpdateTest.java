@@ -105,7 +105,7 @@ class TlsLinkKeyUpdateTest {
             });
             start("client-writer", () -> {
                 ByteBuffer request = ByteBuffer.allocate(256 << 10);
-                for (long i = 1; ; i++) {
+                for (long i = 1;; i++) {
                     client.write(request.clear());
                     if (i % 32 == 0) {
                         Thread.sleep(5); // a flusher whose queue ran empty: the write lock is free now and then

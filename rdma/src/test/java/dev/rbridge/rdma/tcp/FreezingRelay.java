@@ -54,7 +54,7 @@ public final class FreezingRelay extends TcpRelay {
                         return;
                     }
                     // The relay may have frozen while this read waited: forward only what is still allowed.
-                    for (int sent = 0; sent < n; ) {
+                    for (int sent = 0; sent < n;) {
                         int now = allowed(down, n - sent);
                         if (now == 0) {
                             Thread.sleep(5);

@@ -65,7 +65,7 @@ class SpinnerTest {
         assertFalse(awaitBounded(spinner), "no input within the budget");
         // The empty poll makes the next wait block at once rather than poll again.
         assertFalse(awaitBounded(spinner));
-        pair.accepted.write(ByteBuffer.wrap(new byte[] {1}));
+        pair.accepted.write(ByteBuffer.wrap(new byte[]{1}));
         // The input is there now; the back-off is spent, so a wait finds it (the loop only covers a kernel that has
         // not made the byte readable the instant write returned).
         long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
@@ -129,7 +129,7 @@ class SpinnerTest {
                 while (System.nanoTime() < until) {
                     LockSupport.parkNanos(until - System.nanoTime());
                 }
-                pair.accepted.write(ByteBuffer.wrap(new byte[] {1}));
+                pair.accepted.write(ByteBuffer.wrap(new byte[]{1}));
             } catch (InterruptedException e) {
                 // the test ended before the write was due (close interrupts): nothing to write to any more
             } catch (IOException e) {

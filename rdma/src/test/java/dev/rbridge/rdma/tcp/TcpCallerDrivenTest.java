@@ -97,7 +97,7 @@ class TcpCallerDrivenTest {
     @Test
     void aWaitingCallerReadsItsOwnReplyAndWithoutTheModeTheReaderThreadDoes() throws Exception {
         try (RemoteConnection driven = connect(true); RemoteConnection plain = connect(false);
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor d = driven.allocate(RegionTag.scratch("driven"), 1 << 20).get(10, TimeUnit.SECONDS);
             RegionDescriptor p = plain.allocate(RegionTag.scratch("plain"), 1 << 20).get(10, TimeUnit.SECONDS);
             MemorySegment buf = arena.allocate(4096);
@@ -217,14 +217,14 @@ class TcpCallerDrivenTest {
     @Test
     void interruptingACallerThatReadsClosesTheConnectionSayingWhy() throws Exception {
         try (RemoteConnection c = connect(true); RemoteConnection other = connect(true);
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("interrupted"), 1 << 20).get(10, TimeUnit.SECONDS);
             RegionDescriptor o = other.allocate(RegionTag.scratch("bystander"), 1 << 20).get(10, TimeUnit.SECONDS);
             AtomicReference<CompletableFuture<Void>> op = new AtomicReference<>();
             // Whether the frozen read is read by this caller or by the reader thread is up to the scheduler (the
             // reader thread may hold the role, blocked, when the caller comes to wait): look at where the caller is,
             // and when it only waits, thaw the memserver and try again.
-            for (int attempt = 1; ; attempt++) {
+            for (int attempt = 1;; attempt++) {
                 AtomicReference<Throwable> waited = new AtomicReference<>();
                 AtomicReference<Boolean> stillInterrupted = new AtomicReference<>();
                 CountDownLatch issued = new CountDownLatch(1);

@@ -41,8 +41,9 @@ class TcpCompletionChainsTest {
         int perChain = 24;
         try (RemoteConnection c = new TcpProvider().connect(new ConnectParams().address(memserver.address())
                 .token(TOKEN).clientName("chains").callerDriven(callerDriven).operationTimeout(Duration.ofSeconds(5)));
-             Arena arena = Arena.ofShared()) {
-            RegionDescriptor r = c.allocate(RegionTag.scratch("chains"), (long) chains * size).get(10, TimeUnit.SECONDS);
+                Arena arena = Arena.ofShared()) {
+            RegionDescriptor r =
+                    c.allocate(RegionTag.scratch("chains"), (long) chains * size).get(10, TimeUnit.SECONDS);
             CompletableFuture<?>[] done = new CompletableFuture<?>[chains];
             AtomicInteger ops = new AtomicInteger();
             for (int k = 0; k < chains; k++) {
@@ -64,7 +65,7 @@ class TcpCompletionChainsTest {
 
     /** Alternates write and read of one slot, each issued from the previous one's completion. */
     private static void next(RemoteConnection c, RegionDescriptor r, long offset, MemorySegment buf, int i, int n,
-                             AtomicInteger ops, CompletableFuture<Void> chain) {
+            AtomicInteger ops, CompletableFuture<Void> chain) {
         if (i == n) {
             chain.complete(null);
             return;

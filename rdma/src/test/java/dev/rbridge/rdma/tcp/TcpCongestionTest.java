@@ -56,7 +56,7 @@ class TcpCongestionTest {
         assertEquals(hostDefault(), TcpCongestion.get(pair.client));
         TcpCongestion.apply(pair.client, "system");
         assertEquals(hostDefault(), TcpCongestion.get(pair.client));
-        pair.client.write(ByteBuffer.wrap(new byte[] {42}));
+        pair.client.write(ByteBuffer.wrap(new byte[]{42}));
         ByteBuffer b = ByteBuffer.allocate(1);
         pair.accepted.read(b);
         assertEquals(42, b.get(0));

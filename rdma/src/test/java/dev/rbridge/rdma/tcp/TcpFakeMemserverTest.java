@@ -147,9 +147,10 @@ class TcpFakeMemserverTest {
     @ValueSource(booleans = {false, true})
     void aReadAnsweredWithTooFewBytesFailsPromptly(boolean callerDriven) throws Exception {
         try (FakeMemserver fake = new FakeMemserver(WELCOME, m -> m instanceof Message.Read r
-                ? bytes(new Message.ReadReply(r.id(), 8), 8) : null);
-             RemoteConnection c = connect(fake.address(), callerDriven);
-             Arena arena = Arena.ofShared()) {
+                ? bytes(new Message.ReadReply(r.id(), 8), 8)
+                : null);
+                RemoteConnection c = connect(fake.address(), callerDriven);
+                Arena arena = Arena.ofShared()) {
             RemoteMemoryException e = failure(c.read(REGION, 0, arena.allocate(4096)));
             assertEquals(Status.CONNECTION_LOST, e.status(), e.getMessage());
             assertTrue(e.getMessage().contains("READ reply of 8 bytes"), e.getMessage());
@@ -161,8 +162,9 @@ class TcpFakeMemserverTest {
     @ValueSource(booleans = {false, true})
     void aLeaseAnsweredWithReadDataFailsPromptly(boolean callerDriven) throws Exception {
         try (FakeMemserver fake = new FakeMemserver(WELCOME, m -> m instanceof Message.Lease l
-                ? bytes(new Message.ReadReply(l.id(), 8), 8) : null);
-             RemoteConnection c = connect(fake.address(), callerDriven)) {
+                ? bytes(new Message.ReadReply(l.id(), 8), 8)
+                : null);
+                RemoteConnection c = connect(fake.address(), callerDriven)) {
             RemoteMemoryException e = failure(c.lease("vol", "owner", Duration.ofSeconds(30)));
             assertEquals(Status.CONNECTION_LOST, e.status(), e.getMessage());
             assertFalse(c.isOpen());

@@ -50,10 +50,12 @@ class TcpRefusedWriteTest {
                     SocketChannel ch = listener.accept();
                     InetSocketAddress remote = (InetSocketAddress) ch.getRemoteAddress();
                     ConnectionGate.Admitted place = (ConnectionGate.Admitted) gate.admit(remote.getAddress(),
-                            () -> { });
+                            () -> {
+                            });
                     TcpServerConnection server = new TcpServerConnection(ch, new Admission(service, remote,
                             place.slot()), new DirectBufferPool(TcpServerConnection.BUFFER, 2),
-                            ConnectParams.TCP_CONGESTION_SYSTEM, 10_000, c -> { });
+                            ConnectParams.TCP_CONGESTION_SYSTEM, 10_000, c -> {
+                            });
                     Thread.ofPlatform().daemon().name("rdma-tcp-conn-test").start(server);
                     served.complete(server);
                 } catch (IOException | RuntimeException e) {
@@ -63,7 +65,7 @@ class TcpRefusedWriteTest {
             try (RemoteConnection c = new TcpProvider().connect(new ConnectParams()
                     .address((InetSocketAddress) listener.getLocalAddress()).token(TOKEN).clientName("refused")
                     .operationTimeout(Duration.ofSeconds(30)));
-                 Arena arena = Arena.ofShared()) {
+                    Arena arena = Arena.ofShared()) {
                 TcpServerConnection server = served.get(10, TimeUnit.SECONDS);
                 int large = 16 << 20;
                 RegionDescriptor r = c.allocate(RegionTag.scratch("refused"), large).get(10, TimeUnit.SECONDS);

@@ -58,7 +58,7 @@ class TcpSplicedReadTest {
         try (ServerSocketChannel server = ServerSocketChannel.open()) {
             server.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
             try (SocketChannel out = SocketChannel.open(server.getLocalAddress()); SocketChannel in = server.accept();
-                 dev.rbridge.common.splice.SocketDescriptor d = dev.rbridge.common.splice.SocketDescriptor.of(out)) {
+                    dev.rbridge.common.splice.SocketDescriptor d = dev.rbridge.common.splice.SocketDescriptor.of(out)) {
                 ByteBuffer got = ByteBuffer.allocate(n);
                 CompletableFuture<Void> reader = CompletableFuture.runAsync(() -> {
                     try {
@@ -130,8 +130,8 @@ class TcpSplicedReadTest {
     @ValueSource(booleans = {false, true})
     void aSplicedReplyThatStopsHalfwayFailsWithinTheTimeout(boolean callerDriven) throws Exception {
         try (FreezingRelay relay = new FreezingRelay(memserver.address());
-             RemoteConnection c = connect(relay.address(), callerDriven);
-             Arena arena = Arena.ofShared(); Pipe pipe = Pipe.open(1 << 20)) {
+                RemoteConnection c = connect(relay.address(), callerDriven);
+                Arena arena = Arena.ofShared(); Pipe pipe = Pipe.open(1 << 20)) {
             int size = 1 << 20;
             RegionDescriptor r = c.allocate(RegionTag.scratch("halfway"), size).get(10, TimeUnit.SECONDS);
             c.write(r, 0, arena.allocate(size).fill((byte) 0x5a)).get(10, TimeUnit.SECONDS);

@@ -57,9 +57,9 @@ class TcpStalledPeerTest {
     @ValueSource(booleans = {false, true})
     void aReplyThatStopsHalfwayFailsWithinTheTimeoutAndOthersGoOn(boolean callerDriven) throws Exception {
         try (FreezingRelay relay = new FreezingRelay(memserver.address());
-             RemoteConnection c = connect(relay.address(), callerDriven);
-             RemoteConnection other = connect(memserver.address(), callerDriven);
-             Arena arena = Arena.ofShared()) {
+                RemoteConnection c = connect(relay.address(), callerDriven);
+                RemoteConnection other = connect(memserver.address(), callerDriven);
+                Arena arena = Arena.ofShared()) {
             int size = 8 << 20;
             RegionDescriptor r = c.allocate(RegionTag.scratch("halfway"), size).get(10, TimeUnit.SECONDS);
             c.write(r, 0, arena.allocate(size).fill((byte) 0x5a)).get(10, TimeUnit.SECONDS);
@@ -84,10 +84,10 @@ class TcpStalledPeerTest {
     @Test
     void aFailureCallbackBlockedWritingToAnotherSilentPeerDoesNotStopItsWatchdog() throws Exception {
         try (FreezingRelay relayA = new FreezingRelay(memserver.address());
-             FreezingRelay relayB = new FreezingRelay(memserver.address());
-             RemoteConnection a = connect(relayA.address(), false);
-             RemoteConnection b = connect(relayB.address(), false);
-             Arena arena = Arena.ofShared()) {
+                FreezingRelay relayB = new FreezingRelay(memserver.address());
+                RemoteConnection a = connect(relayA.address(), false);
+                RemoteConnection b = connect(relayB.address(), false);
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor ra = a.allocate(RegionTag.scratch("a"), 1 << 20).get(10, TimeUnit.SECONDS);
             RegionDescriptor rb = b.allocate(RegionTag.scratch("b"), 16 << 20).get(10, TimeUnit.SECONDS);
             MemorySegment big = arena.allocate(16 << 20);

@@ -222,7 +222,7 @@ class TcpTlsTest {
     void aRecordAlteredOnTheWayIsNotCalledAHandshakeFailure() throws Exception {
         InetSocketAddress address = listen(true, false);
         try (FlipOneBit relay = new FlipOneBit(address, 300_000); Arena arena = Arena.ofShared();
-             RemoteConnection c = new TcpProvider().connect(client(relay.address(), clientContext("c", false)))) {
+                RemoteConnection c = new TcpProvider().connect(client(relay.address(), clientContext("c", false)))) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("t"), 4 << 20).get(10, TimeUnit.SECONDS);
             MemorySegment dst = arena.allocate(1 << 20);
             java.util.concurrent.ExecutionException e = assertThrows(java.util.concurrent.ExecutionException.class,

@@ -96,7 +96,7 @@ class ProgressSpinTest {
         assertEquals(0, ProgressSpin.fromEnvironment(Map.of("RBRIDGE_UCX_SPIN_US", "0"), true).budgetNanos());
         assertEquals(50_000, ProgressSpin.fromEnvironment(Map.of("RBRIDGE_UCX_SPIN_US", " 50 "), false)
                 .budgetNanos());
-        for (String bad : new String[] {"-1", "1001", "20us", "9999999999999999999"}) {
+        for (String bad : new String[]{"-1", "1001", "20us", "9999999999999999999"}) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                     () -> ProgressSpin.fromEnvironment(Map.of("RBRIDGE_UCX_SPIN_US", bad), true));
             assertTrue(e.getMessage().contains("RBRIDGE_UCX_SPIN_US") && e.getMessage().contains(bad),

@@ -20,8 +20,7 @@ final class SigsegvHandlerProbe {
             FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
                     ValueLayout.ADDRESS));
 
-    private SigsegvHandlerProbe() {
-    }
+    private SigsegvHandlerProbe() {}
 
     public static void main(String[] args) throws Throwable {
         long before = handler();

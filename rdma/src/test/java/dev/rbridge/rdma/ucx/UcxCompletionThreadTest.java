@@ -29,7 +29,7 @@ class UcxCompletionThreadTest {
     @Test
     void callbacksNeverRunOnTheProgressThread() throws Exception {
         try (UcxLoopback loopback = new UcxLoopback("threads"); UcxConnection c = loopback.connect("threads");
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             Thread progress = c.loop().thread();
             Map<String, Thread> ranOn = new ConcurrentHashMap<>();
             RegionDescriptor r = held(c, "allocate", ranOn,
@@ -47,7 +47,7 @@ class UcxCompletionThreadTest {
 
     /** Holds the progress thread, issues the operation, attaches a callback, lets go; the operation's result. */
     private static <T> T held(UcxConnection c, String what, Map<String, Thread> ranOn,
-                              Supplier<CompletableFuture<T>> op) throws Exception {
+            Supplier<CompletableFuture<T>> op) throws Exception {
         CountDownLatch holding = new CountDownLatch(1);
         CountDownLatch release = new CountDownLatch(1);
         c.loop().execute(() -> {

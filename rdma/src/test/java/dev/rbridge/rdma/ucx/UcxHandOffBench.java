@@ -23,8 +23,7 @@ import java.util.concurrent.TimeUnit;
  * the whole process's per operation. Run with the test classpath: {@code UcxHandOffBench [ops] [rounds]}.
  */
 public final class UcxHandOffBench {
-    private UcxHandOffBench() {
-    }
+    private UcxHandOffBench() {}
 
     public static void main(String[] args) throws Exception {
         int ops = args.length > 0 ? Integer.parseInt(args[0]) : 20_000;
@@ -44,14 +43,14 @@ public final class UcxHandOffBench {
             System.out.printf("%-8s %-5s %-6s %3s %10s %10s %10s %12s%n", "mode", "op", "cb", "qd", "p50 us",
                     "p99 us", "kops/s", "cpu us/op");
             for (int round = 0; round < rounds; round++) {
-                for (boolean inline : new boolean[] {false, true}) {
+                for (boolean inline : new boolean[]{false, true}) {
                     UcxConnection.completeOnProgressThreadForBench = inline;
                     try (UcxConnection c = loopback.connect("bench"); Arena arena = Arena.ofShared()) {
                         RegionDescriptor r = c.allocate(RegionTag.scratch("bench"), 64 << 20).get(30,
                                 TimeUnit.SECONDS);
-                        for (boolean write : new boolean[] {false, true}) {
-                            for (boolean reply : new boolean[] {false, true}) {
-                                for (int qd : new int[] {1, 16}) {
+                        for (boolean write : new boolean[]{false, true}) {
+                            for (boolean reply : new boolean[]{false, true}) {
+                                for (int qd : new int[]{1, 16}) {
                                     run(c, r, arena, write, reply ? pipe.sink() : null, qd, ops / 10); // warm-up
                                     String line = run(c, r, arena, write, reply ? pipe.sink() : null, qd, ops);
                                     System.out.printf("%-8s %-5s %-6s %3d %s%n", inline ? "inline" : "hand-off",
@@ -69,7 +68,7 @@ public final class UcxHandOffBench {
     }
 
     private static String run(UcxConnection c, RegionDescriptor r, Arena arena, boolean write,
-                              Pipe.SinkChannel reply, int qd, int ops) throws Exception {
+            Pipe.SinkChannel reply, int qd, int ops) throws Exception {
         List<MemorySegment> pages = new ArrayList<>();
         for (int i = 0; i < qd; i++) {
             pages.add(arena.allocate(4096, 4096));

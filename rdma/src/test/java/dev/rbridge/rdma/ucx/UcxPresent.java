@@ -13,8 +13,7 @@ import java.lang.foreign.SymbolLookup;
 final class UcxPresent {
     private static final boolean PRESENT = present();
 
-    private UcxPresent() {
-    }
+    private UcxPresent() {}
 
     /** Whether libucp opens (the first call opens it, keeping UCX off the JVM's signals first). */
     static boolean present() {

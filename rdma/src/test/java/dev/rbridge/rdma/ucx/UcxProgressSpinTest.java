@@ -40,7 +40,7 @@ class UcxProgressSpinTest {
         loopback = new UcxLoopback("spin");
         UcxConnection.spinBudgetNanosForTests = ProgressSpin.MAX_BUDGET_NANOS;
         try (UcxConnection c = loopback.connect("spin");
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             assertEquals(ProgressSpin.MAX_BUDGET_NANOS, c.loop().spin().budgetNanos());
             RegionDescriptor r = c.allocate(RegionTag.scratch("spin"), 1 << 20).get(30, TimeUnit.SECONDS);
             int blocks = 64;

@@ -37,7 +37,7 @@ class UcxRegisterLocalTest {
         loopback = new UcxLoopback("register");
         UcxProvider provider = new UcxProvider();
         try (RemoteConnection c = loopback.connect("register");
-             Arena arena = Arena.ofShared()) {
+                Arena arena = Arena.ofShared()) {
             MemorySegment block = arena.allocate(2 << 20, 4096);
             LocalRegistration registration = provider.registerLocal(block);
             assertNotSame(LocalRegistration.NONE, registration, "UCX registered the block");

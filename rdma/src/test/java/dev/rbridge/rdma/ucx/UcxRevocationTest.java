@@ -142,9 +142,9 @@ class UcxRevocationTest {
         CountDownLatch clientStalled = new CountDownLatch(1);
         CountDownLatch releaseClient = new CountDownLatch(1);
         try (RegionServerProcess server = RegionServerProcess.start("ucx", TOKEN);
-             UcxConnection c = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(server.address)
-                     .token(TOKEN).clientName("revocation").operationTimeout(Duration.ofSeconds(60)));
-             Arena arena = Arena.ofShared()) {
+                UcxConnection c = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(server.address)
+                        .token(TOKEN).clientName("revocation").operationTimeout(Duration.ofSeconds(60)));
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = c.allocate(RegionTag.scratch("held"), 1 << 20).get(30, TimeUnit.SECONDS);
             c.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS); // mapped, wired up
 
@@ -193,10 +193,11 @@ class UcxRevocationTest {
                 .helloTimeout(Duration.ofSeconds(1)));
         UcxListener listener = loopback.listener;
         try (FreezingRelay control = new FreezingRelay(listener.address());
-             UcxConnection a = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
-                     .token(TOKEN).clientName("cut-off").operationTimeout(Duration.ofSeconds(60)));
-             UcxConnection b = connect(listener);
-             Arena arena = Arena.ofShared()) {
+                UcxConnection a =
+                        (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
+                                .token(TOKEN).clientName("cut-off").operationTimeout(Duration.ofSeconds(60)));
+                UcxConnection b = connect(listener);
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = a.allocate(RegionTag.scratch("shared"), 1 << 20).get(30, TimeUnit.SECONDS);
             a.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS); // mapped, wired up
 
@@ -232,9 +233,10 @@ class UcxRevocationTest {
                 .helloTimeout(Duration.ofSeconds(90)));
         UcxListener listener = loopback.listener;
         try (FreezingRelay control = new FreezingRelay(listener.address());
-             UcxConnection a = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
-                     .token(TOKEN).clientName("fenced").operationTimeout(Duration.ofSeconds(60)));
-             Arena arena = Arena.ofShared()) {
+                UcxConnection a =
+                        (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
+                                .token(TOKEN).clientName("fenced").operationTimeout(Duration.ofSeconds(60)));
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = a.allocate(RegionTag.scratch("fenced"), 1 << 20).get(30, TimeUnit.SECONDS);
             a.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS); // mapped, wired up
 
@@ -256,9 +258,10 @@ class UcxRevocationTest {
                 .helloTimeout(Duration.ofSeconds(90)));
         UcxListener listener = loopback.listener;
         try (HoldingRelay control = new HoldingRelay(listener.address());
-             UcxConnection a = (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
-                     .token(TOKEN).clientName("disconnected").operationTimeout(Duration.ofSeconds(60)));
-             Arena arena = Arena.ofShared()) {
+                UcxConnection a =
+                        (UcxConnection) new UcxProvider().connect(new ConnectParams().address(control.address())
+                                .token(TOKEN).clientName("disconnected").operationTimeout(Duration.ofSeconds(60)));
+                Arena arena = Arena.ofShared()) {
             RegionDescriptor r = a.allocate(RegionTag.scratch("cut"), 1 << 20).get(30, TimeUnit.SECONDS);
             a.read(r, 0, arena.allocate(4096)).get(30, TimeUnit.SECONDS);
 
@@ -272,7 +275,7 @@ class UcxRevocationTest {
 
     /** Reads the region's first block every 100 ms until a read fails (its failure) or {@code seconds} pass (fails). */
     private static RemoteMemoryException readsUntilFailure(UcxConnection c, RegionDescriptor r, Arena arena,
-                                                           int seconds) throws Exception {
+            int seconds) throws Exception {
         long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
         while (System.nanoTime() < until) {
             try {

@@ -38,7 +38,8 @@ class AdmissionTest {
 
     Admission admission() {
         ConnectionGate.Admitted a = assertInstanceOf(ConnectionGate.Admitted.class, gate.admit(PEER.getAddress(),
-                () -> { }));
+                () -> {
+                }));
         return new Admission(service, PEER, a.slot());
     }
 
@@ -126,7 +127,8 @@ class AdmissionTest {
         Admission first = admission();
         // A newcomer from the same address takes the place of the one that has not authenticated (limit 1).
         ConnectionGate.Admitted second = assertInstanceOf(ConnectionGate.Admitted.class,
-                gate.admit(PEER.getAddress(), () -> { }));
+                gate.admit(PEER.getAddress(), () -> {
+                }));
         assertTrue(second.evicted() != null);
         Admission.Refused r = assertInstanceOf(Admission.Refused.class, first.greet(new Message.Hello(1, "secret",
                 "x")));

@@ -60,8 +60,9 @@ class ControlDispatcherTest {
     void aRefusalIsAnErrorReplyToTheSameRequestAndLongReasonsAreCut() throws Exception {
         RegionDescriptor d = session.allocate(RegionTag.scratch("x"), 4096);
         assertEquals(new Message.Error(1, Opcode.RELEASE.code(), Status.ACCESS_DENIED.code(),
-                "wrong access key for region " + d.id()), ControlDispatcher.answer(session,
-                new Message.Release(1, d.id(), d.key() ^ 1)));
+                "wrong access key for region " + d.id()),
+                ControlDispatcher.answer(session,
+                        new Message.Release(1, d.id(), d.key() ^ 1)));
         Message.Error cut = ControlDispatcher.error(new Message.Info(2), Status.INTERNAL, "x".repeat(5000));
         assertEquals(ControlDispatcher.MAX_ERROR_CHARS + 3, cut.message().length());
         assertTrue(cut.message().endsWith("..."));

@@ -196,7 +196,7 @@ class MessageCodecTest {
     void theHeaderOfVersionOneIsPinnedByteForByte() {
         // A READ of 65536 bytes at 4096 of region 42, request id 10: the literal bytes a v1 peer sends.
         assertEquals("5242524d" + "0100" + "1000" + "0a00000000000000" + "00000000" + "1c000000"
-                        + "2a00000000000000" + "efcdab8967452301" + "0010000000000000" + "00000100",
+                + "2a00000000000000" + "efcdab8967452301" + "0010000000000000" + "00000100",
                 HexFormat.of().formatHex(MessageEncoder.encode(new Message.Read(10, 42, KEY, 4096, 65536)).array()));
         // An error reply: status 4 (ACCESS_DENIED), a 2-byte string length, the reason.
         assertEquals("5242524d" + "0100" + "0300" + "0700000000000000" + "04000000" + "04000000" + "0200" + "6e6f",
@@ -315,7 +315,7 @@ class MessageCodecTest {
     static int[] randomPieces(int n, long seed) {
         Random r = new Random(seed);
         List<Integer> cuts = new ArrayList<>();
-        for (int at = 0; at < n; ) {
+        for (int at = 0; at < n;) {
             at = Math.min(n, at + 1 + r.nextInt(r.nextBoolean() ? 8 : 80));
             cuts.add(at);
         }
@@ -562,8 +562,11 @@ class MessageCodecTest {
                 feed(d, stream, byteByByte(stream.length)));
         assertFalse(d.awaitingHello());
         assertArrayEquals(stream, concat(MessageEncoder.encode(new Message.AuthStart(1, "bridge-a",
-                WireBytes.of(nonce))).array(), MessageEncoder.encode(new Message.AuthProof(2,
-                WireBytes.of(proof))).array(), MessageEncoder.encode(new Message.ListRegions(3)).array()));
+                WireBytes.of(nonce))).array(), MessageEncoder.encode(
+                        new Message.AuthProof(2,
+                                WireBytes.of(proof)))
+                        .array(),
+                MessageEncoder.encode(new Message.ListRegions(3)).array()));
 
         byte[] replies = concat(message(36, 1, new Bytes().u32(32).raw(nonce)),
                 message(37, 2, new Bytes().str("srv").u64(1 << 30).u64(1 << 20).u32(32).raw(proof)));
