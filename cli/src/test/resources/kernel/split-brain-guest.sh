@@ -24,8 +24,11 @@ od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > token # the memservers lend only t
 rb memserver --transport ucx --listen $ip:7471 --token-file token --capacity 256M --admin none --metrics none >ms.out 2>ms.log &
 await 120 grep -q lending ms.out
 
+# A's watchdog must outlast B's start on a loaded machine (two minutes and more under TCG): when it fires, A reconnects on
+# a connection the rule below does not cut and takes its lease back before B can. It costs nothing when all goes well:
+# A's connection is ended once B's data is checked.
 serve() { # serve NAME NBD-PORT ADMIN-PORT: a bridge with a 4 s lease and a patient watchdog
-  rb serve --transport ucx --token-file token --memserver $ip:7471 --volume disk,size=64M,replicas=1,slab=16M --lease 4 --timeout 120 \
+  rb serve --transport ucx --token-file token --memserver $ip:7471 --volume disk,size=64M,replicas=1,slab=16M --lease 4 --timeout 300 \
     --listen 127.0.0.1:"$2" --admin 127.0.0.1:"$3" --metrics none >"$1.out" 2>"$1.log" &
 }
 modprobe nbd nbds_max=2
@@ -79,22 +82,30 @@ set -e
 echo "B verify: exit $verify_rc"
 head -5 fio-b-verify.err
 
+# How A was shut out, counted before A is let go below. The NIC answers a PUT with a deregistered rkey with a remote
+# access error, which puts A's RC queue pair in the error state; UCX reports that as "Connection reset by remote peer
+# (status -25)" for whatever was in flight on it. The memserver also closes the endpoint of a client whose lease was
+# taken over: its queue pair is gone, so nothing A sends on it later lands, whatever rkey it carries.
+a_ucx_failures=$(grep -c 'failed in UCX' a.log || true)
+a_closed=$(grep -c "client $ip:$(echo $ports | cut -d' ' -f1): closing its UCX endpoint (fenced" ms.log || true)
+say "B's data checked; A's control connection ended"
+# A's requests may still wait in A's bridge, whose memserver closed A's endpoint, so no completion comes: left alone
+# they would wait for A's 300 s watchdog to declare the connection dead and fail them. Ending that connection in A's
+# own kernel (ss -K) has A do the same now: the connection lost, its pending operations failed, the volume fenced
+# when A comes back (its lease was taken). Only after B's check, which is what the test is about.
+for p in $ports; do
+  ss -Htn -K state established "( sport = :$p and dport = :7471 )" >/dev/null
+done
 kill -INT $fio_a 2>/dev/null || true
-# fio writes its summary as it stops, once its I/O returns. A's requests may wait in A's bridge until its 120 s
-# watchdog fails them (the memserver closed A's endpoint, so no completion comes): fio is killed only after longer.
-# (The watchdog lets go of the job's output: a sleep left holding it would keep the guest up until it ends.)
-(exec >/dev/null 2>&1; sleep 170; kill -KILL $fio_a) &
-dog=$!
+# fio writes its summary as it stops, once its I/O returns; it is killed if that takes longer than 170 s. (A poll,
+# not a sleeper in the background: one left running would hold the job's output and keep the guest up until it ends.)
+fio_a_ended() { [ ! -e /proc/$fio_a ] || grep -q '^[0-9]* (fio) Z' /proc/$fio_a/stat; }
+await 170 fio_a_ended || kill -KILL $fio_a 2>/dev/null || true
 wait $fio_a 2>/dev/null || true
-kill $dog 2>/dev/null || true
 echo "A writes: errors $(grep -m1 '"total_err"' fio-a.json | tr -dc 0-9), written KiB $(grep -m1 '"io_kbytes"' \
   <(sed -n '/"write"/,$p' fio-a.json) | tr -dc 0-9)"
-# The NIC answers a PUT with a deregistered rkey with a remote access error, which puts A's RC queue pair in the error
-# state; UCX reports that as "Connection reset by remote peer (status -25)" for whatever was in flight on it.
-echo "A log: $(grep -c 'failed in UCX' a.log) UCX failure(s)"
-# The memserver also closes the endpoint of a client whose lease was taken over: its queue pair is gone, so nothing A
-# sends on it later lands, whatever rkey it carries.
-echo "memserver: $(grep -c "client $ip:$(echo $ports | cut -d' ' -f1): closing its UCX endpoint (fenced" ms.log) fenced endpoint(s) of A closed"
+echo "A log: $a_ucx_failures UCX failure(s)"
+echo "memserver: $a_closed fenced endpoint(s) of A closed"
 grep -m 3 'failed in UCX\|stops serving' a.log | cut -c1-240 || true
 nft delete table inet cut
 nbd-client -d /dev/nbd1 || true

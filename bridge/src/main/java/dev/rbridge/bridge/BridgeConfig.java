@@ -108,8 +108,12 @@ public final class BridgeConfig {
         return memserverNames;
     }
 
-    /** How often {@link #memserverNames} are resolved again (the JVM's own cache may hold an answer longer). */
-    public static final java.time.Duration DNS_INTERVAL = java.time.Duration.ofSeconds(10);
+    /**
+     * How often {@link #memserverNames} are resolved again (the JVM's own cache may hold an answer longer): 10 s; the
+     * system property {@code rbridge.dnsIntervalSeconds} sets it for tests that wait for resolutions.
+     */
+    public static final java.time.Duration DNS_INTERVAL = java.time.Duration.ofSeconds(
+            Long.getLong("rbridge.dnsIntervalSeconds", 10));
 
     public List<InetSocketAddress> memservers() {
         return memservers;

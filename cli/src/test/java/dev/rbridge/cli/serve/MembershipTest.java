@@ -38,6 +38,12 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class MembershipTest {
     private static final Pattern LENDING = Pattern.compile("lending \\S+ at (\\S+)");
     private static final String TOKEN = "membership-token-0123456789abcdef";
+    /**
+     * How often the bridges of the DNS tests resolve their names ({@code -Drbridge.dnsIntervalSeconds}; 10 s unless
+     * set), so that their waits for a resolution are short.
+     */
+    private static final int DNS_INTERVAL_SECONDS = 2;
+    private static final String DNS_INTERVAL = "-Drbridge.dnsIntervalSeconds=" + DNS_INTERVAL_SECONDS;
 
     @RegisterExtension
     static final ServeCluster.LogsOnFailure LOGS = new ServeCluster.LogsOnFailure();
@@ -134,7 +140,7 @@ class MembershipTest {
         String second = memserver(dir, "second", "127.0.0.3:" + port);
         Path hosts = Files.writeString(dir.resolve("hosts"), "127.0.0.2 memservers.rbridge.test\n");
         try (ServeCluster c = LOGS.watch(ServeCluster.builder("dns").memservers(0).token(TOKEN)
-                .jvmArgs("-Djdk.net.hosts.file=" + hosts, "-Dsun.net.inetaddr.ttl=1")
+                .jvmArgs("-Djdk.net.hosts.file=" + hosts, "-Dsun.net.inetaddr.ttl=1", DNS_INTERVAL)
                 .bridgeArgs("--memserver-dns", "memservers.rbridge.test:" + port)
                 .volume("disk,size=32M,replicas=1,slab=4M").start())) {
             assertEquals(1L, up(c.admin("/memservers")), String.valueOf(c.admin("/memservers")));
@@ -151,7 +157,7 @@ class MembershipTest {
     /**
      * The other way round (docs/operations.md, "Adding memservers while serving"): an address the name stops listing
      * stays while its memserver is up, and is dropped once it is down. The hosts file stands in for DNS, with the
-     * JVM's cache at 1 s; the bridge resolves its names every 10 s.
+     * JVM's cache at 1 s; the bridge resolves its names every {@link #DNS_INTERVAL_SECONDS} seconds.
      */
     @Test
     void aDnsNameThatStopsListingAnAddressDropsThatMemserverOnceItIsDown() throws Exception {
@@ -166,14 +172,15 @@ class MembershipTest {
         Path hosts = Files.writeString(dir.resolve("hosts"),
                 "127.0.0.2 memservers.rbridge.test\n127.0.0.3 memservers.rbridge.test\n");
         try (ServeCluster c = LOGS.watch(ServeCluster.builder("dns-drop").memservers(0).token(TOKEN)
-                .jvmArgs("-Djdk.net.hosts.file=" + hosts, "-Dsun.net.inetaddr.ttl=1")
+                .jvmArgs("-Djdk.net.hosts.file=" + hosts, "-Dsun.net.inetaddr.ttl=1", DNS_INTERVAL)
                 .bridgeArgs("--memserver-dns", "memservers.rbridge.test:" + port)
                 .volume("disk,size=32M,replicas=1,slab=4M").start())) {
             c.awaitAdmin("/memservers", m -> up(m) == 2, Duration.ofSeconds(60));
             Files.writeString(hosts, "127.0.0.2 memservers.rbridge.test\n");
-            // A window in which nothing may happen, on purpose: two resolutions (10 s apart) plus the JVM's 1 s cache
-            // see the shorter answer, and the memserver it left out, still up, must stay.
-            Thread.sleep(22_000);
+            // A window in which nothing may happen, on purpose: at least two resolutions, after the JVM's 1 s cache,
+            // see the shorter answer, and the memserver it left out, still up, must stay. (One interval more than
+            // two, for a loaded machine.)
+            Thread.sleep((3 * DNS_INTERVAL_SECONDS + 2) * 1000L);
             assertTrue(listed(c.admin("/memservers"), second), "an address the name no longer lists was dropped while"
                     + " its memserver was up: " + c.admin("/memservers"));
             assertFalse(c.bridge().log().contains("memserver " + second + " removed"), c.bridge().log());
