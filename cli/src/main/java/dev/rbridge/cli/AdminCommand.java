@@ -10,6 +10,7 @@ import java.net.InetSocketAddress;
 import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
+import java.util.ListResourceBundle;
 import java.util.Map;
 import java.util.concurrent.Callable;
 
@@ -21,6 +22,7 @@ import java.util.concurrent.Callable;
  */
 @Command(name = "admin",
         mixinStandardHelpOptions = true,
+        resourceBundle = "dev.rbridge.cli.AdminCommand$Help",
         modelTransformer = AdminCommand.UnlistedLogLevel.class,
         description = {"Operate a memserver: list clients, regions and counters; disconnect a client; revoke a region;",
                 "drain (refuse new clients and grants; bridges move their replicas elsewhere and leave; exit when the",
@@ -271,6 +273,17 @@ final class AdminCommand implements Callable<Integer> {
             spec.remove(listed);
             spec.addOption(CommandLine.Model.OptionSpec.builder(listed).hidden(true).build());
             return spec;
+        }
+    }
+
+    /** admin's own words for the shared options: the token is a memserver's, or with --bridge its memservers'. */
+    public static final class Help extends ListResourceBundle {
+        @Override
+        protected Object[][] getContents() {
+            return new Object[][]{
+                    {"token", "The memserver's token (with --bridge: the token of the bridge's memservers; visible to"
+                            + " other users in ps: prefer --token-file or " + Endpoints.TOKEN_ENV + ")."},
+            };
         }
     }
 }

@@ -46,4 +46,13 @@ class HelpTextTest {
             }
         }
     }
+
+    /** A shared option keeps its command's words: admin's token is a memserver's or, with --bridge, its memservers'. */
+    @Test
+    void adminWordsTheSharedTokenOptionForItsBridgeMode() {
+        String admin = help(Main.commandLine().getSubcommands().get("admin"), 200);
+        assertTrue(admin.contains("with --bridge: the token of the bridge's memservers"), admin);
+        String ping = help(Main.commandLine().getSubcommands().get("ping"), 200);
+        assertTrue(ping.contains("The memservers' shared secret"), ping);
+    }
 }
