@@ -93,7 +93,7 @@ class MembershipTest {
             Path token = Files.writeString(dir.resolve("token"), TOKEN + "\n");
             // Nowhere to rebuild: the reason is logged and shown.
             c.awaitAdmin("/rebuild", r -> ((Map<String, Object>) r).get("waiting") != null, Duration.ofSeconds(30));
-            assertTrue(c.bridge().log().contains("rebuild waits: no reachable memserver has"), c.bridge().log());
+            c.bridge().awaitLog("rebuild waits: no reachable memserver has", Duration.ofSeconds(30));
             Process waiting = CliProcess.start(dir.resolve("waiting.log"), "admin", "--bridge", c.adminAddress(),
                     "--token-file", token.toString(), "rebuild");
             String waitingOut = new String(waiting.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
@@ -120,7 +120,7 @@ class MembershipTest {
             assertTrue(volumesOut.startsWith("disk: degraded, ") && volumesOut.strip().lines().toList().getLast()
                     .matches("disk: healthy, (\\d+) of \\1 allocated slab\\(s\\) healthy \\(100%\\)"), volumesOut);
             c.awaitAdmin("/volumes", v -> "healthy".equals(state(v)), Duration.ofSeconds(60));
-            assertTrue(c.bridge().log().contains("memserver " + third + " added (admin)"), c.bridge().log());
+            c.bridge().awaitLog("memserver " + third + " added (admin)", Duration.ofSeconds(30));
             String back = PeerTool.check(60, "nbdsh", "-u", c.uri("disk"), "-c",
                     "print(h.pread(4, 5 * 1024 * 1024 + 100))");
             assertTrue(back.contains("mmmm"), back);
@@ -146,9 +146,9 @@ class MembershipTest {
             assertEquals(1L, up(c.admin("/memservers")), String.valueOf(c.admin("/memservers")));
             Files.writeString(hosts, "127.0.0.3 memservers.rbridge.test\n", StandardOpenOption.APPEND);
             c.awaitAdmin("/memservers", m -> up(m) == 2, Duration.ofSeconds(60));
-            assertTrue(c.bridge().log().contains("memserver " + second + " added (DNS name memservers.rbridge.test)"),
-                    c.bridge().log());
-            assertTrue(c.bridge().log().contains("memserver " + first + " added"), c.bridge().log());
+            c.bridge().awaitLog("memserver " + second + " added (DNS name memservers.rbridge.test)",
+                    Duration.ofSeconds(30));
+            c.bridge().awaitLog("memserver " + first + " added", Duration.ofSeconds(30));
         } finally {
             stopExtra();
         }
@@ -188,8 +188,8 @@ class MembershipTest {
             secondProcess.destroy();
             assertTrue(secondProcess.waitFor(30, TimeUnit.SECONDS), "the second memserver did not stop");
             c.awaitAdmin("/memservers", m -> !listed(m, second) && listed(m, first), Duration.ofSeconds(60));
-            assertTrue(c.bridge().log().contains("memserver " + second
-                    + " removed (DNS name memservers.rbridge.test no longer lists it)"), c.bridge().log());
+            c.bridge().awaitLog("memserver " + second
+                    + " removed (DNS name memservers.rbridge.test no longer lists it)", Duration.ofSeconds(30));
             assertEquals(1L, up(c.admin("/memservers")), String.valueOf(c.admin("/memservers")));
         } finally {
             stopExtra();
@@ -234,7 +234,7 @@ class MembershipTest {
                     .noneMatch(x -> victim.equals(((Map<String, Object>) x).get("memserver"))),
                     Duration.ofSeconds(120));
             assertEquals("healthy", state(c.admin("/volumes")));
-            assertTrue(c.bridge().log().contains("memserver " + victim + ": drained"), c.bridge().log());
+            c.bridge().awaitLog("memserver " + victim + ": drained", Duration.ofSeconds(30));
             String slabs = String.valueOf(c.admin("/volumes/disk/slabs"));
             assertTrue(!slabs.contains(victim + "#"), slabs);
             Path out = dir.resolve("out");
@@ -258,9 +258,9 @@ class MembershipTest {
             Process hup = new ProcessBuilder("kill", "-HUP", Long.toString(c.bridge().pid())).start();
             assertTrue(hup.waitFor(10, TimeUnit.SECONDS));
             c.awaitAdmin("/memservers", m -> up(m) == 2, Duration.ofSeconds(30));
-            assertTrue(c.bridge().log().contains("memserver " + extraMemserver + " added (--config " + config
-                    + " reloaded)"), c.bridge().log());
-            assertTrue(c.bridge().log().contains("SIGHUP: reloaded"), c.bridge().log());
+            c.bridge().awaitLog("memserver " + extraMemserver + " added (--config " + config
+                    + " reloaded)", Duration.ofSeconds(30));
+            c.bridge().awaitLog("SIGHUP: reloaded", Duration.ofSeconds(30));
         } finally {
             stopExtra();
         }
@@ -318,11 +318,10 @@ class MembershipTest {
                 assertTrue(out.contains("memserver exited: drained"), out);
                 assertTrue(m.process().process.waitFor(10, TimeUnit.SECONDS), "the drained memserver did not exit");
                 assertEquals(0, m.process().process.exitValue(), "a drained memserver exits with 0");
-                assertTrue(c.bridge().log().contains("memserver " + m.address() + " is draining: moving"),
-                        "the bridge saw the memserver's own drain");
+                c.bridge().awaitLog("memserver " + m.address() + " is draining: moving", Duration.ofSeconds(30));
                 m.restart();
             });
-            assertTrue(c.bridge().log().contains("drained; this bridge let its connection go"), c.bridge().log());
+            c.bridge().awaitLog("drained; this bridge let its connection go", Duration.ofSeconds(30));
         }
     }
 
@@ -365,8 +364,7 @@ class MembershipTest {
                     && err.contains("it stays draining"), err);
             assertTrue(m.isAlive(), "the memserver stays up when the drain gives up");
             assertEquals(2, up(c.admin("/memservers")), "the bridge keeps both memservers");
-            assertTrue(c.bridge().log().contains("memserver " + m.address() + " is draining, but its"),
-                    "the bridge says why its replicas stay: " + c.bridge().log());
+            c.bridge().awaitLog("memserver " + m.address() + " is draining, but its", Duration.ofSeconds(30));
             Path back = dir.resolve("back");
             PeerTool.check(60, "nbdcopy", c.uri("disk"), back.toString());
             assertEquals(-1, java.util.Arrays.mismatch(data, Files.readAllBytes(back)), "the data after the drain");

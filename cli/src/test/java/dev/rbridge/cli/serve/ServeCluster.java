@@ -268,6 +268,20 @@ public final class ServeCluster implements AutoCloseable {
             return read(log);
         }
 
+        /**
+         * Waits until the log holds {@code text}: a line is written after the state it reports changes, so a test that
+         * saw the state through the admin interface polls for the line rather than reading the log once.
+         */
+        public void awaitLog(String text, Duration timeout) throws InterruptedException {
+            long end = System.nanoTime() + timeout.toNanos();
+            while (!log().contains(text)) {
+                if (System.nanoTime() - end > 0) {
+                    throw new AssertionError("no '" + text + "' in the log within " + timeout + ":\n" + log());
+                }
+                Thread.sleep(100);
+            }
+        }
+
         /** SIGKILL, and wait for the process to be gone. */
         public void kill9() {
             process.destroyForcibly();

@@ -143,10 +143,6 @@ class VolumeGrowTest {
     }
 
     private static void awaitLog(ServeCluster c, String text) throws InterruptedException {
-        long end = System.nanoTime() + Duration.ofSeconds(30).toNanos();
-        while (!c.bridge().log().contains(text)) {
-            assertTrue(System.nanoTime() < end, "no '" + text + "' in the bridge's log:\n" + c.bridge().log());
-            Thread.sleep(100);
-        }
+        c.bridge().awaitLog(text, Duration.ofSeconds(30));
     }
 }
