@@ -110,10 +110,11 @@ public final class BridgeConfig {
 
     /**
      * How often {@link #memserverNames} are resolved again (the JVM's own cache may hold an answer longer): 10 s; the
-     * system property {@code rbridge.dnsIntervalSeconds} sets it for tests that wait for resolutions.
+     * system property {@code rbridge.dnsIntervalSeconds} sets it for tests that wait for resolutions (at least 1 s: a
+     * zero or negative value would resolve on every health tick).
      */
     public static final java.time.Duration DNS_INTERVAL = java.time.Duration.ofSeconds(
-            Long.getLong("rbridge.dnsIntervalSeconds", 10));
+            Math.max(1, Long.getLong("rbridge.dnsIntervalSeconds", 10)));
 
     public List<InetSocketAddress> memservers() {
         return memservers;

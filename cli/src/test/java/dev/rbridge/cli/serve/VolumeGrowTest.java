@@ -82,7 +82,7 @@ class VolumeGrowTest {
             c.awaitAdmin("/volumes", v -> sizeOf(v) == 64 * MIB, Duration.ofSeconds(30));
             Files.writeString(config, conf(16));
             hup(c);
-            awaitLog(c, "a volume never shrinks while it serves");
+            c.bridge().awaitLog("a volume never shrinks while it serves", Duration.ofSeconds(30));
             assertEquals(64 * MIB, sizeOf(c.admin("/volumes")));
 
             ServeCluster.AdminRun shrink = c.adminCli(token, "grow", "disk", "40M");
@@ -140,9 +140,5 @@ class VolumeGrowTest {
     private static void hup(ServeCluster c) throws Exception {
         Process hup = new ProcessBuilder("kill", "-HUP", Long.toString(c.bridge().pid())).start();
         assertTrue(hup.waitFor(10, TimeUnit.SECONDS));
-    }
-
-    private static void awaitLog(ServeCluster c, String text) throws InterruptedException {
-        c.bridge().awaitLog(text, Duration.ofSeconds(30));
     }
 }
