@@ -1,7 +1,6 @@
 package dev.rbridge.cli.kernel;
 
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -23,7 +22,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@code RBRIDGE_SKIP_GUEST_TESTS=1} ({@link GuestLab}).
  */
 @Timeout(900)
-@Tag("guest")
+@GuestLabTest
 class SplitBrainGuestTest {
     private static final Pattern A_WRITES = Pattern.compile("A writes: errors (\\d+)");
     private static final Pattern A_UCX = Pattern.compile("A log: (\\d+) UCX failure");

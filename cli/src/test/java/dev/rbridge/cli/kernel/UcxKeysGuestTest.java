@@ -1,7 +1,6 @@
 package dev.rbridge.cli.kernel;
 
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -23,7 +22,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@code RBRIDGE_SKIP_GUEST_TESTS=1} ({@link GuestLab}).
  */
 @Timeout(900)
-@Tag("guest")
+@GuestLabTest
 class UcxKeysGuestTest {
     private static final Pattern KEYS = Pattern.compile(
             "(ms\\d) keys: (\\d+) enforced, (\\d+) not enforced, (\\d+) grace, (\\d+) fenced endpoint\\(s\\)");
