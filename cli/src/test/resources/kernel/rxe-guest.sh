@@ -37,11 +37,11 @@ ms1=$(pgrep -P "$ms1" java) # the JVM, not the subshell that runs rb in the back
 cat ms1.out ms2.out
 
 say "ping with validation"
-rb ping --transport ucx --token-file token --server $ip:7471 --count 20 --size 64K --validate | tee ping.out
+rb ping --transport ucx --token-file token --server $ip:7471 --timeout 60 --count 20 --size 64K --validate | tee ping.out
 grep -q "all validated" ping.out
 
 say "bench: latency and the lanes UCX chose"
-rb bench --transport ucx --token-file token --server $ip:7471 --test read-lat --size 4K --iters 2000 | tee bench-lat.out
+rb bench --transport ucx --token-file token --server $ip:7471 --timeout 60 --test read-lat --size 4K --iters 2000 | tee bench-lat.out
 grep "UCX lanes" bench-lat.out
 grep "UCX lanes" bench-lat.out | grep -q "rc_verbs/rxe0"
 if grep "UCX lanes" bench-lat.out | grep -Eq "tcp/|posix|sysv|cma"; then
@@ -51,14 +51,14 @@ fi
 say "the memserver stays passive during one-sided writes"
 before=$(thread_ticks $ms1 rdma-ucx-server)
 all_before=$(awk '{print $14 + $15}' /proc/$ms1/stat)
-rb bench --transport ucx --token-file token --server $ip:7471 --test write-bw --size 64K --tx-depth 8 --time 8 | tee bench-bw.out
+rb bench --transport ucx --token-file token --server $ip:7471 --timeout 60 --test write-bw --size 64K --tx-depth 8 --time 8 | tee bench-bw.out
 after=$(thread_ticks $ms1 rdma-ucx-server)
 all_after=$(awk '{print $14 + $15}' /proc/$ms1/stat)
 echo "passive: memserver progress thread $((after - before)) ticks, whole memserver $((all_after - all_before)) ticks"
 echo "passive: ticks per second $(getconf CLK_TCK)"
 
 say "rbridge serve on ucx, replicated on both memservers"
-rb serve --transport ucx --token-file token --memserver $ip:7471 --memserver $ip:7481 --volume disk,size=256M,replicas=2,slab=16M \
+rb serve --transport ucx --token-file token --memserver $ip:7471 --memserver $ip:7481 --volume disk,size=256M,replicas=2,slab=16M --timeout 60 \
   --listen 127.0.0.1:10809 --admin 127.0.0.1:7473 --metrics none >serve.out 2>serve.log &
 await 180 grep -q "serving nbd://" serve.out
 cat serve.out

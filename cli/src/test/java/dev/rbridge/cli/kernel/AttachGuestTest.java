@@ -2,6 +2,7 @@ package dev.rbridge.cli.kernel;
 
 import dev.rbridge.cli.serve.ServeCluster;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -30,7 +31,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@code RBRIDGE_SKIP_GUEST_TESTS=1} ({@link GuestLab}).
  */
 @Timeout(900)
-@GuestLabTest
+@Tag("guest")
 class AttachGuestTest {
     private static final String TOKEN = "attach-guest-token-0123456789abcdef";
 

@@ -2,6 +2,7 @@ package dev.rbridge.cli.kernel;
 
 import dev.rbridge.cli.serve.ServeCluster;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -26,7 +27,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * root for the one-time image build) sets {@code RBRIDGE_SKIP_GUEST_TESTS=1} to skip it ({@link GuestLab}).
  */
 @Timeout(900)
-@GuestLabTest
+@Tag("guest")
 class KernelNbdGuestTest {
     private static final Pattern PASS = Pattern.compile("write_data: (\\w+) +(\\w+) +pass \\d+: .*");
 

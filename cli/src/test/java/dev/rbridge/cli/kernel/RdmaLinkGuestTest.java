@@ -1,6 +1,7 @@
 package dev.rbridge.cli.kernel;
 
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -30,7 +31,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@code RBRIDGE_SKIP_GUEST_TESTS=1} ({@link GuestLab}).
  */
 @Timeout(1200)
-@GuestLabTest
+@Tag("guest")
 class RdmaLinkGuestTest {
     private static final Pattern FIRST_FAILURE = Pattern.compile("link down: first failed verify (\\d+)s after");
     private static final Pattern LOSSY = Pattern.compile("lossy: fio errors (\\d+), written KiB (\\d+), netem dropped "

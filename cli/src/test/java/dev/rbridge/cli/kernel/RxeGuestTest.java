@@ -1,6 +1,7 @@
 package dev.rbridge.cli.kernel;
 
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -23,7 +24,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@code RBRIDGE_SKIP_GUEST_TESTS=1} ({@link GuestLab}).
  */
 @Timeout(900)
-@GuestLabTest
+@Tag("guest")
 class RxeGuestTest {
     private static final Pattern PASSIVE = Pattern.compile("passive: memserver progress thread (-?\\d+) ticks, whole"
             + " memserver (\\d+) ticks");

@@ -1,6 +1,7 @@
 package dev.rbridge.cli.kernel;
 
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -22,7 +23,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@code RBRIDGE_SKIP_GUEST_TESTS=1} ({@link GuestLab}).
  */
 @Timeout(900)
-@GuestLabTest
+@Tag("guest")
 class SplitBrainGuestTest {
     private static final Pattern A_WRITES = Pattern.compile("A writes: errors (\\d+)");
     private static final Pattern A_UCX = Pattern.compile("A log: (\\d+) UCX failure");
