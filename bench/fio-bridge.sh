@@ -21,13 +21,15 @@ SERVER_CPUS=
 FIO_CPUS=
 SLAB=
 BASELINE=
+GUARD=
 START_TIMEOUT=${RBRIDGE_START_TIMEOUT:-600}
 
 usage() {
     cat <<EOF
 Usage: bench/fio-bridge.sh [--time SEC] [--ramp SEC] [--repeat N] [--size SIZE] [--rows LIST]
                            [--targets LIST] [--slab SIZE] [--latency clat|lat] [--pin split|none]
-                           [--server-cpus LIST] [--fio-cpus LIST] [--baseline DIR] [--out DIR] [--help]
+                           [--server-cpus LIST] [--fio-cpus LIST] [--baseline DIR [--guard PCT]]
+                           [--out DIR] [--help]
 
 Starts four NBD targets on free 127.0.0.1 ports, each exporting "disk" (1 GiB, in RAM), all at once:
   rb1     rbridge serve --volume disk,size=1G,replicas=1 in front of ONE rbridge memserver (tcp transport):
@@ -85,6 +87,10 @@ Options:
   --baseline DIR   another rbridge checkout (built, e.g. a git worktree of an older commit): targets
                    base-rb1, base-rb2 and base-demo run its launcher, so a change is measured against the code
                    before it in the same run; the table gains a "new/base" column per pair (> 1: new is better)
+  --guard PCT      with --baseline: the regression guard. After the tables, every row where a target is more
+                   than PCT percent worse than its base (X/base below 1 - PCT/100) is listed, and the script
+                   exits with status 3 when there is one (0 otherwise). Noise on a shared 2-core machine can
+                   reach 10 %: use --repeat 3 or more, and rerun a row before believing it
   --out DIR        keep fio JSON and server logs in DIR (default: temp, deleted)
 
 Reading the table: each ratio column compares one rbridge target with its peer and is oriented so that
@@ -115,6 +121,7 @@ while [[ $# -gt 0 ]]; do
         --fio-cpus) FIO_CPUS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --baseline) BASELINE=$2; shift 2 ;;
+        --guard) GUARD=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -125,6 +132,12 @@ done
 [[ $REPEAT =~ ^[0-9]+$ && $REPEAT -ge 1 ]] || { echo "--repeat must be >= 1" >&2; exit 2; }
 [[ $LAT == clat || $LAT == lat ]] || { echo "--latency must be clat or lat" >&2; exit 2; }
 [[ $PIN == split || $PIN == none ]] || { echo "--pin must be split or none" >&2; exit 2; }
+if [[ -n $GUARD ]]; then
+    [[ $GUARD =~ ^[0-9]+$ && $GUARD -ge 1 && $GUARD -le 99 ]] \
+        || { echo "--guard must be a whole percentage from 1 to 99" >&2; exit 2; }
+    [[ -n $BASELINE && $TARGETS == *base-* ]] \
+        || { echo "--guard compares with the baseline: give --baseline DIR and base-* targets" >&2; exit 2; }
+fi
 bench_split_cpus
 bench_require fio nbdkit nbdinfo python3 setsid timeout pgrep
 
@@ -328,14 +341,16 @@ for r in "${ROWLIST[@]}"; do
     done
 done
 
+guard_rc=0
 PYTHONPATH="$ROOT/bench" PYTHONDONTWRITEBYTECODE=1 python3 - "$WORK" "$REPEAT" "$ROWS" "$TIME" "$LAT" "$TARGETS" "$(numfmt --from=iec "$SIZE")" "$CLK_TCK" \
-    "$RAMP" <<'EOF'
+    "$RAMP" "${GUARD:-0}" <<'EOF' || guard_rc=$?
 import statistics, sys
 import fio_results
 work, repeat, rows, secs, lat, targets = (sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","),
                                           sys.argv[4], sys.argv[5], sys.argv[6].split(","))
 size = int(sys.argv[7])
 clk_tck, ramp = int(sys.argv[8]), float(sys.argv[9])
+guard = int(sys.argv[10])
 
 def copied(tag, target):
     return size / float(open("%s/%s.%s.copy" % (work, tag, target)).read()) / 1e6
@@ -446,6 +461,17 @@ for r in rows:
         back = "-" if any(b is None for b in bk) else "%.2f" % statistics.median(bk)
         cells.append("%15s" % ("%.2f / %s" % (statistics.median(fr), back)))
     print("%-*s %s" % (w, label, " ".join(cells)))
+
+if guard:
+    worse = [(name, t, x) for name, m, vals, rat, wins in out for t, x in zip(pairs, rat[len(rat) - len(pairs):])
+             if not x >= 1 - guard / 100]
+    print()
+    if worse:
+        print("regression guard: %d row(s) more than %d %% worse than the baseline:" % (len(worse), guard))
+        for name, t, x in worse:
+            print("  %s, %s: %.2fx of base-%s" % (name, t, x, t))
+        sys.exit(3)
+    print("regression guard: no row more than %d %% worse than the baseline" % guard)
 EOF
 [[ $KEEP -eq 1 ]] && echo "# fio JSON and server logs kept in $WORK"
-exit 0
+exit "$guard_rc"
