@@ -13,6 +13,7 @@ final class Run {
     private final Scenario scenario;
     private final Scheme scheme;
     private final Scenario.Placing placing;
+    /** When and where failures strike: its own stream, so every row of a table sees the same failures. */
     private final Random random;
     private final EventQueue events = new EventQueue();
     private final Cluster cluster;
@@ -45,7 +46,7 @@ final class Run {
         this.scheme = scheme;
         this.placing = placing;
         this.random = new Random(scenario.seed());
-        this.cluster = new Cluster(scenario, scheme, placing, random);
+        this.cluster = new Cluster(scenario, scheme, placing, new Random(new Random(scenario.seed()).nextLong()));
         this.rebuilds = new BridgeRebuilds(events, cluster, scenario, scheme, this::settled);
     }
 

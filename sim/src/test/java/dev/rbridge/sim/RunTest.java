@@ -71,7 +71,7 @@ class RunTest {
     }
 
     @Test
-    void theSameSeedGivesTheSameOutcomeAndAnotherDoesNot() {
+    void theSameSeedGivesTheSameOutcomeAndTheSameFailuresInEveryRow() {
         String[] busy = {"--server-rate", "5", "--rack-rate", "5", "--bridge-rate", "5"};
         Outcome a = Run.simulate(small(busy), new Replication(2), Scenario.Placing.ANY);
         Outcome b = Run.simulate(small(busy), new Replication(2), Scenario.Placing.ANY);
@@ -80,5 +80,9 @@ class RunTest {
         other.addAll(List.of("--seed", "2"));
         assertNotEquals(a, Run.simulate(small(other.toArray(String[]::new)), new Replication(2),
                 Scenario.Placing.ANY));
+        // Failures draw from a stream of their own: every row of a table sees the same ones.
+        Outcome ec = Run.simulate(small(busy), new ErasureCoding(4, 2), Scenario.Placing.RACKS);
+        assertEquals(List.of(a.serverFailures(), a.rackFailures(), a.bridgeFailures()),
+                List.of(ec.serverFailures(), ec.rackFailures(), ec.bridgeFailures()));
     }
 }
