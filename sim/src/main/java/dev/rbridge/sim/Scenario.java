@@ -45,7 +45,7 @@ record Scenario(int servers, int bridges, long capacityBytes, double fill, long 
             {"--replace-h", "24", "hours until a failed memserver lends again (empty)"},
             {"--stream-mbs", "1000", "MB/s of one rebuild copy (a bridge copies one slab at a time)"},
             {"--link-gbit", "10", "Gbit/s of each memserver's link, shared by the copies it sends or receives"},
-            {"--years", "1000", "simulated years per row (about a minute each on one core)"},
+            {"--years", "1000", "simulated years per row (1 to 6 minutes each on a loaded 2-core VM)"},
             {"--seed", "1", "seed of the random numbers (every row uses it: the same run is the same table)"},
             {"--schemes", "r2,r3,ec4+2", "rows: rN (N replicas) or ecK+M (erasure coding), comma separated"},
             {"--placements", "any,racks", "any (today's bridge: no rack labels) and/or racks (pieces on distinct"
