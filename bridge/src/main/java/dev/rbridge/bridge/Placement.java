@@ -1,6 +1,7 @@
 package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
+import dev.rbridge.bridge.placement.PlacementPolicy;
 import dev.rbridge.bridge.volume.Replica;
 import dev.rbridge.bridge.volume.Slab;
 import dev.rbridge.common.Failures;
@@ -20,8 +21,8 @@ import java.util.concurrent.ThreadLocalRandom;
 import java.util.function.Function;
 
 /**
- * Where new slab replicas go: each on a memserver of its own that is up, not draining and has room, chosen by the
- * power of two choices on free capacity; and giving regions back. A memserver that refuses a region of a volume as
+ * Where new slab replicas go: each on a memserver of its own that is up, not draining and has room, chosen by
+ * {@link PlacementPolicy} (the power of two choices on free capacity); and giving regions back. A memserver that refuses a region of a volume as
  * another client's fences the volume.
  */
 final class Placement {
@@ -39,15 +40,20 @@ final class Placement {
     /** See {@link dev.rbridge.bridge.volume.SlabHost#place}. */
     CompletableFuture<List<Replica>> place(Slab slab, int count, long generation, Set<MemserverLink> exclude) {
         // Replica slot numbers are informational (shown by admin): new copies number on from the existing ones.
-        return placeNext(slab, count, generation, new HashSet<>(exclude), new ArrayList<>(), null, exclude.size());
+        return placeNext(slab, count, generation, new HashSet<>(exclude), new HashSet<>(exclude), new ArrayList<>(),
+                null, exclude.size());
     }
 
+    /**
+     * Places the rest of {@code count} replicas one by one: {@code tried} are never chosen again (holders and
+     * memservers that refused), {@code holders} the memservers that hold one of the slab's replicas now.
+     */
     private CompletableFuture<List<Replica>> placeNext(Slab slab, int count, long generation, Set<MemserverLink> tried,
-            List<Replica> got, Throwable lastError, int firstSlot) {
+            Set<MemserverLink> holders, List<Replica> got, Throwable lastError, int firstSlot) {
         if (got.size() == count) {
             return CompletableFuture.completedFuture(got);
         }
-        MemserverLink l = choose(tried, slab.length());
+        MemserverLink l = PlacementPolicy.choose(links, tried, holders, slab.length(), ThreadLocalRandom.current());
         if (l == null) {
             return got.isEmpty() ? CompletableFuture.failedFuture(noRoom(slab, lastError))
                     : CompletableFuture.completedFuture(got);
@@ -55,7 +61,7 @@ final class Placement {
         tried.add(l);
         RemoteConnection c = l.connection();
         if (c == null) {
-            return placeNext(slab, count, generation, tried, got, lastError, firstSlot);
+            return placeNext(slab, count, generation, tried, holders, got, lastError, firstSlot);
         }
         long length = slab.length();
         l.reserved.addAndGet(length);
@@ -64,7 +70,8 @@ final class Placement {
                 .handle((d, e) -> {
                     if (e == null) {
                         got.add(new Replica(l, c, l.serverId(), d));
-                        return placeNext(slab, count, generation, tried, got, lastError, firstSlot);
+                        holders.add(l);
+                        return placeNext(slab, count, generation, tried, holders, got, lastError, firstSlot);
                     }
                     l.reserved.addAndGet(-length);
                     log.debug("memserver {} refused a region for volume {} slab {}: {}", l.label(),
@@ -76,7 +83,7 @@ final class Placement {
                         got.forEach(this::release);
                         return CompletableFuture.<List<Replica>>failedFuture(r);
                     }
-                    return placeNext(slab, count, generation, tried, got, Failures.cause(e), firstSlot);
+                    return placeNext(slab, count, generation, tried, holders, got, Failures.cause(e), firstSlot);
                 }).thenCompose(Function.identity());
     }
 
@@ -91,31 +98,6 @@ final class Placement {
                 + slab.volume().name() + " slab " + slab.index()
                 + (lastError == null ? "" : " (last refusal: " + Failures.reason(lastError) + ")");
         return new RemoteMemoryException(Status.NO_CAPACITY, why);
-    }
-
-    /** Power of two choices on free capacity among the memservers that are up, not excluded and have room. */
-    private MemserverLink choose(Set<MemserverLink> exclude, long length) {
-        List<MemserverLink> candidates = new ArrayList<>();
-        for (MemserverLink l : links) {
-            if (!exclude.contains(l) && !l.draining() && l.connection() != null && l.freeBytes() >= length) {
-                candidates.add(l);
-            }
-        }
-        if (candidates.isEmpty()) {
-            return null;
-        }
-        if (candidates.size() == 1) {
-            return candidates.getFirst();
-        }
-        ThreadLocalRandom rnd = ThreadLocalRandom.current();
-        int a = rnd.nextInt(candidates.size());
-        int b = rnd.nextInt(candidates.size() - 1);
-        if (b >= a) {
-            b++;
-        }
-        MemserverLink x = candidates.get(a);
-        MemserverLink y = candidates.get(b);
-        return x.freeBytes() >= y.freeBytes() ? x : y;
     }
 
     /** Gives a region back, best effort (see {@link dev.rbridge.bridge.volume.SlabHost#release}). */

@@ -1,5 +1,6 @@
 package dev.rbridge.bridge.memservers;
 
+import dev.rbridge.bridge.placement.PlacementCandidate;
 import dev.rbridge.rdma.RemoteConnection;
 
 import java.net.InetSocketAddress;
@@ -12,7 +13,7 @@ import java.util.function.Function;
  * last said about its free capacity, and why it is down. Replicas bind to a specific {@link RemoteConnection}, so a
  * reconnect never revives a replica that was failed on the old one.
  */
-public final class MemserverLink {
+public final class MemserverLink implements PlacementCandidate {
     public enum State {
         CONNECTING, UP, DOWN;
 
@@ -76,6 +77,12 @@ public final class MemserverLink {
         return c != null && state == State.UP && c.isOpen() ? c : null;
     }
 
+    /** Whether it has a live connection now (it can take regions). */
+    @Override
+    public boolean up() {
+        return connection != null;
+    }
+
     public State state() {
         return state;
     }
@@ -89,11 +96,13 @@ public final class MemserverLink {
     }
 
     /** Free capacity as last reported, less what this bridge allocated since. */
+    @Override
     public long freeBytes() {
         return Math.max(0, freeBytes - reserved.get());
     }
 
     /** Whether the bridge is moving every replica off this memserver (admin drain-memserver, or its own drain). */
+    @Override
     public boolean draining() {
         return draining;
     }

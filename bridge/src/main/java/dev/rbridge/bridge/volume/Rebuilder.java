@@ -30,8 +30,11 @@ import java.util.concurrent.atomic.LongAdder;
  */
 public final class Rebuilder implements Duty, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Rebuilder.class);
-    /** The rest after a rebuild that could not make progress (no room, a failure) before the next is tried. */
-    private static final Duration BACKOFF = Duration.ofSeconds(1);
+    /**
+     * The rest after a rebuild that could not make progress (no room, a failure) before the next is tried (public for
+     * the simulator, module {@code sim}).
+     */
+    public static final Duration BACKOFF = Duration.ofSeconds(1);
 
     private final SlabHost host;
     private final int chunkSize;
