@@ -3,6 +3,7 @@ package dev.rbridge.sim;
 import dev.rbridge.bridge.volume.Rebuilder;
 
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.function.IntConsumer;
 
@@ -40,7 +41,7 @@ final class BridgeRebuilds {
         this.scheme = scheme;
         this.settled = settled;
         int n = scenario.bridges();
-        this.queues = new java.util.ArrayList<>(n);
+        this.queues = new ArrayList<>(n);
         for (int i = 0; i < n; i++) {
             queues.add(new ArrayDeque<>());
         }

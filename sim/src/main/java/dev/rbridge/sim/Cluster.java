@@ -3,6 +3,7 @@ package dev.rbridge.sim;
 import dev.rbridge.bridge.placement.PlacementPolicy;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.random.RandomGenerator;
 
@@ -47,7 +48,7 @@ final class Cluster {
         this.groups = (int) g;
         this.holder = new int[groups * scheme.holders()];
         this.live = new byte[groups];
-        java.util.Arrays.fill(holder, -1);
+        Arrays.fill(holder, -1);
         for (int group = 0; group < groups; group++) {
             for (int i = 0; i < scheme.holders(); i++) {
                 SimMemserver t = chooseTarget(group);

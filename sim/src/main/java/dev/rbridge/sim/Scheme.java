@@ -1,5 +1,7 @@
 package dev.rbridge.sim;
 
+import java.util.Locale;
+
 /**
  * How a group of slab-sized pieces keeps its data: on how many memservers ({@link #holders}), how many of them may be
  * lost before the data is ({@link #tolerated}), and what re-creating one lost piece reads. Replication and erasure
@@ -28,7 +30,7 @@ sealed interface Scheme permits Replication, ErasureCoding {
 
     /** {@code r2}, {@code R=3}, {@code ec4+2} or {@code EC 4+2}. */
     static Scheme parse(String s) {
-        String t = s.replace(" ", "").replace("=", "").toLowerCase(java.util.Locale.ROOT);
+        String t = s.replace(" ", "").replace("=", "").toLowerCase(Locale.ROOT);
         try {
             if (t.startsWith("r")) {
                 return new Replication(Integer.parseInt(t.substring(1)));
