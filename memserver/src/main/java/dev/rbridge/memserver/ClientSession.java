@@ -11,8 +11,6 @@ import dev.rbridge.rdma.ServerInfo;
 import dev.rbridge.rdma.ServerState;
 
 import java.util.List;
-import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
 
 /** A connected client. Its regions outlive it: a restarted bridge reattaches to them. */
 final class ClientSession implements RegionService.Session, Leases.Holder {
@@ -25,7 +23,7 @@ final class ClientSession implements RegionService.Session, Leases.Holder {
     /** Its connection ended: its leases bind nobody. */
     volatile boolean ended;
     /** Its operations in flight: what a grant in a new epoch of their volume waits for. */
-    final Set<RegionPin> pins = ConcurrentHashMap.newKeySet();
+    final PinsInFlight pins = new PinsInFlight();
 
     ClientSession(Memserver server, long id, String name, String peer) {
         this.server = server;

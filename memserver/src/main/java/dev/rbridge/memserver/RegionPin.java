@@ -15,6 +15,10 @@ final class RegionPin implements RegionService.Pin {
     final Region region;
     /** The connection whose operation this is; the pin is in its {@link ClientSession#pins} while open. */
     final ClientSession client;
+    /** In {@link ClientSession#pins}, and its neighbours there: guarded by that {@link PinsInFlight}. */
+    boolean inFlight;
+    RegionPin olderInFlight;
+    RegionPin newerInFlight;
     private final long offset;
     private final MemorySegment slice;
     private boolean closed;

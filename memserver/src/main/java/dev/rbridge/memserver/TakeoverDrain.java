@@ -29,11 +29,7 @@ final class TakeoverDrain {
         List<RegionPin> out = new ArrayList<>();
         for (ClientSession other : clients) {
             if (other != grantee) {
-                for (RegionPin p : other.pins) {
-                    if (p.region.descriptor.tag().volume().equals(volume)) {
-                        out.add(p);
-                    }
-                }
+                other.pins.addOn(volume, out);
             }
         }
         return out;
