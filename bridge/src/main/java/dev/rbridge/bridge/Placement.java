@@ -22,8 +22,8 @@ import java.util.function.Function;
 
 /**
  * Where new slab replicas go: each on a memserver of its own that is up, not draining and has room, chosen by
- * {@link PlacementPolicy} (the power of two choices on free capacity); and giving regions back. A memserver that refuses a region of a volume as
- * another client's fences the volume.
+ * {@link PlacementPolicy} (the power of two choices on free capacity); and giving regions back. A memserver that
+ * refuses a region of a volume as another client's fences the volume.
  */
 final class Placement {
     /** Logged as the bridge, as before these parts had classes of their own. */

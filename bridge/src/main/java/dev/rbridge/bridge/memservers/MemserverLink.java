@@ -77,10 +77,10 @@ public final class MemserverLink implements PlacementCandidate {
         return c != null && state == State.UP && c.isOpen() ? c : null;
     }
 
-    /** Whether it has a live connection now (it can take regions). */
+    /** Whether it has a live connection now (it can take regions): as {@link #connection()} is not null. */
     @Override
     public boolean up() {
-        return connection != null;
+        return connection() != null;
     }
 
     public State state() {
