@@ -10,10 +10,11 @@ cd "$root"
 
 build=0
 if [[ ${1:-} == --build ]]; then build=1; shift; fi
-if [[ $build -eq 1 || ! -d sim/target/classes || ! -f sim/target/classpath.txt ]]; then
-    ./mvnw -q -o -pl sim -am install -DskipTests -Dspotless.check.skip=true >&2
-    ./mvnw -q -o -pl sim dependency:build-classpath -Dmdep.outputFile=target/classpath.txt >&2
-fi
 java_home="$("$root/dev/find-jdk")"
+if [[ $build -eq 1 || ! -d sim/target/classes || ! -f sim/target/classpath.txt ]]; then
+    JAVA_HOME="$java_home" ./mvnw -q -B -ntp -pl sim -am install -DskipTests -Dspotless.check.skip=true >&2
+    JAVA_HOME="$java_home" ./mvnw -q -B -ntp -pl sim dependency:build-classpath \
+        -Dmdep.outputFile=target/classpath.txt >&2
+fi
 exec "$java_home/bin/java" -XX:+UseParallelGC -cp "sim/target/classes:$(cat sim/target/classpath.txt)" \
     dev.rbridge.sim.Simulate "$@"
