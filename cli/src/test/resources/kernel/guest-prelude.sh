@@ -14,15 +14,6 @@ await() {
   for _ in $(seq $((limit * 5))); do "$@" && return 0; sleep 0.2; done
   echo "guest: gave up waiting for: $*" >&2; return 1
 }
-# The classpath's ./cp, copied once to the guest's own disk and $RB_CP pointed there: a JVM started from the share (9p,
-# cache=none) looks up every class through it, which under TCG made each rbridge start (memserver to "lending")
-# markedly slower than from a local copy (docs/testing.md). RB_CP_LOCAL=0 keeps it on the share: /tmp is tmpfs, whose
-# pages can be swapped out, so a guest that swaps onto a device rbridge serves (swap-guest.sh) must not load classes
-# from there.
-if [ "${RB_CP_LOCAL:-1}" != 0 ] && [ -n "${RB_CP:-}" ] && [ -d cp ]; then
-  mkdir -p /tmp/rb-cp && tar -cf - cp | tar -C /tmp/rb-cp -xf -
-  RB_CP=$(echo "$RB_CP" | sed -E 's#(^|:)cp/#\1/tmp/rb-cp/cp/#g')
-fi
 # shellcheck disable=SC2086 # RB_ENV and RB_JAVA_OPTS are lists of words
 rb() { env ${RB_ENV:-} java --enable-native-access=ALL-UNNAMED -XX:+UseSerialGC -XX:TieredStopAtLevel=1 ${RB_JAVA_OPTS:-} \
          -cp "$RB_CP" "${RB_MAIN:-dev.rbridge.cli.Main}" "$@"; }

@@ -8,7 +8,6 @@
 set -euo pipefail
 # On a failure the kernel lists the tasks blocked in D state with their stacks (sysrq w), to say where it hung.
 trap 'echo "guest: FAILED at line $LINENO: $BASH_COMMAND" >&2; echo w > /proc/sysrq-trigger; sleep 2' ERR
-RB_CP_LOCAL=0 # classes stay on the share, never in swappable tmpfs (guest-prelude.sh)
 . ./guest-prelude.sh # say, await, rb, wd, soft_roce
 # A small fixed heap, committed (and, with --mlock-all, locked) at start; C1 only and few malloc arenas, so the two
 # JVMs leave most of the guest's RAM to the program that makes it swap.

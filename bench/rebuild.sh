@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# How fast redundancy comes back after a memserver dies, and what the rebuild costs a client meanwhile.
+# Run with --help for usage.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
+SIZE=4G
+SLAB=
+IDLE=10
+RW=randread
+OUT=
+TIMEOUT=900
+
+usage() {
+    cat <<EOF
+Usage: bench/rebuild.sh [--size SIZE] [--slab SIZE] [--idle SEC] [--rw randread|randwrite] [--timeout SEC]
+                        [--out DIR] [--help]
+
+Starts three rbridge memservers (tcp transport) and one bridge serving the volume "disk" of --size (default $SIZE)
+with replicas=2 on them, and fills it (1 MiB sequential writes). Then:
+  idle      a client (fio, nbd engine, one connection) runs 4K --rw (default $RW) at QD1 for --idle seconds
+            (default $IDLE): its p50 and p99 completion latency with nothing else going on
+  rebuild   the same client runs again; memserver 1 is killed (SIGKILL) and the bridge rebuilds every replica it
+            held onto the two others; the admin interface (GET /volumes) is read every 0.2 s until every
+            allocated slab is healthy again (at most --timeout seconds, default $TIMEOUT); the client stops there
+Prints the bytes memserver 1 held for the volume (its capacity less its free bytes, as the bridge saw them
+before the kill), the time from the kill to healthy, their ratio (GB/s, 10^9 bytes a second: the rebuild
+rate, detection included), and the client's p50 and p99 idle and during the rebuild with the ratio of the
+p99s. The memservers lend --size and 256 MiB each (the volume's two copies, and the room to rebuild one), so
+the machine needs about three times --size of free memory. Needs fio (with its nbd engine), nbdinfo, curl and python3.
+EOF
+}
+
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --size) SIZE=$2; shift 2 ;;
+        --slab) SLAB=$2; shift 2 ;;
+        --idle) IDLE=$2; shift 2 ;;
+        --rw) RW=$2; shift 2 ;;
+        --timeout) TIMEOUT=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[[ $IDLE =~ ^[0-9]+$ && $IDLE -ge 1 ]] || { echo "--idle must be a positive whole number of seconds" >&2; exit 2; }
+[[ $TIMEOUT =~ ^[0-9]+$ && $TIMEOUT -ge 1 ]] || { echo "--timeout must be a positive whole number" >&2; exit 2; }
+[[ $RW == randread || $RW == randwrite ]] || { echo "--rw must be randread or randwrite" >&2; exit 2; }
+BYTES=$(numfmt --from=iec "$SIZE" 2>/dev/null) || { echo "--size must be a size such as 4G" >&2; exit 2; }
+bench_require fio nbdinfo curl python3 setsid
+CAPACITY="$((BYTES / 1048576 + 256))M" # the volume, and room for the manifest regions and a partial slab
+bench_workdir "$OUT" rebuild
+
+RB=(env RBRIDGE_NO_BUILD=1 "$ROOT/rbridge")
+echo "# rbridge: $("$ROOT/rbridge" --version 2>&1 | tail -n 1)" # builds once when the sources are newer
+
+MS=() MSPG=()
+for i in 1 2 3; do
+    port=$(free_port)
+    spawn "memserver$i" "${RB[@]}" memserver --listen "127.0.0.1:$port" --capacity "$CAPACITY" --admin none \
+        --metrics none
+    MS+=("127.0.0.1:$port") MSPG+=("$SPAWNED")
+    await 120 "memserver $i" grep -q "lending" "$WORK/memserver$i.log"
+done
+port=$(free_port) admin=$(free_port)
+volume="disk,size=$SIZE,replicas=2${SLAB:+,slab=$SLAB}"
+spawn bridge "${RB[@]}" serve --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --metrics none \
+    --memserver "${MS[0]}" --memserver "${MS[1]}" --memserver "${MS[2]}" --volume "$volume"
+URI="nbd://127.0.0.1:$port/disk"
+ADMIN="http://127.0.0.1:$admin"
+await 120 "the bridge" nbdinfo --size "$URI"
+echo "# three memservers of $CAPACITY, volume $volume: filling"
+fio --name=fill --ioengine=nbd --uri="$URI" --size="$SIZE" --rw=write --bs=1M --iodepth=8 \
+    --output="$WORK/fill.log" >/dev/null
+
+client() { # client NAME SECONDS: 4K $RW at QD1, JSON into $WORK/NAME.json
+    fio --name="$1" --ioengine=nbd --uri="$URI" --size="$SIZE" --rw="$RW" --bs=4k --iodepth=1 --norandommap \
+        --time_based --runtime="$2" --percentile_list=50:99 --output-format=json --output="$WORK/$1.json" >/dev/null
+}
+
+healthy() { # every allocated slab of every volume healthy (and at least one allocated)
+    curl -fsS "$ADMIN/volumes" | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+sys.exit(0 if v and all(x["allocated"] > 0 and x["healthy"] == x["allocated"] for x in v) else 1)'
+}
+
+held() { # held ADDRESS -> bytes the memserver lends out now, as the bridge last heard (capacity - free)
+    curl -fsS "$ADMIN/memservers" | python3 -c '
+import json, sys
+for m in json.load(sys.stdin):
+    if m["memserver"] == sys.argv[1]:
+        print(m["capacity"] - m["free"])' "$1"
+}
+
+await 60 "a healthy volume after the fill" healthy
+echo "# idle: 4K $RW QD1 for ${IDLE}s"
+client idle "$IDLE"
+
+victim_bytes=$(held "${MS[0]}")
+[[ -n $victim_bytes && $victim_bytes -gt 0 ]] || { echo "rebuild: memserver 1 holds nothing of the volume" >&2; exit 1; }
+client rebuild "$TIMEOUT" &
+fio_pid=$!
+echo "# rebuild: SIGKILL memserver 1 (${MS[0]}, $victim_bytes bytes of the volume), client running"
+killed_ns=$(date +%s%N)
+kill -KILL -- "-${MSPG[0]}"
+deadline=$((killed_ns + TIMEOUT * 1000000000))
+seen_degraded=0
+while :; do
+    now=$(date +%s%N)
+    (( now < deadline )) || { echo "rebuild: the volume was not healthy within ${TIMEOUT}s" >&2; exit 1; }
+    if healthy; then
+        (( seen_degraded == 1 )) && break
+    else
+        seen_degraded=1
+    fi
+    sleep 0.2
+done
+healthy_ns=$(date +%s%N)
+kill -INT "$fio_pid" 2>/dev/null || true
+wait "$fio_pid" || true
+
+python3 - "$WORK" "$victim_bytes" "$killed_ns" "$healthy_ns" "$RW" "$SIZE" <<'EOF'
+import json, sys
+work, held, killed, healthy, rw, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+side = "read" if rw == "randread" else "write"
+def lat(name):
+    j = json.load(open("%s/%s.json" % (work, name)))["jobs"][0][side]
+    p = j["clat_ns"]["percentile"]
+    return j["iops"], p["50.000000"] / 1000, p["99.000000"] / 1000
+secs = (healthy - killed) / 1e9
+idle, during = lat("idle"), lat("rebuild")
+print()
+print("volume %s, replicas=2 on three memservers; memserver 1 killed, holding %.2f GB of it" % (size, held / 1e9))
+print("time to healthy %.1f s, rebuild rate %.2f GB/s (detection included)" % (secs, held / 1e9 / secs))
+print("client 4K %s QD1     IOPS   p50 us   p99 us" % rw)
+print("  idle            %8.0f %8.1f %8.1f" % idle)
+print("  during rebuild  %8.0f %8.1f %8.1f" % during)
+print("p99 during / idle: %.2fx (goal: at most 2x, at least 1 GB/s)" % (during[2] / idle[2]))
+EOF
+[[ $KEEP -eq 1 ]] && echo "# logs and fio JSON kept in $WORK"
+exit 0
