@@ -75,8 +75,8 @@ echo "# three memservers of $CAPACITY, volume $volume: filling"
 fio --name=fill --ioengine=nbd --uri="$URI" --size="$SIZE" --rw=write --bs=1M --iodepth=8 \
     --output="$WORK/fill.log" >/dev/null
 
-client() { # client NAME SECONDS: 4K $RW at QD1, JSON into $WORK/NAME.json
-    fio --name="$1" --ioengine=nbd --uri="$URI" --size="$SIZE" --rw="$RW" --bs=4k --iodepth=1 --norandommap \
+client() { # client NAME SECONDS: 4K $RW at QD1, JSON into $WORK/NAME.json (EXEC=exec: fio replaces the shell)
+    ${EXEC:-} fio --name="$1" --ioengine=nbd --uri="$URI" --size="$SIZE" --rw="$RW" --bs=4k --iodepth=1 --norandommap \
         --time_based --runtime="$2" --percentile_list=50:99 --output-format=json --output="$WORK/$1.json" >/dev/null
 }
 
@@ -101,7 +101,7 @@ client idle "$IDLE"
 
 victim_bytes=$(held "${MS[0]}")
 [[ -n $victim_bytes && $victim_bytes -gt 0 ]] || { echo "rebuild: memserver 1 holds nothing of the volume" >&2; exit 1; }
-client rebuild "$TIMEOUT" &
+(EXEC=exec client rebuild "$TIMEOUT") & # $! is fio itself, which a SIGINT ends with its report
 fio_pid=$!
 echo "# rebuild: SIGKILL memserver 1 (${MS[0]}, $victim_bytes bytes of the volume), client running"
 killed_ns=$(date +%s%N)
@@ -127,7 +127,8 @@ import json, sys
 work, held, killed, healthy, rw, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 side = "read" if rw == "randread" else "write"
 def lat(name):
-    j = json.load(open("%s/%s.json" % (work, name)))["jobs"][0][side]
+    text = open("%s/%s.json" % (work, name)).read()  # after a SIGINT fio says so on a line before the JSON
+    j = json.loads(text[text.index("{"):])["jobs"][0][side]
     p = j["clat_ns"]["percentile"]
     return j["iops"], p["50.000000"] / 1000, p["99.000000"] / 1000
 secs = (healthy - killed) / 1e9
