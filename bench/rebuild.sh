@@ -75,9 +75,9 @@ echo "# three memservers of $CAPACITY, volume $volume: filling"
 fio --name=fill --ioengine=nbd --uri="$URI" --size="$SIZE" --rw=write --bs=1M --iodepth=8 \
     --output="$WORK/fill.log" >/dev/null
 
-client() { # client NAME SECONDS: 4K $RW at QD1, JSON into $WORK/NAME.json (EXEC=exec: fio replaces the shell)
+client() { # client NAME SECONDS: 4K $RW at QD1, JSON into $WORK/NAME.client.json (EXEC=exec: fio replaces the shell)
     ${EXEC:-} fio --name="$1" --ioengine=nbd --uri="$URI" --size="$SIZE" --rw="$RW" --bs=4k --iodepth=1 --norandommap \
-        --time_based --runtime="$2" --percentile_list=50:99 --output-format=json --output="$WORK/$1.json" >/dev/null
+        --time_based --runtime="$2" --percentile_list=50:99 --output-format=json --output="$WORK/$1.client.json" >/dev/null
 }
 
 healthy() { # every allocated slab of every volume healthy (and at least one allocated)
@@ -106,6 +106,7 @@ fio_pid=$!
 echo "# rebuild: SIGKILL memserver 1 (${MS[0]}, $victim_bytes bytes of the volume), client running"
 killed_ns=$(date +%s%N)
 kill -KILL -- "-${MSPG[0]}"
+wait "${MSPG[0]}" 2>/dev/null || true # reaped here, so the shell does not report the kill as a job that died
 deadline=$((killed_ns + TIMEOUT * 1000000000))
 seen_degraded=0
 while :; do
@@ -122,13 +123,13 @@ healthy_ns=$(date +%s%N)
 kill -INT "$fio_pid" 2>/dev/null || true
 wait "$fio_pid" || true
 
-python3 - "$WORK" "$victim_bytes" "$killed_ns" "$healthy_ns" "$RW" "$SIZE" <<'EOF'
-import json, sys
+PYTHONPATH="$ROOT/bench" PYTHONDONTWRITEBYTECODE=1 python3 - "$WORK" "$victim_bytes" "$killed_ns" "$healthy_ns" "$RW" "$SIZE" <<'EOF'
+import sys
+import fio_results
 work, held, killed, healthy, rw, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 side = "read" if rw == "randread" else "write"
 def lat(name):
-    text = open("%s/%s.json" % (work, name)).read()  # after a SIGINT fio says so on a line before the JSON
-    j = json.loads(text[text.index("{"):])["jobs"][0][side]
+    j = fio_results.load(work, name, "client")[side]  # it skips what fio prints before the JSON (the SIGINT)
     p = j["clat_ns"]["percentile"]
     return j["iops"], p["50.000000"] / 1000, p["99.000000"] / 1000
 secs = (healthy - killed) / 1e9

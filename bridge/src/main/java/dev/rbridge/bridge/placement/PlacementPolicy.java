@@ -36,15 +36,11 @@ public final class PlacementPolicy {
         int n = candidates.size();
         for (int i = 0; n >= 2 && i < DRAWS; i++) {
             int a = random.nextInt(n);
-            int b = random.nextInt(n - 1);
-            if (b >= a) {
-                b++;
-            }
             C x = candidates.get(a);
-            C y = candidates.get(b);
+            C y = candidates.get(other(a, n, random));
             if (fits(x, exclude, length) && fits(y, exclude, length) && inFreshDomain(x, holders)
                     && inFreshDomain(y, holders)) {
-                return x.freeBytes() >= y.freeBytes() ? x : y;
+                return moreRoom(x, y);
             }
         }
         List<C> fit = new ArrayList<>();
@@ -88,12 +84,17 @@ public final class PlacementPolicy {
             return from.getFirst();
         }
         int a = random.nextInt(from.size());
-        int b = random.nextInt(from.size() - 1);
-        if (b >= a) {
-            b++;
-        }
-        C x = from.get(a);
-        C y = from.get(b);
+        return moreRoom(from.get(a), from.get(other(a, from.size(), random)));
+    }
+
+    /** An index below {@code n} other than {@code a}, each as likely. */
+    private static int other(int a, int n, RandomGenerator random) {
+        int b = random.nextInt(n - 1);
+        return b >= a ? b + 1 : b;
+    }
+
+    /** The one with more free bytes; {@code x} on a tie. */
+    private static <C extends PlacementCandidate> C moreRoom(C x, C y) {
         return x.freeBytes() >= y.freeBytes() ? x : y;
     }
 }
