@@ -8,6 +8,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/bench/lib.sh"
 SIZE=4G
 SLAB=
+RATE=
+CHUNK=
 IDLE=10
 RW=randread
 OUT=
@@ -15,11 +17,12 @@ TIMEOUT=900
 
 usage() {
     cat <<EOF
-Usage: bench/rebuild.sh [--size SIZE] [--slab SIZE] [--idle SEC] [--rw randread|randwrite] [--timeout SEC]
-                        [--out DIR] [--help]
+Usage: bench/rebuild.sh [--size SIZE] [--slab SIZE] [--rebuild-rate SIZE] [--rebuild-chunk SIZE]
+                        [--idle SEC] [--rw randread|randwrite] [--timeout SEC] [--out DIR] [--help]
 
 Starts three rbridge memservers (tcp transport) and one bridge serving the volume "disk" of --size (default $SIZE)
-with replicas=2 on them, and fills it (1 MiB sequential writes). Then:
+with replicas=2 on them (and serve's --rebuild-rate and
+--rebuild-chunk when given), and fills it (1 MiB sequential writes). Then:
   idle      a client (fio, nbd engine, one connection) runs 4K --rw (default $RW) at QD1 for --idle seconds
             (default $IDLE): its p50 and p99 completion latency with nothing else going on
   rebuild   the same client runs again; memserver 1 is killed (SIGKILL) and the bridge rebuilds every replica it
@@ -37,6 +40,8 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --size) SIZE=$2; shift 2 ;;
         --slab) SLAB=$2; shift 2 ;;
+        --rebuild-rate) RATE=$2; shift 2 ;;
+        --rebuild-chunk) CHUNK=$2; shift 2 ;;
         --idle) IDLE=$2; shift 2 ;;
         --rw) RW=$2; shift 2 ;;
         --timeout) TIMEOUT=$2; shift 2 ;;
@@ -67,7 +72,8 @@ done
 port=$(free_port) admin=$(free_port)
 volume="disk,size=$SIZE,replicas=2${SLAB:+,slab=$SLAB}"
 spawn bridge "${RB[@]}" serve --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --metrics none \
-    --memserver "${MS[0]}" --memserver "${MS[1]}" --memserver "${MS[2]}" --volume "$volume"
+    --memserver "${MS[0]}" --memserver "${MS[1]}" --memserver "${MS[2]}" --volume "$volume" \
+    ${RATE:+--rebuild-rate "$RATE"} ${CHUNK:+--rebuild-chunk "$CHUNK"}
 URI="nbd://127.0.0.1:$port/disk"
 ADMIN="http://127.0.0.1:$admin"
 await 120 "the bridge" nbdinfo --size "$URI"

@@ -63,7 +63,7 @@ public final class Bridge implements SlabHost, AutoCloseable {
         this.membership = new Membership(config, links, volumes, leases, capacity);
         membership.discover(); // the addresses of --memserver-dns names, before the first connect
         config.volumes().forEach(v -> volumes.put(v.name(), new Volume(v, this)));
-        this.rebuilder = new Rebuilder(this, config.rebuildChunk());
+        this.rebuilder = new Rebuilder(this, config.rebuildChunk(), config.rebuildRate());
         this.placement = new Placement(links, leases);
         this.drains = new MemserverDrains(membership, volumes.values(), rebuilder, capacity);
         this.attacher = new MemserverBringUp(provider, config, volumes, leases, membership, capacity);

@@ -36,6 +36,7 @@ public final class BridgeConfig {
     private final Duration leaseTtl;
     private final Duration startWait;
     private final int rebuildChunk;
+    private final long rebuildRate;
     private final int lanes;
     private final String tcpCongestion;
     private final BridgeMetrics metrics;
@@ -87,6 +88,11 @@ public final class BridgeConfig {
             throw new IllegalArgumentException("rebuild chunk must be a power of two from 4K to 16M");
         }
         this.rebuildChunk = b.rebuildChunk;
+        if (b.rebuildRate != 0 && b.rebuildRate < 1 << 20) {
+            throw new IllegalArgumentException("the rebuild rate must be at least 1M a second (or 0 for no limit): "
+                    + b.rebuildRate);
+        }
+        this.rebuildRate = b.rebuildRate;
         if (b.lanes < 1 || b.lanes > ConnectParams.MAX_LANES) {
             throw new IllegalArgumentException("lanes must be between 1 and " + ConnectParams.MAX_LANES
                     + ": " + b.lanes);
@@ -153,6 +159,11 @@ public final class BridgeConfig {
         return rebuildChunk;
     }
 
+    /** The most a second the rebuilds copy (bytes), 0 for no limit. */
+    public long rebuildRate() {
+        return rebuildRate;
+    }
+
     /** Connections per memserver on transports that use several (tcp); see ConnectParams#lanes. */
     public int lanes() {
         return lanes;
@@ -204,7 +215,8 @@ public final class BridgeConfig {
         volumes.forEach(b::volume);
         return b.transport(transport).token(token.isEmpty() ? null : token).owner(owner)
                 .operationTimeout(operationTimeout).leaseTtl(leaseTtl).startWait(startWait).rebuildChunk(rebuildChunk)
-                .lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls).allowShrink(allowShrink)
+                .rebuildRate(rebuildRate).lanes(lanes).tcpCongestion(tcpCongestion).memserverTls(memserverTls)
+                .allowShrink(allowShrink)
                 .hedgeReads(hedgeReads)
                 .spliceReads(spliceReads).metrics(m).build();
     }
@@ -224,6 +236,7 @@ public final class BridgeConfig {
         private Duration leaseTtl = Duration.ofSeconds(10);
         private Duration startWait = Duration.ofSeconds(10);
         private int rebuildChunk = 1 << 20;
+        private long rebuildRate;
         private int lanes = defaultLanes();
         private String tcpCongestion = ConnectParams.TCP_CONGESTION_DEFAULT;
         private BridgeMetrics metrics = BridgeMetrics.NONE;
@@ -300,6 +313,12 @@ public final class BridgeConfig {
 
         public Builder rebuildChunk(int bytes) {
             this.rebuildChunk = bytes;
+            return this;
+        }
+
+        /** The most a second the rebuilds copy, in bytes; 0 (the default) for no limit. */
+        public Builder rebuildRate(long bytesPerSecond) {
+            this.rebuildRate = bytesPerSecond;
             return this;
         }
 

@@ -114,6 +114,18 @@ public final class ServeCommand implements Callable<Integer> {
                     + " Default ${DEFAULT-VALUE}.")
     double startWait;
 
+    @Option(names = "--rebuild-rate", paramLabel = "SIZE", defaultValue = "0",
+            description = "The most the rebuilds copy a second, over all volumes (e.g. 300M, binary units); 0 for no"
+                    + " limit. A limit leaves the clients more of the CPU and the links while redundancy comes back"
+                    + " more slowly. Default ${DEFAULT-VALUE}.")
+    String rebuildRate;
+
+    @Option(names = "--rebuild-chunk", paramLabel = "SIZE", defaultValue = "1M",
+            description = "The bytes one rebuild read and write move (a power of two, 4K to 16M); four are in flight."
+                    + " Smaller chunks hold a client's request behind a copy for less time, larger ones cost less CPU"
+                    + " per byte. Default ${DEFAULT-VALUE}.")
+    String rebuildChunk;
+
     @CommandLine.Mixin
     BridgeProcessOptions process;
 
@@ -249,6 +261,8 @@ public final class ServeCommand implements Callable<Integer> {
                 .operationTimeout(link.operationTimeout())
                 .leaseTtl(seconds("--lease", lease))
                 .startWait(Duration.ofMillis((long) (Math.max(0, startWait) * 1000)))
+                .rebuildRate(Sizes.parse(rebuildRate))
+                .rebuildChunk((int) Math.min(Integer.MAX_VALUE, Sizes.parse(rebuildChunk)))
                 .tcpCongestion(process.tcpCongestion)
                 .allowShrink(allowShrink)
                 .hedgeReads(switch (hedgeReads.toLowerCase(java.util.Locale.ROOT)) {

@@ -93,6 +93,14 @@ class ServeCommandTest {
         Result noLanes = run(dir, "serve", "--memserver", "127.0.0.1:1", "--volume", "disk", "--lanes", "0");
         assertEquals(2, noLanes.code());
         assertTrue(noLanes.err().contains("--lanes must be between 1 and 16: 0"), noLanes.err());
+        Result slowRebuild = run(dir, "serve", "--memserver", "127.0.0.1:1", "--volume", "disk", "--rebuild-rate",
+                "64K");
+        assertEquals(2, slowRebuild.code());
+        assertTrue(slowRebuild.err().contains("rebuild rate must be at least 1M a second (or 0 for no limit): 65536"),
+                slowRebuild.err());
+        Result oddChunk = run(dir, "serve", "--memserver", "127.0.0.1:1", "--volume", "disk", "--rebuild-chunk", "3M");
+        assertEquals(2, oddChunk.code());
+        assertTrue(oddChunk.err().contains("rebuild chunk must be a power of two from 4K to 16M"), oddChunk.err());
         Result ucxLanes = run(dir, "serve", "--memserver", "127.0.0.1:1", "--volume", "disk", "--transport", "ucx",
                 "--lanes", "2");
         assertEquals(2, ucxLanes.code());

@@ -9,7 +9,6 @@ import org.slf4j.LoggerFactory;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.HashSet;
 import java.util.List;
@@ -24,9 +23,9 @@ import java.util.concurrent.atomic.LongAdder;
 /**
  * The rebuild role: one thread that takes degraded slabs from a queue and copies each onto a new memserver while I/O
  * goes on. For one slab: place a region tagged generation 0 (never trusted after a restart), add it as the building
- * replica so every new write reaches it, wait for the writes issued before that to finish, then copy chunk by chunk
- * behind a {@link RebuildGate} (a chunk of zeroes as ZERO, so a sparse slab costs the new memserver only its data),
- * and finally tag it with the slab's current generation and make it live.
+ * replica so every new write reaches it, wait for the writes issued before that to finish, then copy it a window of
+ * chunks at a time behind a {@link RebuildGate} ({@link SlabCopy}), at most at the configured rate, and finally tag it
+ * with the slab's current generation and make it live.
  */
 public final class Rebuilder implements Duty, AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Rebuilder.class);
@@ -35,16 +34,19 @@ public final class Rebuilder implements Duty, AutoCloseable {
      * the simulator, module {@code sim}).
      */
     public static final Duration BACKOFF = Duration.ofSeconds(1);
+    /** Chunks a copy keeps in flight: a read from one replica and a write to the target overlap several deep. */
+    static final int WINDOW = 4;
 
     private final SlabHost host;
     private final int chunkSize;
     /** A chunk of zeroes, to tell chunks that hold nothing (never written, or trimmed) from the rest. */
     private final MemorySegment zeroChunk;
+    private final RebuildPace pace;
     private final LinkedBlockingQueue<Slab> queue = new LinkedBlockingQueue<>();
     private volatile DutyCycle cycle;
     private volatile boolean running = true;
-    /** The copy buffer, one chunk; the duty thread's own, allocated on its first copy. */
-    private ByteBuffer buffer;
+    /** The copy buffers, one per chunk of the window; the duty thread's own, allocated on its first copy. */
+    private MemorySegment[] buffers;
     private volatile Slab current;
     private volatile long backoffUntilNanos;
     /** Totals since start, for metrics: bytes copied into new or resynchronized replicas, copies done and failed. */
@@ -55,10 +57,15 @@ public final class Rebuilder implements Duty, AutoCloseable {
     private final LongAdder resyncsDone = new LongAdder();
     private final LongAdder copiesFailed = new LongAdder();
 
-    public Rebuilder(SlabHost host, int chunkSize) {
+    /**
+     * @param chunkSize the bytes one read and one write move
+     * @param bytesPerSecond the most the copies move a second, over every slab; 0 for no limit
+     */
+    public Rebuilder(SlabHost host, int chunkSize, long bytesPerSecond) {
         this.host = host;
         this.chunkSize = chunkSize;
         this.zeroChunk = Arena.ofAuto().allocate(chunkSize);
+        this.pace = new RebuildPace(bytesPerSecond, (long) WINDOW * chunkSize);
     }
 
     public void start() {
@@ -166,11 +173,11 @@ public final class Rebuilder implements Duty, AutoCloseable {
         }
         s.rebuildQueued.set(false);
         current = s;
-        if (buffer == null) {
-            buffer = ByteBuffer.allocateDirect(chunkSize);
+        if (buffers == null) {
+            buffers = SlabCopy.buffers(WINDOW, chunkSize);
         }
         try {
-            if (!rebuild(s, buffer)) {
+            if (!rebuild(s)) {
                 backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
             }
         } catch (RuntimeException e) {
@@ -183,12 +190,12 @@ public final class Rebuilder implements Duty, AutoCloseable {
     }
 
     /** Returns false when it could not make progress (no room anywhere, or a failure), so the loop backs off. */
-    private boolean rebuild(Slab s, ByteBuffer buffer) throws InterruptedException {
+    private boolean rebuild(Slab s) throws InterruptedException {
         if (s.volume.fenced() != null) {
             return true; // this bridge no longer serves the volume: its replicas are someone else's now
         }
         if (s.resyncWanted.get()) {
-            boolean done = resync(s, buffer);
+            boolean done = resyncReplicas(s);
             if (done) {
                 s.resyncWanted.set(false);
             } else {
@@ -237,7 +244,7 @@ public final class Rebuilder implements Duty, AutoCloseable {
         log.info("volume {} slab {}: {} onto {} ({} bytes)", s.volume.name(), s.index,
                 before.live.size() >= s.volume.replicas() ? "copying off a draining memserver" : "rebuilding",
                 target.describe(), s.length);
-        boolean done = fill(s, target, replaced, gate, buffer, "rebuild");
+        boolean done = fill(s, target, replaced, gate, "rebuild");
         if (done && s.set != null && s.set.live.stream().anyMatch(r -> r.link().draining())) {
             offer(s); // the copy is live: the next pass retires the draining one
         }
@@ -249,7 +256,7 @@ public final class Rebuilder implements Duty, AutoCloseable {
      * others. Each replica but the first is taken out of reading, overwritten from the first (writes go on reaching
      * it) and put back, so every read returns the same bytes whichever replica serves it.
      */
-    private boolean resync(Slab s, ByteBuffer buffer) throws InterruptedException {
+    private boolean resyncReplicas(Slab s) throws InterruptedException {
         while (true) {
             ReplicaSet set = s.set;
             if (set == null || set.lost() || set.live.size() < 2) {
@@ -276,7 +283,7 @@ public final class Rebuilder implements Duty, AutoCloseable {
             }
             log.info("volume {} slab {}: resynchronizing {} from {}", s.volume.name(), s.index, target.describe(),
                     replaced.live.getFirst().describe());
-            if (!fill(s, target, replaced, gate, buffer, "resync")) {
+            if (!fill(s, target, replaced, gate, "resync")) {
                 return false;
             }
             s.resynced.add(target);
@@ -284,7 +291,7 @@ public final class Rebuilder implements Duty, AutoCloseable {
     }
 
     /** Copies the whole slab into the building replica {@code target} while writes go on, then makes it live. */
-    private boolean fill(Slab s, Replica target, ReplicaSet replaced, RebuildGate gate, ByteBuffer buffer, String what)
+    private boolean fill(Slab s, Replica target, ReplicaSet replaced, RebuildGate gate, String what)
             throws InterruptedException {
         long timeout = host.operationTimeout().toNanos() * 2;
         long started = System.nanoTime();
@@ -295,17 +302,11 @@ public final class Rebuilder implements Duty, AutoCloseable {
                 await(() -> state.writesInFlight.get() == 0, timeout, "writes in flight before the " + what);
             }
             replaced.previous = null;
-            for (int c = 0; c < gate.chunks(); c++) {
-                long offset = (long) c * chunkSize;
-                int len = (int) Math.min(chunkSize, s.length - offset);
-                gate.close(c, timeout);
-                try {
-                    copy(s, target, offset, len, buffer, timeout);
-                } finally {
-                    gate.open();
-                }
-                s.rebuildCopied.set(offset + len);
-                copiedBytes.add(len);
+            try {
+                new SlabCopy(s, target, gate, pace, buffers, zeroChunk, timeout, copiedBytes, zeroedBytes).run();
+            } catch (SlabCopy.RebuildAborted | TimeoutException | RuntimeException | InterruptedException e) {
+                buffers = null; // reads still in flight may land in them: the next copy takes new ones
+                throw e;
             }
             while (true) {
                 long generation = s.set.generation;
@@ -323,7 +324,7 @@ public final class Rebuilder implements Duty, AutoCloseable {
                     return false;
                 }
             }
-        } catch (RebuildAborted e) {
+        } catch (SlabCopy.RebuildAborted e) {
             s.abortRebuild(target, e.getMessage());
             copiesFailed.increment();
             return false;
@@ -331,41 +332,6 @@ public final class Rebuilder implements Duty, AutoCloseable {
             s.abortRebuild(target, what + " failed: " + Failures.reason(e));
             copiesFailed.increment();
             return false;
-        }
-    }
-
-    /** Copies one chunk from a live replica, trying the others if the source fails. */
-    private void copy(Slab s, Replica target, long offset, int len, ByteBuffer buffer, long timeout)
-            throws RebuildAborted, InterruptedException {
-        MemorySegment chunk = MemorySegment.ofBuffer(buffer).asSlice(0, len);
-        while (true) {
-            ReplicaSet set = s.set;
-            if (!target.equals(set.building)) {
-                throw new RebuildAborted("the rebuild target left the slab");
-            }
-            if (set.lost()) {
-                throw new RebuildAborted("no live replica left to copy from");
-            }
-            Replica source = s.resyncWanted.get() ? set.live.getFirst() : set.forRead();
-            try {
-                source.connection().read(source.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
-            } catch (ExecutionException | TimeoutException e) {
-                s.fail(source, Failures.reason(e));
-                continue;
-            }
-            try {
-                // A chunk of zeroes goes as ZERO: the target memserver gives those pages back (or never backs them)
-                // instead of filling RAM with zeroes, so rebuilding a sparse slab costs only the data it holds.
-                if (chunk.mismatch(zeroChunk.asSlice(0, len)) == -1) {
-                    target.connection().zero(target.region(), offset, len).get(timeout, TimeUnit.NANOSECONDS);
-                    zeroedBytes.add(len);
-                } else {
-                    target.connection().write(target.region(), offset, chunk).get(timeout, TimeUnit.NANOSECONDS);
-                }
-                return;
-            } catch (ExecutionException | TimeoutException e) {
-                throw new RebuildAborted("writing to " + target.describe() + " failed: " + Failures.reason(e));
-            }
         }
     }
 
@@ -381,12 +347,6 @@ public final class Rebuilder implements Duty, AutoCloseable {
                 throw new TimeoutException(what + " did not finish");
             }
             Thread.sleep(0, 50_000);
-        }
-    }
-
-    private static final class RebuildAborted extends Exception {
-        RebuildAborted(String message) {
-            super(message);
         }
     }
 

@@ -108,7 +108,42 @@ class RebuildGateTest {
         assertNull(gate.enter(10, 10), "the gate is open again");
     }
 
-    /** Many writers and one copier: while the copier holds a chunk, no write is inside it. */
+    @Test
+    void aWindowOfChunksClosesAtItsEndAndOpensBehindTheOldest() throws Exception {
+        RebuildGate gate = new RebuildGate(8L * CHUNK, CHUNK);
+        gate.close(2, LONG);
+        gate.close(3, LONG);
+        gate.close(4, LONG);
+        assertThrows(IllegalStateException.class, () -> gate.close(6, LONG), "a gap in the window");
+        assertNull(gate.enter(CHUNK, CHUNK), "the chunk before the window");
+        gate.leave(CHUNK, CHUNK);
+        assertNull(gate.enter(5L * CHUNK, CHUNK), "the chunk after it");
+        gate.leave(5L * CHUNK, CHUNK);
+        CompletableFuture<Void> onTwo = gate.enter(2L * CHUNK, 1);
+        CompletableFuture<Void> onFour = gate.enter(4L * CHUNK + 7, 1);
+        assertNotNull(onTwo, "a chunk at the window's start");
+        assertNotNull(onFour, "a chunk at its end");
+
+        gate.openThrough(2);
+        assertTrue(onTwo.isDone() && onFour.isDone(), "a moving window wakes its waiters to look again");
+        assertNull(gate.enter(2L * CHUNK, 1), "the oldest chunk landed: writes may enter it");
+        gate.leave(2L * CHUNK, 1);
+        CompletableFuture<Void> again = gate.enter(4L * CHUNK + 7, 1);
+        assertNotNull(again, "chunk 4 is still being copied");
+        assertFalse(again.isDone());
+        gate.close(5, LONG); // the window goes on from its end
+
+        gate.openThrough(5);
+        assertTrue(again.isDone());
+        for (int c = 0; c < gate.chunks(); c++) {
+            assertNull(gate.enter((long) c * CHUNK, CHUNK), "every chunk is open once the window passed: " + c);
+            gate.leave((long) c * CHUNK, CHUNK);
+        }
+        gate.close(0, LONG); // an open gate takes a new window anywhere
+        gate.open();
+    }
+
+    /** Many writers and one copier: while the copier holds a window of chunks, no write is inside them. */
     @Test
     void noWriteIsEverInsideTheChunkBeingCopied() throws Exception {
         int chunks = 16;
@@ -148,17 +183,23 @@ class RebuildGateTest {
         int copies = 0;
         try {
             while (System.nanoTime() < until) {
-                for (int c = 0; c < chunks; c++) {
-                    gate.close(c, LONG);
-                    try {
+                // A window of three chunks, as the rebuild keeps: closed at its end, opened behind its oldest.
+                try {
+                    for (int c = 0; c < chunks; c++) {
+                        gate.close(c, LONG);
                         for (int i = 0; i < 50; i++) {
-                            assertEquals(0, inside.get(c), "a write is inside chunk " + c + " while it is copied");
+                            for (int w = Math.max(0, c - 2); w <= c; w++) {
+                                assertEquals(0, inside.get(w), "a write is inside chunk " + w + " while it is copied");
+                            }
                             Thread.onSpinWait();
                         }
-                    } finally {
-                        gate.open();
+                        if (c >= 2) {
+                            gate.openThrough(c - 2);
+                        }
+                        copies++;
                     }
-                    copies++;
+                } finally {
+                    gate.open();
                 }
             }
         } finally {
