@@ -18,16 +18,18 @@ TIMEOUT=900
 usage() {
     cat <<EOF
 Usage: bench/rebuild.sh [--size SIZE] [--slab SIZE] [--rebuild-rate SIZE] [--rebuild-chunk SIZE]
-                        [--idle SEC] [--rw randread|randwrite] [--timeout SEC] [--out DIR] [--help]
+                        [--idle SEC] [--rw randread|randwrite|none] [--timeout SEC] [--out DIR] [--help]
 
 Starts three rbridge memservers (tcp transport) and one bridge serving the volume "disk" of --size (default $SIZE)
 with replicas=2 on them (and serve's --rebuild-rate and
 --rebuild-chunk when given), and fills it (1 MiB sequential writes). Then:
   idle      a client (fio, nbd engine, one connection) runs 4K --rw (default $RW) at QD1 for --idle seconds
-            (default $IDLE): its p50 and p99 completion latency with nothing else going on
+            (default $IDLE): its p50 and p99 completion latency with no rebuild going on (--rw none: no client,
+            the rebuild alone)
   rebuild   the same client runs again; memserver 1 is killed (SIGKILL) and the bridge rebuilds every replica it
             held onto the two others; the admin interface (GET /volumes) is read every 0.2 s until every
-            allocated slab is healthy again (at most --timeout seconds, default $TIMEOUT); the client stops there
+            allocated slab is healthy again (at most --timeout seconds, default $TIMEOUT); the client stops there.
+            The idle phase reads GET /volumes the same way, so both phases pay the same for it
 Prints the bytes memserver 1 held for the volume (its capacity less its free bytes, as the bridge saw them
 before the kill), the time from the kill to healthy, their ratio (GB/s, 10^9 bytes a second: the rebuild
 rate, detection included), and the client's p50 and p99 idle and during the rebuild with the ratio of the
@@ -52,7 +54,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $IDLE =~ ^[0-9]+$ && $IDLE -ge 1 ]] || { echo "--idle must be a positive whole number of seconds" >&2; exit 2; }
 [[ $TIMEOUT =~ ^[0-9]+$ && $TIMEOUT -ge 1 ]] || { echo "--timeout must be a positive whole number" >&2; exit 2; }
-[[ $RW == randread || $RW == randwrite ]] || { echo "--rw must be randread or randwrite" >&2; exit 2; }
+[[ $RW == randread || $RW == randwrite || $RW == none ]] || { echo "--rw must be randread, randwrite or none" >&2; exit 2; }
 BYTES=$(numfmt --from=iec "$SIZE" 2>/dev/null) || { echo "--size must be a size such as 4G" >&2; exit 2; }
 bench_require fio nbdinfo curl python3 setsid
 CAPACITY="$((BYTES / 1048576 + 256))M" # the volume, and room for the manifest regions and a partial slab
@@ -82,6 +84,7 @@ fio --name=fill --ioengine=nbd --uri="$URI" --size="$SIZE" --rw=write --bs=1M --
     --output="$WORK/fill.log" >/dev/null
 
 client() { # client NAME SECONDS: 4K $RW at QD1, JSON into $WORK/NAME.client.json (EXEC=exec: fio replaces the shell)
+    if [[ $RW == none ]]; then ${EXEC:-} sleep "$2"; return; fi
     ${EXEC:-} fio --name="$1" --ioengine=nbd --uri="$URI" --size="$SIZE" --rw="$RW" --bs=4k --iodepth=1 --norandommap \
         --time_based --runtime="$2" --percentile_list=50:99 --output-format=json --output="$WORK/$1.client.json" >/dev/null
 }
@@ -101,9 +104,33 @@ for m in json.load(sys.stdin):
         print(m["capacity"] - m["free"])' "$1"
 }
 
+# One python process reads GET /volumes every 0.2 s, in both phases, so the client pays the same for being watched
+# (a curl and a python3 started every 0.2 s cost the client more than a slow rebuild does).
+cat >"$WORK/watch.py" <<'EOF'
+import json, sys, time, urllib.request
+admin, mode, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
+def healthy():
+    with urllib.request.urlopen(admin + "/volumes", timeout=10) as r:
+        v = json.load(r)
+    return bool(v) and all(x["allocated"] > 0 and x["healthy"] == x["allocated"] for x in v)
+end, seen_degraded = time.monotonic() + limit, False
+while time.monotonic() < end:
+    h = healthy()
+    if mode == "until-healthy":
+        if h and seen_degraded:
+            print(time.time_ns())
+            sys.exit(0)
+        seen_degraded = seen_degraded or not h
+    time.sleep(0.2)
+sys.exit(0 if mode == "watch" else 1)
+EOF
+watch() { python3 "$WORK/watch.py" "$ADMIN" "$@"; }
+
 await 60 "a healthy volume after the fill" healthy
-echo "# idle: 4K $RW QD1 for ${IDLE}s"
-client idle "$IDLE"
+echo "# idle: 4K $RW QD1 for ${IDLE}s (the admin interface watched as during the rebuild)"
+watch watch "$IDLE" &
+[[ $RW == none ]] || client idle "$IDLE"
+wait $!
 
 victim_bytes=$(held "${MS[0]}")
 [[ -n $victim_bytes && $victim_bytes -gt 0 ]] || { echo "rebuild: memserver 1 holds nothing of the volume" >&2; exit 1; }
@@ -113,20 +140,9 @@ echo "# rebuild: SIGKILL memserver 1 (${MS[0]}, $victim_bytes bytes of the volum
 killed_ns=$(date +%s%N)
 kill -KILL -- "-${MSPG[0]}"
 wait "${MSPG[0]}" 2>/dev/null || true # reaped here, so the shell does not report the kill as a job that died
-deadline=$((killed_ns + TIMEOUT * 1000000000))
-seen_degraded=0
-while :; do
-    now=$(date +%s%N)
-    (( now < deadline )) || { echo "rebuild: the volume was not healthy within ${TIMEOUT}s" >&2; exit 1; }
-    if healthy; then
-        (( seen_degraded == 1 )) && break
-    else
-        seen_degraded=1
-    fi
-    sleep 0.2
-done
-healthy_ns=$(date +%s%N)
-kill -INT "$fio_pid" 2>/dev/null || true
+healthy_ns=$(watch until-healthy "$TIMEOUT") ||
+    { echo "rebuild: the volume was not healthy within ${TIMEOUT}s" >&2; exit 1; }
+kill -INT "$fio_pid" 2>/dev/null || true # (sleep, with --rw none)
 wait "$fio_pid" || true
 
 PYTHONPATH="$ROOT/bench" PYTHONDONTWRITEBYTECODE=1 python3 - "$WORK" "$victim_bytes" "$killed_ns" "$healthy_ns" "$RW" "$SIZE" <<'EOF'
@@ -139,10 +155,13 @@ def lat(name):
     p = j["clat_ns"]["percentile"]
     return j["iops"], p["50.000000"] / 1000, p["99.000000"] / 1000
 secs = (healthy - killed) / 1e9
-idle, during = lat("idle"), lat("rebuild")
 print()
 print("volume %s, replicas=2 on three memservers; memserver 1 killed, holding %.2f GB of it" % (size, held / 1e9))
 print("time to healthy %.1f s, rebuild rate %.2f GB/s (detection included)" % (secs, held / 1e9 / secs))
+if rw == "none":
+    print("no client")
+    sys.exit(0)
+idle, during = lat("idle"), lat("rebuild")
 print("client 4K %s QD1     IOPS   p50 us   p99 us" % rw)
 print("  idle            %8.0f %8.1f %8.1f" % idle)
 print("  during rebuild  %8.0f %8.1f %8.1f" % during)

@@ -271,6 +271,15 @@ public final class Bridge implements SlabHost, AutoCloseable {
     }
 
     @Override
+    public long clientOperations() {
+        long n = 0;
+        for (MemserverLink l : membership.links()) {
+            n += l.completed.sum();
+        }
+        return n;
+    }
+
+    @Override
     public ReadHedger hedger() {
         return hedger;
     }

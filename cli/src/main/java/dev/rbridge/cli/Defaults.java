@@ -54,6 +54,11 @@ final class Defaults {
     static final int LEASE_SECONDS = 10;
     /** serve: how long to wait for every memserver at start before serving without the missing ones. */
     static final int START_WAIT_SECONDS = 10;
+    /**
+     * serve: the most the rebuilds copy a second while clients do I/O (full speed when they do none): measured in
+     * bench/README.md to keep a 4K QD1 client's p99 near 2x its idle p99 on two cores.
+     */
+    static final String REBUILD_RATE = "100M";
     /** attach: the kernel's time for one request before it calls the connection dead. */
     static final int ATTACH_TIMEOUT_SECONDS = 30;
     /** attach: how long I/O waits for a dead connection to be replaced (a bridge restart takes seconds). */

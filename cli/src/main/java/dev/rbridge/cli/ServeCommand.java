@@ -114,10 +114,11 @@ public final class ServeCommand implements Callable<Integer> {
                     + " Default ${DEFAULT-VALUE}.")
     double startWait;
 
-    @Option(names = "--rebuild-rate", paramLabel = "SIZE", defaultValue = "0",
-            description = "The most the rebuilds copy a second, over all volumes (e.g. 300M, binary units); 0 for no"
-                    + " limit. A limit leaves the clients more of the CPU and the links while redundancy comes back"
-                    + " more slowly. Default ${DEFAULT-VALUE}.")
+    @Option(names = "--rebuild-rate", paramLabel = "SIZE", defaultValue = Defaults.REBUILD_RATE,
+            description = "The most the rebuilds copy a second while clients do I/O, over all volumes (e.g. 100M,"
+                    + " binary units); with no client I/O they run at full speed. 0 for no limit. A limit leaves the"
+                    + " clients the CPU and the links while redundancy comes back more slowly. Default"
+                    + " ${DEFAULT-VALUE}.")
     String rebuildRate;
 
     @Option(names = "--rebuild-chunk", paramLabel = "SIZE", defaultValue = "1M",

@@ -59,13 +59,13 @@ public final class Rebuilder implements Duty, AutoCloseable {
 
     /**
      * @param chunkSize the bytes one read and one write move
-     * @param bytesPerSecond the most the copies move a second, over every slab; 0 for no limit
+     * @param bytesPerSecond the most the copies move a second while clients do I/O, over every slab; 0 for no limit
      */
     public Rebuilder(SlabHost host, int chunkSize, long bytesPerSecond) {
         this.host = host;
         this.chunkSize = chunkSize;
         this.zeroChunk = Arena.ofAuto().allocate(chunkSize);
-        this.pace = new RebuildPace(bytesPerSecond, (long) WINDOW * chunkSize);
+        this.pace = new RebuildPace(bytesPerSecond, (long) WINDOW * chunkSize, host::clientOperations);
     }
 
     public void start() {

@@ -30,6 +30,14 @@ public interface SlabHost {
      */
     void leaseLost(Volume volume, Replica replica, String reason);
 
+    /**
+     * Remote operations done for clients so far, over every memserver (a count that grows while clients do I/O): the
+     * rebuild holds to its rate only while it grows.
+     */
+    default long clientOperations() {
+        return 0;
+    }
+
     /** What hedges small reads of replicated slabs, or null when reads are not hedged. */
     default ReadHedger hedger() {
         return null;
