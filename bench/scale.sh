@@ -33,13 +33,13 @@ Grows one dimension at a time and prints, at each step, what the bridge and the 
                (--max-regions; one memory mapping each) (default ${STEPS[regions]})
   memservers   memservers of 128 MiB behind one bridge (volume "disk" of 64 MiB), each step fresh processes
                (default ${STEPS[memservers]})
-Columns: the bridge's and the memservers' (summed over all of them) resident memory (VmRSS, MiB), threads, and CPU
-at rest (run time of its threads, /proc/PID/task/*/schedstat, over --quiet seconds, default $QUIET, after --settle seconds, default $SETTLE, in % of one core);
-with --heap, measured after the rest, the Java heap live after a full collection (jcmd GC.run, GC.heap_info, MiB;
-it adds the JVM's attach thread); and "us/unit", the time
-the step took to set up over the units it added: connecting and the handshake (as the client timed it); start-up
-until the last volume is served, and its first writes; the writes that allocate the slabs (as the client timed them);
-start-up until the bridge has every memserver up. Start-ups are timed by polling every 0.3 s. Under each table the least-squares slope of each column per unit.
+Columns: the bridge's and the memservers' (summed) resident memory (VmRSS, MiB), threads, and CPU at rest (run time
+of their threads, /proc/PID/task/*/schedstat, over --quiet seconds, default $QUIET, after --settle seconds, default
+$SETTLE, in % of one core); with --heap, measured last, the Java heap live after a full collection (jcmd GC.run and
+GC.heap_info, MiB; it adds the JVM's attach thread); "us/unit", the step's set-up time over the units it added:
+connecting with the handshake (as the client timed it); start-up until the last volume is served, with the first
+writes; the writes that allocate the slabs (as the client timed them); start-up until the bridge has every
+memserver up. Start-ups are timed by polling every 0.3 s. Under each table, the least-squares slope per unit.
 Needs python3, nbdinfo and curl.
 EOF
 }
@@ -62,6 +62,7 @@ for d in "${DIMS[@]}"; do
     [[ -n ${STEPS[$d]:-} ]] || { echo "unknown dimension '$d' (see --help)" >&2; exit 2; }
     [[ ${STEPS[$d]} =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "--steps $d: positive whole numbers" >&2; exit 2; }
 done
+[[ ${STEPS[regions]##*,} -le 37000 ]] || { echo "--steps regions: a memserver grants at most 38000" >&2; exit 2; }
 [[ $QUIET =~ ^[1-9][0-9]*$ && $SETTLE =~ ^[0-9]+$ ]] || { echo "--quiet, --settle: whole seconds" >&2; exit 2; }
 bench_require python3 nbdinfo curl setsid
 bench_workdir "$OUT" scale
@@ -238,7 +239,6 @@ regions() { curl -fsS "http://$MSADMIN/stats" | python3 -c 'import json, sys; pr
 
 dim_regions() {
     local have=0 n us max=${STEPLIST[-1]} base=${#BENCH_GROUPS[@]} count per_us
-    (( max <= 37000 )) || { echo "regions: a memserver grants at most 38000 regions (--max-regions)" >&2; exit 2; }
     memserver ms "$((max + 256))M" --max-regions 38000
     bridge bridge --memserver "$MSADDR" --volume "disk,size=${max}M,slab=1M"
     await_nbd bridge "nbd://127.0.0.1:$BRPORT/disk" "$BRPID" 120
