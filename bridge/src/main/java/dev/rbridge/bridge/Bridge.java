@@ -242,6 +242,11 @@ public final class Bridge implements SlabHost, AutoCloseable {
         return colon > 0 && owner.length() - colon - 1 == 8 ? owner.substring(0, colon) : owner;
     }
 
+    /** The health duty, for tests that watch its work. */
+    HealthDuty health() {
+        return health;
+    }
+
     // ------------------------------------------------------------------------------------------------ SlabHost
 
     @Override

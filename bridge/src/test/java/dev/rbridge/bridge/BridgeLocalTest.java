@@ -171,6 +171,32 @@ class BridgeLocalTest {
         }
     }
 
+    /** At rest the health duty's work does not grow with the slabs: it walks them only when something changed. */
+    @Test
+    void atRestTheHealthDutyWalksNoSlabAndAMemserverDeathMakesItLook() throws Exception {
+        for (int i = 0; i < 3; i++) {
+            memserver(256 * MIB);
+        }
+        Bridge b = bridge(volume("disk", 64 * MIB, 2 * MIB, 2));
+        Volume v = b.volume("disk");
+        write(v, 0, new byte[64 * (int) MIB]);
+        await("healthy", () -> v.status().state() == VolumeState.HEALTHY);
+        HealthDuty health = b.health();
+        await("every memserver up", () -> b.memservers().stream()
+                .allMatch(l -> l.state() == dev.rbridge.bridge.memservers.MemserverLink.State.UP));
+        long settled = health.looks() + 1; // a look that saw every connection up
+        await("a look with every memserver up", () -> health.looks() > settled);
+        long atRest = health.slabWalks();
+        long looks = health.looks();
+        await("three more looks", () -> health.looks() >= looks + 3);
+        assertEquals(atRest, health.slabWalks(), "the health duty walked the slabs with nothing changed");
+
+        memservers.getFirst().close();
+        await("a look after the death, and the rebuild", () -> health.slabWalks() > atRest
+                && v.status().state() == VolumeState.HEALTHY
+                && b.memservers().getFirst().state() != dev.rbridge.bridge.memservers.MemserverLink.State.UP);
+    }
+
     @Test
     void aDeadMemserverDegradesThenRebuildsWhileWritesGoOnAndASecondDeathLosesNothing() throws Exception {
         for (int i = 0; i < 3; i++) {

@@ -80,6 +80,7 @@ public final class Rebuilder implements Duty, AutoCloseable {
 
     /** Queues a slab unless it is queued already. */
     public void offer(Slab s) {
+        s.volume.mayBeDegraded(); // until a walk of its slabs finds none degraded
         if (s.rebuildQueued.compareAndSet(false, true)) {
             queue.add(s);
             DutyCycle c = cycle;
@@ -178,10 +179,12 @@ public final class Rebuilder implements Duty, AutoCloseable {
         }
         try {
             if (!rebuild(s)) {
+                s.volume.mayBeDegraded(); // the health duty offers it again
                 backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
             }
         } catch (RuntimeException e) {
             log.error("rebuild of volume {} slab {} failed unexpectedly", s.volume.name(), s.index, e);
+            s.volume.mayBeDegraded();
             backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
         } finally {
             current = null;

@@ -40,6 +40,8 @@ public final class Volume implements BlockDevice {
     private final int slabShift;
     /** Why this volume is fenced (its lease was lost), or null while it is served. */
     private volatile String fenced;
+    /** Set by {@link #mayBeDegraded}; true at first, so the health duty's first look walks the slabs. */
+    private volatile boolean degradedHint = true;
     /** What small reads take here: the hedge delay ({@link ReadHedger}). */
     final ReadLatency readLatency = new ReadLatency();
     /** Second attempts sent by hedged reads, and those that answered first. */
@@ -267,6 +269,21 @@ public final class Volume implements BlockDevice {
     /** Which of this volume's replicas are where, as memservers come and go (reattach, drains, a memserver down). */
     public ReplicaRoster roster() {
         return roster;
+    }
+
+    /**
+     * A slab of this volume may have fallen below its replicas (a failure, a rebuild that could not finish): the health
+     * duty walks the slabs at its next look.
+     */
+    public void mayBeDegraded() {
+        degradedHint = true;
+    }
+
+    /** Whether {@link #mayBeDegraded} was called since the last call (cleared before the caller walks the slabs). */
+    public boolean takeDegradedHint() {
+        boolean hint = degradedHint;
+        degradedHint = false;
+        return hint;
     }
 
     /** Slabs with fewer live replicas than wanted but at least one (a rebuild can help them). */
