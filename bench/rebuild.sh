@@ -127,16 +127,20 @@ EOF
 watch() { python3 "$WORK/watch.py" "$ADMIN" "$@"; }
 
 await 60 "a healthy volume after the fill" healthy
-echo "# idle: 4K $RW QD1 for ${IDLE}s (the admin interface watched as during the rebuild)"
-watch watch "$IDLE" &
-[[ $RW == none ]] || client idle "$IDLE"
-wait $!
+if [[ $RW != none ]]; then
+    echo "# idle: 4K $RW QD1 for ${IDLE}s (the admin interface watched as during the rebuild)"
+    watch watch "$IDLE" &
+    client idle "$IDLE"
+    wait $!
+fi
 
 victim_bytes=$(held "${MS[0]}")
 [[ -n $victim_bytes && $victim_bytes -gt 0 ]] || { echo "rebuild: memserver 1 holds nothing of the volume" >&2; exit 1; }
-(EXEC=exec client rebuild "$TIMEOUT") & # $! is fio itself, which a SIGINT ends with its report
+(EXEC="exec" client rebuild "$TIMEOUT") & # $! is fio itself, which a SIGINT ends with its report
 fio_pid=$!
-echo "# rebuild: SIGKILL memserver 1 (${MS[0]}, $victim_bytes bytes of the volume), client running"
+who="client running"
+[[ $RW == none ]] && who="no client"
+echo "# rebuild: SIGKILL memserver 1 (${MS[0]}, $victim_bytes bytes of the volume), $who"
 killed_ns=$(date +%s%N)
 kill -KILL -- "-${MSPG[0]}"
 wait "${MSPG[0]}" 2>/dev/null || true # reaped here, so the shell does not report the kill as a job that died
