@@ -89,13 +89,6 @@ client() { # client NAME SECONDS: 4K $RW at QD1, JSON into $WORK/NAME.client.jso
         --time_based --runtime="$2" --percentile_list=50:99 --output-format=json --output="$WORK/$1.client.json" >/dev/null
 }
 
-healthy() { # every allocated slab of every volume healthy (and at least one allocated)
-    curl -fsS "$ADMIN/volumes" | python3 -c '
-import json, sys
-v = json.load(sys.stdin)
-sys.exit(0 if v and all(x["allocated"] > 0 and x["healthy"] == x["allocated"] for x in v) else 1)'
-}
-
 held() { # held ADDRESS -> bytes the memserver lends out now, as the bridge last heard (capacity - free)
     curl -fsS "$ADMIN/memservers" | python3 -c '
 import json, sys
@@ -104,8 +97,11 @@ for m in json.load(sys.stdin):
         print(m["capacity"] - m["free"])' "$1"
 }
 
-# One python process reads GET /volumes every 0.2 s, in both phases, so the client pays the same for being watched
-# (a curl and a python3 started every 0.2 s cost the client more than a slow rebuild does).
+# watch MODE SECONDS: reads GET /volumes; healthy means every allocated slab of every volume healthy (and at least
+# one allocated). now: exit 0 if healthy; watch: read it every 0.2 s for SECONDS; until-healthy: every 0.2 s until
+# healthy after having been degraded, printing that time (ns). One python process watches for the whole of a phase,
+# in both phases, so the client pays the same for being watched (a curl and a python3 started every 0.2 s cost the
+# client more than a slow rebuild does).
 cat >"$WORK/watch.py" <<'EOF'
 import json, sys, time, urllib.request
 admin, mode, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
@@ -113,6 +109,8 @@ def healthy():
     with urllib.request.urlopen(admin + "/volumes", timeout=10) as r:
         v = json.load(r)
     return bool(v) and all(x["allocated"] > 0 and x["healthy"] == x["allocated"] for x in v)
+if mode == "now":
+    sys.exit(0 if healthy() else 1)
 end, seen_degraded = time.monotonic() + limit, False
 while time.monotonic() < end:
     h = healthy()
@@ -125,6 +123,7 @@ while time.monotonic() < end:
 sys.exit(0 if mode == "watch" else 1)
 EOF
 watch() { python3 "$WORK/watch.py" "$ADMIN" "$@"; }
+healthy() { watch now 0; }
 
 await 60 "a healthy volume after the fill" healthy
 if [[ $RW != none ]]; then

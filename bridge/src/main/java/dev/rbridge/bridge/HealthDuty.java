@@ -2,7 +2,6 @@ package dev.rbridge.bridge;
 
 import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.Rebuilder;
-import dev.rbridge.bridge.volume.Slab;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.common.duty.Duty;
 import dev.rbridge.common.duty.DutyCycle;
@@ -23,7 +22,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * that are down again (each attempt on a thread of its own), resolves the --memserver-dns names again, and once a
  * second follows drains, refreshes the memservers' capacities and offers degraded slabs to the rebuild. The slabs are
  * walked only when something may have changed them (a connection closed or replaced, a volume that may have degraded
- * slabs, {@link Volume#mayBeDegraded}), and all of them every {@link #SWEEP_MILLIS} as a safety net: at rest the duty's
+ * slabs, {@link Volume#lookForDegraded}), and all of them every {@link #SWEEP_MILLIS} as a safety net: at rest the duty's
  * work does not grow with the number of slabs.
  */
 final class HealthDuty implements Duty {
@@ -140,13 +139,10 @@ final class HealthDuty implements Duty {
                 slabWalks.incrementAndGet();
                 v.roster().failClosedReplicas();
             }
-            if (sweep || v.takeDegradedHint()) {
+            if (sweep || v.takeLookForDegraded()) {
                 slabWalks.incrementAndGet();
-                List<Slab> degraded = v.degraded();
-                if (!degraded.isEmpty()) {
-                    v.mayBeDegraded(); // look again next second: a rebuild that found no room is offered again
-                    degraded.forEach(rebuilder::offer);
-                }
+                // Offering a slab asks for the next look too: one that found no room is offered again next second.
+                v.degraded().forEach(rebuilder::offer);
             }
         }
         looks.incrementAndGet();
@@ -160,7 +156,7 @@ final class HealthDuty implements Duty {
         for (MemserverLink l : links) {
             RemoteConnection c = l.connection();
             RemoteConnection open = c != null && c.isOpen() ? c : null;
-            if (!walkedWith.containsKey(l) || walkedWith.put(l, open) != open) {
+            if (!walkedWith.containsKey(l) || walkedWith.get(l) != open) {
                 walkedWith.put(l, open);
                 changed = true;
             }

@@ -1,5 +1,6 @@
 package dev.rbridge.bridge;
 
+import dev.rbridge.bridge.memservers.MemserverLink;
 import dev.rbridge.bridge.volume.SlabState;
 import dev.rbridge.bridge.volume.Volume;
 import dev.rbridge.bridge.volume.VolumeSpec;
@@ -57,6 +58,12 @@ class BridgeLocalTest {
                 Memserver.start(new MemserverConfig(new InetSocketAddress("127.0.0.1", 0), capacity, null, "local"));
         memservers.add(m);
         return m;
+    }
+
+    private void threeMemservers() throws Exception {
+        for (int i = 0; i < 3; i++) {
+            memserver(256 * MIB);
+        }
     }
 
     private Bridge bridge(VolumeSpec... volumes) {
@@ -149,9 +156,7 @@ class BridgeLocalTest {
 
     @Test
     void randomReadsWritesAndZeroesMatchAModelWithTwoReplicas() throws Exception {
-        for (int i = 0; i < 3; i++) {
-            memserver(256 * MIB);
-        }
+        threeMemservers();
         Bridge b = bridge(volume("disk", 24 * MIB, MIB, 2));
         Volume v = b.volume("disk");
         assertArrayEquals(new byte[8192], read(v, 5 * MIB, 8192), "never-written slabs read as zeroes");
@@ -174,16 +179,14 @@ class BridgeLocalTest {
     /** At rest the health duty's work does not grow with the slabs: it walks them only when something changed. */
     @Test
     void atRestTheHealthDutyWalksNoSlabAndAMemserverDeathMakesItLook() throws Exception {
-        for (int i = 0; i < 3; i++) {
-            memserver(256 * MIB);
-        }
+        threeMemservers();
         Bridge b = bridge(volume("disk", 64 * MIB, 2 * MIB, 2));
         Volume v = b.volume("disk");
         write(v, 0, new byte[64 * (int) MIB]);
         await("healthy", () -> v.status().state() == VolumeState.HEALTHY);
         HealthDuty health = b.health();
         await("every memserver up", () -> b.memservers().stream()
-                .allMatch(l -> l.state() == dev.rbridge.bridge.memservers.MemserverLink.State.UP));
+                .allMatch(l -> l.state() == MemserverLink.State.UP));
         long settled = health.looks() + 1; // a look that saw every connection up
         await("a look with every memserver up", () -> health.looks() > settled);
         long atRest = health.slabWalks();
@@ -194,14 +197,12 @@ class BridgeLocalTest {
         memservers.getFirst().close();
         await("a look after the death, and the rebuild", () -> health.slabWalks() > atRest
                 && v.status().state() == VolumeState.HEALTHY
-                && b.memservers().getFirst().state() != dev.rbridge.bridge.memservers.MemserverLink.State.UP);
+                && b.memservers().getFirst().state() != MemserverLink.State.UP);
     }
 
     @Test
     void aDeadMemserverDegradesThenRebuildsWhileWritesGoOnAndASecondDeathLosesNothing() throws Exception {
-        for (int i = 0; i < 3; i++) {
-            memserver(256 * MIB);
-        }
+        threeMemservers();
         Bridge b = bridge(volume("disk", 16 * MIB, 2 * MIB, 2));
         Volume v = b.volume("disk");
         byte[] model = new byte[16 * (int) MIB];
@@ -235,7 +236,7 @@ class BridgeLocalTest {
         Memserver victim = memservers.getFirst();
         victim.close(); // its regions are gone, its connections fail
         await("degraded then rebuilt", () -> v.status().state() == VolumeState.HEALTHY
-                && b.memservers().getFirst().state() != dev.rbridge.bridge.memservers.MemserverLink.State.UP);
+                && b.memservers().getFirst().state() != MemserverLink.State.UP);
         long rebuiltAt = written.get();
         await("writes after the rebuild", () -> written.get() >= rebuiltAt + 10 || writerError.get() != null);
         stop.set(true);
@@ -250,9 +251,7 @@ class BridgeLocalTest {
 
     @Test
     void rebuildingASparseSlabBacksOnlyTheChunksThatHoldData() throws Exception {
-        for (int i = 0; i < 3; i++) {
-            memserver(256 * MIB);
-        }
+        threeMemservers();
         Bridge b = bridge(volume("sparse", 64 * MIB, 4 * MIB, 2));
         Volume v = b.volume("sparse");
         byte[] page = new byte[4096];
@@ -265,7 +264,7 @@ class BridgeLocalTest {
             write(v, slab * 4 * MIB + MIB, page); // the same bytes again: each write meets the dead replica
         }
         await("degraded then rebuilt", () -> v.status().state() == VolumeState.HEALTHY
-                && b.memservers().getFirst().state() != dev.rbridge.bridge.memservers.MemserverLink.State.UP
+                && b.memservers().getFirst().state() != MemserverLink.State.UP
                 && b.rebuilder().queued() == 0 && b.rebuilder().current() == null);
         for (int slab = 0; slab < 16; slab++) {
             byte[] back = read(v, slab * 4 * MIB + MIB, 4096);
@@ -316,7 +315,7 @@ class BridgeLocalTest {
         assertTrue(ok > 0 && ok < 8, "power of two choices spread the slabs over both memservers: " + ok);
         await("volume reported lost", () -> one.status().state() == VolumeState.LOST);
         await("memserver reported down", () -> b.memservers().getFirst().state()
-                != dev.rbridge.bridge.memservers.MemserverLink.State.UP);
+                != MemserverLink.State.UP);
         // The bridge takes the dead memserver's replicas out one slab after another: until it is through, a slab
         // still shown healthy may be one of them.
         String dead = b.memservers().getFirst().label() + "#";

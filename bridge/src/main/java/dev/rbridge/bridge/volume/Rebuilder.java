@@ -80,7 +80,7 @@ public final class Rebuilder implements Duty, AutoCloseable {
 
     /** Queues a slab unless it is queued already. */
     public void offer(Slab s) {
-        s.volume.mayBeDegraded(); // until a walk of its slabs finds none degraded
+        s.volume.lookForDegraded(); // until a walk of its slabs finds none degraded
         if (s.rebuildQueued.compareAndSet(false, true)) {
             queue.add(s);
             DutyCycle c = cycle;
@@ -179,17 +179,21 @@ public final class Rebuilder implements Duty, AutoCloseable {
         }
         try {
             if (!rebuild(s)) {
-                s.volume.mayBeDegraded(); // the health duty offers it again
-                backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
+                backOff(s);
             }
         } catch (RuntimeException e) {
             log.error("rebuild of volume {} slab {} failed unexpectedly", s.volume.name(), s.index, e);
-            s.volume.mayBeDegraded();
-            backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
+            backOff(s);
         } finally {
             current = null;
         }
         return 0;
+    }
+
+    /** No progress on {@code s}: rest a while; the health duty offers it again. */
+    private void backOff(Slab s) {
+        s.volume.lookForDegraded();
+        backoffUntilNanos = System.nanoTime() + BACKOFF.toNanos();
     }
 
     /** Returns false when it could not make progress (no room anywhere, or a failure), so the loop backs off. */

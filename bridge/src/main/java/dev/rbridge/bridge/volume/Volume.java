@@ -11,6 +11,7 @@ import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
@@ -40,8 +41,8 @@ public final class Volume implements BlockDevice {
     private final int slabShift;
     /** Why this volume is fenced (its lease was lost), or null while it is served. */
     private volatile String fenced;
-    /** Set by {@link #mayBeDegraded}; true at first, so the health duty's first look walks the slabs. */
-    private volatile boolean degradedHint = true;
+    /** Set by {@link #lookForDegraded}; true at first, so the health duty's first look walks the slabs. */
+    private final AtomicBoolean degradedLookWanted = new AtomicBoolean(true);
     /** What small reads take here: the hedge delay ({@link ReadHedger}). */
     final ReadLatency readLatency = new ReadLatency();
     /** Second attempts sent by hedged reads, and those that answered first. */
@@ -275,15 +276,13 @@ public final class Volume implements BlockDevice {
      * A slab of this volume may have fallen below its replicas (a failure, a rebuild that could not finish): the health
      * duty walks the slabs at its next look.
      */
-    public void mayBeDegraded() {
-        degradedHint = true;
+    public void lookForDegraded() {
+        degradedLookWanted.set(true);
     }
 
-    /** Whether {@link #mayBeDegraded} was called since the last call (cleared before the caller walks the slabs). */
-    public boolean takeDegradedHint() {
-        boolean hint = degradedHint;
-        degradedHint = false;
-        return hint;
+    /** Whether {@link #lookForDegraded} was called since the last call (cleared before the caller walks the slabs). */
+    public boolean takeLookForDegraded() {
+        return degradedLookWanted.getAndSet(false);
     }
 
     /** Slabs with fewer live replicas than wanted but at least one (a rebuild can help them). */

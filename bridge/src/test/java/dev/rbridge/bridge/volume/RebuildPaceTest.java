@@ -55,17 +55,16 @@ class RebuildPaceTest {
         }
         assertEquals(0, waited, "the copy waited with no client about");
 
-        long started = System.nanoTime();
         for (int i = 0; i < 5; i++) {
             clientOps.incrementAndGet();
             waited += pace.acquire(MIB);
         }
-        long elapsedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
         assertTrue(waited > 0, "clients are back: the rate holds again");
         assertTrue(waited >= TimeUnit.MILLISECONDS.toNanos(150), "4 MiB beyond the burst at 20 MiB/s, not owed: "
                 + waited);
-        assertTrue(elapsedMs < 1_000, "the 64 MiB copied while clients were idle were charged to them: " + elapsedMs
-                + " ms for 5 MiB at 20 MiB/s");
+        // What the pacer asked to sleep, not the clock: a slow machine cannot make this pass or fail.
+        assertTrue(waited < TimeUnit.SECONDS.toNanos(1), "the 64 MiB copied while clients were idle were charged to"
+                + " them: " + TimeUnit.NANOSECONDS.toMillis(waited) + " ms of waits for 5 MiB at 20 MiB/s");
     }
 
     @Test
