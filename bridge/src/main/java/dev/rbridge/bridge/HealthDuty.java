@@ -22,8 +22,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * that are down again (each attempt on a thread of its own), resolves the --memserver-dns names again, and once a
  * second follows drains, refreshes the memservers' capacities and offers degraded slabs to the rebuild. The slabs are
  * walked only when something may have changed them (a connection closed or replaced, a volume that may have degraded
- * slabs, {@link Volume#lookForDegraded}), and all of them every {@link #SWEEP_MILLIS} as a safety net: at rest the duty's
- * work does not grow with the number of slabs.
+ * slabs, {@link Volume#lookForDegraded}), and all of them every {@link #SWEEP_MILLIS} as a safety net: at rest the
+ * duty's work does not grow with the number of slabs.
  */
 final class HealthDuty implements Duty {
     private static final long TICK_MILLIS = 250;

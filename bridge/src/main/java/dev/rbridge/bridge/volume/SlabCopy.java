@@ -136,7 +136,7 @@ final class SlabCopy {
         return buffers[c.index % buffers.length].asSlice(0, c.len);
     }
 
-    /** A read that failed may still land in its buffer later: the chunk (and the caller's next copies) take a new one. */
+    /** A failed read may still land in its buffer later: the chunk (and the caller's next copies) take a new one. */
     private void replaceBuffer(Chunk c) {
         buffers[c.index % buffers.length] = MemorySegment.ofBuffer(ByteBuffer.allocateDirect(gate.chunkSize));
     }
